@@ -1,0 +1,51 @@
+"""The `ledgercheck` command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+# Each entry adds its own subcommands; modules are imported lazily so one broken optional
+# part (or a slow import) does not take the whole command down.
+COMMAND_MODULES = [
+    "ledgercheck.spec.commands",
+    "ledgercheck.reference.commands",
+    "ledgercheck.conformance.commands",
+    "ledgercheck.chaos.commands",
+    "ledgercheck.reports.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ledgercheck", description="Conformance and chaos testing for durable work ledgers.")
+    parser.add_argument("--version", action="version", version=f"ledgercheck {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args.func(args)
+    except KeyboardInterrupt:
+        print("ledgercheck: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

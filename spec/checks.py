@@ -1,0 +1,423 @@
+"""Semantic checks of a merged contract document (after it passed the JSON Schema).
+
+Each check returns problems that point at the value that is wrong.  The checks are what keep
+a contract internally consistent: every name it uses is defined, every status is reachable,
+terminal statuses only leave through requeue, the recovery matrix is complete and agrees with
+the scanner rule, and timings make sense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .contract import parse_duration
+from .load import Positions, Problem
+
+ARG_TYPES = {
+    "string", "nonempty_string", "time", "duration", "object", "any", "boolean", "positive_int",
+    "nonnegative_int", "source_system", "priority", "retry_policy", "status", "terminal_status",
+    "waiting_kind", "error_class", "step_class", "receipt_state", "effect_key",
+}
+GUARDS = {"cancel_requested"}
+FIELD_TYPES = {"string", "integer", "boolean", "time", "status", "any"}
+
+
+class _Ctx:
+    def __init__(self, doc: Mapping[str, Any], pos: Positions) -> None:
+        self.doc = doc
+        self.pos = pos
+        self.problems: list[Problem] = []
+
+    def add(self, path: tuple[Any, ...], message: str) -> None:
+        self.problems.append(Problem(self.pos.at(path), message))
+
+
+CHECKS: list[Callable[[_Ctx], None]] = []
+
+
+def check(fn: Callable[[_Ctx], None]) -> Callable[[_Ctx], None]:
+    CHECKS.append(fn)
+    return fn
+
+
+def semantic_problems(doc: Mapping[str, Any], pos: Positions) -> list[Problem]:
+    ctx = _Ctx(doc, pos)
+    for fn in CHECKS:
+        fn(ctx)
+    return ctx.problems
+
+
+@check
+def _statuses(c: _Ctx) -> None:
+    st = c.doc["statuses"]
+    initial = [n for n, s in st.items() if s.get("initial")]
+    if len(initial) != 1:
+        c.add(("statuses",), f"exactly one status must be initial, found {len(initial)}")
+    for n, s in st.items():
+        if s.get("initial") and s["terminal"]:
+            c.add(("statuses", n, "initial"), f"initial status {n!r} cannot be terminal")
+    kinds = [s["waiting_kind"] for s in st.values() if s.get("waiting_kind")]
+    for k in set(kinds):
+        if kinds.count(k) > 1:
+            c.add(("statuses",), f"waiting kind {k!r} is used by more than one status")
+    if not any(s["terminal"] for s in st.values()):
+        c.add(("statuses",), "the contract needs at least one terminal status")
+
+
+@check
+def _transitions(c: _Ctx) -> None:
+    st = c.doc["statuses"]
+    ops = c.doc["operations"]
+    seen: dict[tuple[str, str], int] = {}
+    for i, t in enumerate(c.doc["transitions"]):
+        for end in ("from", "to"):
+            if t[end] not in st:
+                c.add(("transitions", i, end), f"transition {end} unknown status {t[end]!r}")
+        pair = (t["from"], t["to"])
+        if pair[0] == pair[1]:
+            c.add(("transitions", i), f"a status cannot transition to itself ({pair[0]})")
+        if pair in seen:
+            c.add(("transitions", i), f"duplicate transition {pair[0]} -> {pair[1]} (first at transitions[{seen[pair]}])")
+        seen.setdefault(pair, i)
+        for j, op in enumerate(t["ops"]):
+            if op not in ops:
+                c.add(("transitions", i, "ops", j), f"transition {pair[0]} -> {pair[1]} names unknown operation {op!r}")
+            elif ops[op]["kind"] not in ("transition", "monitor"):
+                c.add(("transitions", i, "ops", j), f"operation {op!r} of kind {ops[op]['kind']!r} cannot perform transitions")
+        if t.get("guard") is not None and t["guard"] not in GUARDS:
+            c.add(("transitions", i, "guard"), f"unknown guard {t['guard']!r} (known: {', '.join(sorted(GUARDS))})")
+        if t.get("requeue") and not (t["from"] in st and st[t["from"]]["terminal"]):
+            c.add(("transitions", i, "requeue"), f"requeue edges must leave a terminal status, not {t['from']!r}")
+
+
+@check
+def _terminal_edges(c: _Ctx) -> None:
+    st = c.doc["statuses"]
+    initial = next((n for n, s in st.items() if s.get("initial")), None)
+    for i, t in enumerate(c.doc["transitions"]):
+        if t["from"] in st and st[t["from"]]["terminal"]:
+            if not t.get("requeue"):
+                c.add(("transitions", i), f"terminal status {t['from']!r} has an outgoing edge to {t['to']!r} that is not a requeue")
+            elif t["to"] != initial:
+                c.add(("transitions", i, "to"), f"requeue from {t['from']!r} must return to the initial status {initial!r}")
+
+
+@check
+def _reachability(c: _Ctx) -> None:
+    st = c.doc["statuses"]
+    initial = next((n for n, s in st.items() if s.get("initial")), None)
+    if initial is None:
+        return
+    succ: dict[str, set[str]] = {n: set() for n in st}
+    for t in c.doc["transitions"]:
+        if t["from"] in succ and t["to"] in st:
+            succ[t["from"]].add(t["to"])
+    seen, stack = {initial}, [initial]
+    while stack:
+        for n in succ[stack.pop()]:
+            if n not in seen:
+                seen.add(n)
+                stack.append(n)
+    for n in st:
+        if n not in seen:
+            c.add(("statuses", n), f"status {n!r} is unreachable from the initial status {initial!r}")
+        elif not st[n]["terminal"] and not succ[n]:
+            c.add(("statuses", n), f"non-terminal status {n!r} has no way out")
+
+
+@check
+def _forbidden_examples(c: _Ctx) -> None:
+    allowed = {(t["from"], t["to"]) for t in c.doc["transitions"]}
+    for i, f in enumerate(c.doc["forbidden_examples"]):
+        for end in ("from", "to"):
+            if f[end] not in c.doc["statuses"]:
+                c.add(("forbidden_examples", i, end), f"unknown status {f[end]!r}")
+        if (f["from"], f["to"]) in allowed:
+            c.add(("forbidden_examples", i), f"{f['from']} -> {f['to']} is named as corruption but the transition table allows it")
+
+
+@check
+def _operations(c: _Ctx) -> None:
+    d = c.doc
+    ev = d["events"]
+    for name, o in d["operations"].items():
+        base = ("operations", name)
+        if o.get("profile") is not None and o["profile"] not in d["profiles"]:
+            c.add(base + ("profile",), f"operation {name!r} names unknown profile {o['profile']!r}")
+        for a, spec in o.get("args", {}).items():
+            if spec["type"] not in ARG_TYPES:
+                c.add(base + ("args", a, "type"), f"argument {a!r} of {name!r} has unknown type {spec['type']!r}")
+        events = o.get("event")
+        names = list(events.values()) if isinstance(events, dict) else ([events] if events else [])
+        if isinstance(events, dict):
+            for tgt in events:
+                if tgt not in d["statuses"]:
+                    c.add(base + ("event", tgt), f"operation {name!r} maps unknown status {tgt!r} to an event")
+        for e in names + [o.get("intent_event")] * bool(o.get("intent_event")):
+            if e not in ev:
+                c.add(base + ("event",), f"operation {name!r} appends unknown event type {e!r}")
+        for s in list(o.get("statuses", [])) + list(o.get("intent_from", [])):
+            if s not in d["statuses"]:
+                c.add(base, f"operation {name!r} names unknown status {s!r}")
+        if o["kind"] in ("create", "transition", "lease", "monitor") and not names and o["kind"] != "monitor":
+            c.add(base, f"operation {name!r} changes items but appends no event")
+        edges = [t for t in d["transitions"] if name in t["ops"]]
+        if o["kind"] == "transition" and not edges:
+            c.add(base, f"transition operation {name!r} performs no transition of the table")
+        for t in edges:
+            target_event = events.get(t["to"]) if isinstance(events, dict) else events
+            if target_event in ev and not ev[target_event]["transition"]:
+                c.add(base + ("event",), f"operation {name!r} moves {t['from']} -> {t['to']} but its event {target_event!r} is not a transition event")
+            if isinstance(events, dict) and t["to"] not in events:
+                c.add(base + ("event",), f"operation {name!r} moves to {t['to']!r} but names no event for it")
+        if o.get("requires_lease") and "token" not in o.get("args", {}):
+            c.add(base, f"operation {name!r} requires a lease but takes no token argument")
+
+
+@check
+def _events(c: _Ctx) -> None:
+    fields = c.doc["work_fields"]
+    for name, e in c.doc["events"].items():
+        for i, f in enumerate(e["data"]):
+            if f not in fields:
+                c.add(("events", name, "data", i), f"event {name!r} carries unknown work field {f!r}")
+            elif not fields[f].get("fold"):
+                c.add(("events", name, "data", i), f"event {name!r} carries {f!r}, which is not a fold field")
+    for name, f in fields.items():
+        if f["type"] not in FIELD_TYPES:
+            c.add(("work_fields", name, "type"), f"work field {name!r} has unknown type {f['type']!r}")
+    for required in ("work_id", "status", "attempt", "owner", "lease_token", "lease_version", "lease_expires_at"):
+        if required not in fields:
+            c.add(("work_fields",), f"work field {required!r} is required by the contract's operations")
+
+
+@check
+def _identity(c: _Ctx) -> None:
+    d = c.doc
+    for i, s in enumerate(d["identity"]["run_id_required_for"]):
+        if s not in d["source_systems"]:
+            c.add(("identity", "run_id_required_for", i), f"unknown source system {s!r}")
+    for i, k in enumerate(d["identity"]["key"]):
+        if k not in d["work_fields"]:
+            c.add(("identity", "key", i), f"identity key names unknown work field {k!r}")
+    p = d["priority"]
+    if not p["min"] <= p["default"] <= p["max"]:
+        c.add(("priority",), f"priority default {p['default']} is outside [{p['min']}, {p['max']}]")
+
+
+def _dur(c: _Ctx, path: tuple[Any, ...], value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        c.add(path, str(exc))
+        return None
+
+
+@check
+def _lease(c: _Ctx) -> None:
+    d = c.doc["lease"]
+
+    def one(path: tuple[Any, ...], ttl: Any, renew: Any, grace: Any) -> None:
+        t, r, g = _dur(c, path + ("ttl",), ttl), _dur(c, path + ("renew_interval",), renew), _dur(c, path + ("grace",), grace)
+        if t is not None and t <= 0:
+            c.add(path + ("ttl",), "lease ttl must be greater than 0")
+        if t is not None and r is not None and r >= t:
+            c.add(path + ("renew_interval",), f"renew_interval ({r:g}s) must be shorter than ttl ({t:g}s)")
+        if r is not None and r <= 0:
+            c.add(path + ("renew_interval",), "renew_interval must be greater than 0")
+
+    one(("lease",), d["ttl"], d["renew_interval"], d["grace"])
+    for src, o in d["by_source"].items():
+        if src not in c.doc["source_systems"]:
+            c.add(("lease", "by_source", src), f"lease override for unknown source system {src!r}")
+        one(("lease", "by_source", src), o.get("ttl", d["ttl"]), o.get("renew_interval", d["renew_interval"]), o.get("grace", d["grace"]))
+
+
+@check
+def _waiting(c: _Ctx) -> None:
+    kinds = {s["waiting_kind"] for s in c.doc["statuses"].values() if s.get("waiting_kind")}
+    w = c.doc["waiting"]
+    for k in kinds - set(w["timeouts"]):
+        c.add(("waiting", "timeouts"), f"no default timeout for waiting kind {k!r}")
+    for k, v in w["timeouts"].items():
+        if k not in kinds:
+            c.add(("waiting", "timeouts", k), f"timeout for unknown waiting kind {k!r}")
+        dv = _dur(c, ("waiting", "timeouts", k), v)
+        if dv is not None and dv <= 0:
+            c.add(("waiting", "timeouts", k), "waiting timeout must be greater than 0")
+    for src, o in w["by_source"].items():
+        if src not in c.doc["source_systems"]:
+            c.add(("waiting", "by_source", src), f"waiting override for unknown source system {src!r}")
+        for k in o.get("timeouts", {}):
+            if k not in kinds:
+                c.add(("waiting", "by_source", src, "timeouts", k), f"timeout for unknown waiting kind {k!r}")
+
+
+@check
+def _retry(c: _Ctx) -> None:
+    r = c.doc["retry"]
+    for mode, (lo, hi) in r["jitter_modes"].items():
+        if not 0 <= lo <= hi <= 1:
+            c.add(("retry", "jitter_modes", mode), f"jitter mode {mode!r} range must satisfy 0 <= lo <= hi <= 1")
+
+    def one(path: tuple[Any, ...], p: Mapping[str, Any]) -> None:
+        if "jitter" in p and p["jitter"] not in r["jitter_modes"]:
+            c.add(path + ("jitter",), f"unknown jitter mode {p['jitter']!r}")
+        if "multiplier" in p and p["multiplier"] < 1:
+            c.add(path + ("multiplier",), f"backoff multiplier {p['multiplier']} must be at least 1")
+        ib = _dur(c, path + ("initial_backoff",), p["initial_backoff"]) if "initial_backoff" in p else None
+        mb = _dur(c, path + ("max_backoff",), p["max_backoff"]) if "max_backoff" in p else None
+        ib = ib if ib is not None else parse_duration(r["policy"]["initial_backoff"])
+        mb = mb if mb is not None else parse_duration(r["policy"]["max_backoff"])
+        if mb < ib:
+            c.add(path + ("max_backoff",), f"max_backoff ({mb:g}s) is below initial_backoff ({ib:g}s)")
+
+    one(("retry", "policy"), r["policy"])
+    for src, o in r["by_source"].items():
+        if src not in c.doc["source_systems"]:
+            c.add(("retry", "by_source", src), f"retry override for unknown source system {src!r}")
+        one(("retry", "by_source", src, "policy"), o.get("policy", {}))
+    if not any(v["retryable"] for v in r["error_classes"].values()):
+        c.add(("retry", "error_classes"), "at least one error class must be retryable")
+    if all(v["retryable"] for v in r["error_classes"].values()):
+        c.add(("retry", "error_classes"), "at least one error class must be non-retryable")
+
+
+@check
+def _phases(c: _Ctx) -> None:
+    for name in ("claim", "execution", "waiting", "heartbeat"):
+        if name not in c.doc["phases"]:
+            c.add(("phases",), f"phase {name!r} is missing")
+    for name, p in c.doc["phases"].items():
+        if name in ("claim", "execution") and "timeout" not in p:
+            c.add(("phases", name), f"phase {name!r} needs a timeout")
+        if "timeout" in p:
+            v = _dur(c, ("phases", name, "timeout"), p["timeout"])
+            if v is not None and v <= 0:
+                c.add(("phases", name, "timeout"), "phase timeout must be greater than 0")
+    for name in ("heartbeat", "execution", "waiting"):
+        if name not in c.doc["timeout_reasons"]:
+            c.add(("timeout_reasons",), f"no status_reason for phase {name!r}")
+
+
+@check
+def _idempotency(c: _Ctx) -> None:
+    idem = c.doc["idempotency"]
+    states = idem["receipt_states"]
+    for s in ("pending", "completed", "unknown", "needs_inspection"):
+        if s not in states:
+            c.add(("idempotency", "receipt_states"), f"receipt state {s!r} is required")
+    for i, (a, b) in enumerate(idem["receipt_transitions"]):
+        for j, s in enumerate((a, b)):
+            if s not in states:
+                c.add(("idempotency", "receipt_transitions", i, j), f"unknown receipt state {s!r}")
+    for i, k in enumerate(idem["scope"]):
+        if k not in ("work_id", "step_id", "tool"):
+            c.add(("idempotency", "scope", i), f"effect key scope may use work_id, step_id and tool, not {k!r}")
+
+
+@check
+def _errors(c: _Ctx) -> None:
+    for code in ("invalid_argument", "not_found", "invalid_transition", "stale_lease", "idempotency_conflict",
+                 "concurrent_append", "unsupported", "timeout", "adapter_crashed", "protocol_error"):
+        if code not in c.doc["errors"]:
+            c.add(("errors",), f"error code {code!r} is required")
+
+
+@check
+def _recovery(c: _Ctx) -> None:
+    d = c.doc
+    points, classes, decisions, allow = d["crash_points"], d["step_classes"], d["decisions"], d["effect_allowances"]
+    for dec, v in decisions.items():
+        if v.get("receipt_state") is not None and v["receipt_state"] not in d["idempotency"]["receipt_states"]:
+            c.add(("decisions", dec, "receipt_state"), f"unknown receipt state {v['receipt_state']!r}")
+    for key in ("completed", "none"):
+        if d["scanner"][key] not in decisions:
+            c.add(("scanner", key), f"unknown decision {d['scanner'][key]!r}")
+    for cls, row in d["matrix"].items():
+        if cls not in classes:
+            c.add(("matrix", cls), f"matrix row names unknown step class {cls!r}")
+            continue
+        for pt, e in row.items():
+            path = ("matrix", cls, pt)
+            if pt not in points:
+                c.add(path, f"matrix entry names unknown crash point {pt!r}")
+                continue
+            if e["decision"] not in decisions:
+                c.add(path + ("decision",), f"unknown decision {e['decision']!r}")
+            if e["effects"] not in allow:
+                c.add(path + ("effects",), f"unknown effect allowance {e['effects']!r}")
+            cp = points[pt]
+            if cp.get("waiting"):
+                expect = "none"
+            elif cp["journal"] == "completed":
+                expect = d["scanner"]["completed"]
+            elif cp["journal"] == "none":
+                expect = d["scanner"]["none"]
+            else:
+                expect = None
+            if expect is not None and e["decision"] != expect:
+                c.add(path + ("decision",), f"the scanner decides {expect!r} at {pt!r} (journal {cp['journal']}), not {e['decision']!r}")
+        for pt in points:
+            if pt not in row:
+                c.add(("matrix", cls), f"matrix row {cls!r} has no entry for crash point {pt!r}")
+        pend = [(pt, row[pt]["decision"]) for pt in points if pt in row and points[pt]["journal"] == "pending"]
+        if len({dec for _, dec in pend}) > 1:
+            c.add(("matrix", cls), f"crash points {', '.join(p for p, _ in pend)} look the same to a scanner but row {cls!r} decides differently")
+        if classes[cls]["effect"] == "none":
+            for pt, e in row.items():
+                if e["effects"] in allow and allow[e["effects"]]["max"] != 0:
+                    c.add(("matrix", cls, pt, "effects"), f"step class {cls!r} has no effect, so its allowance must be 'none'")
+    for cls in classes:
+        if cls not in d["matrix"]:
+            c.add(("matrix",), f"matrix has no row for step class {cls!r}")
+    for name, a in allow.items():
+        if a.get("max") is not None and a["max"] < a["min"]:
+            c.add(("effect_allowances", name), f"allowance {name!r} has max below min")
+
+
+@check
+def _profiles_and_clauses(c: _Ctx) -> None:
+    d = c.doc
+    prof = d["profiles"]
+    for name, p in prof.items():
+        for i, r in enumerate(p["requires"]):
+            if r not in prof:
+                c.add(("profiles", name, "requires", i), f"profile {name!r} requires unknown profile {r!r}")
+    # cycles
+    state: dict[str, int] = {}
+
+    def visit(n: str, trail: list[str]) -> None:
+        if state.get(n) == 2 or n not in prof:
+            return
+        if state.get(n) == 1:
+            c.add(("profiles", n), f"profiles require each other in a cycle: {' -> '.join(trail + [n])}")
+            return
+        state[n] = 1
+        for r in prof[n]["requires"]:
+            visit(r, trail + [n])
+        state[n] = 2
+
+    for n in prof:
+        visit(n, [])
+    seen: dict[str, int] = {}
+    used_profiles = set()
+    for i, cl in enumerate(d["clauses"]):
+        if cl["id"] in seen:
+            c.add(("clauses", i, "id"), f"duplicate clause id {cl['id']!r} (first at {c.pos.at(('clauses', seen[cl['id']], 'id'))})")
+        seen.setdefault(cl["id"], i)
+        if cl["profile"] not in prof:
+            c.add(("clauses", i, "profile"), f"clause {cl['id']!r} names unknown profile {cl['profile']!r}")
+        if cl["source"] not in d["seeds"]:
+            c.add(("clauses", i, "source"), f"clause {cl['id']!r} cites {cl['source']!r}, which is not among the contract's seeds")
+        if not cl["id"].startswith(_prefix(cl["profile"]) + "."):
+            c.add(("clauses", i, "id"), f"clause id {cl['id']!r} must start with its profile's prefix {_prefix(cl['profile'])!r}")
+        used_profiles.add(cl["profile"])
+    for name in prof:
+        if name not in used_profiles:
+            c.add(("profiles", name), f"profile {name!r} has no clauses, so nothing could certify it")
+
+
+def _prefix(profile: str) -> str:
+    return {"idempotency": "idem"}.get(profile, profile)

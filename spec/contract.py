@@ -1,0 +1,363 @@
+"""The typed, frozen view of a merged contract document.
+
+Everything the reference ledger, the harness model, the chaos checker and the reports need to
+know about the rules comes from here.  Helper methods answer questions that follow directly
+from the data (which operation moves which status where, what the lease timings are for a
+source system, the bounds of a retry delay); they never add rules of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+def frozen_map(d: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d or {}))
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    terminal: bool
+    initial: bool = False
+    leased: bool = False
+    waiting_kind: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Transition:
+    src: str
+    dst: str
+    ops: tuple[str, ...]
+    guard: str | None = None
+    requeue: bool = False
+
+
+@dataclass(frozen=True)
+class EventType:
+    name: str
+    transition: bool
+    data: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WorkField:
+    name: str
+    type: str
+    nullable: bool
+    compare: str
+    fold: bool
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str
+    required: bool
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    profile: str | None
+    kind: str
+    args: Mapping[str, Arg]
+    event: str | Mapping[str, str] | None = None
+    intent_event: str | None = None
+    intent_from: tuple[str, ...] = ()
+    requires_lease: bool = False
+    lease: str | None = None
+    attempt: str | None = None
+    statuses: tuple[str, ...] = ()
+
+    def event_for(self, target: str | None = None) -> str | None:
+        if isinstance(self.event, Mapping):
+            return self.event.get(target) if target is not None else None
+        return self.event
+
+
+@dataclass(frozen=True)
+class LeaseTimings:
+    ttl: float
+    renew_interval: float
+    grace: float
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int
+    initial_backoff: float
+    multiplier: float
+    max_backoff: float
+    jitter: str
+
+    def merged(self, override: Mapping[str, Any] | None) -> RetryPolicy:
+        if not override:
+            return self
+        vals = {f: getattr(self, f) for f in ("max_attempts", "initial_backoff", "multiplier", "max_backoff", "jitter")}
+        for k, v in override.items():
+            if k in vals and v is not None:
+                vals[k] = parse_duration(v) if k in ("initial_backoff", "max_backoff") else v
+        return RetryPolicy(**vals)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_backoff": self.initial_backoff,
+            "multiplier": self.multiplier,
+            "max_backoff": self.max_backoff,
+            "jitter": self.jitter,
+        }
+
+
+@dataclass(frozen=True)
+class Clause:
+    id: str
+    level: str
+    profile: str
+    source: str
+    statement: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    requires: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    name: str
+    journal: str
+    waiting: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    decision: str
+    effects: str
+
+
+@dataclass(frozen=True)
+class Allowance:
+    name: str
+    min: int
+    max: int | None
+    quarantined: bool = False
+
+    def allows(self, count: int) -> bool:
+        return count >= self.min and (self.max is None or count <= self.max)
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string like '45s', '5m', '2h', '7d', '250ms'."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        if value < 0 or math.isnan(value):
+            raise ValueError(f"duration must be >= 0: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        for unit in ("ms", "s", "m", "h", "d"):
+            if value.endswith(unit) and (unit != "s" or not value.endswith("ms")):
+                num = value[: -len(unit)]
+                try:
+                    n = float(num)
+                except ValueError:
+                    break
+                if n < 0:
+                    break
+                return n * _UNITS[unit]
+    raise ValueError(f"not a duration: {value!r}")
+
+
+def canonical_json(value: Any) -> str:
+    """The contract's canonical JSON: sorted keys, no spaces, UTF-8 text (no ASCII escaping)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    version: str
+    title: str
+    profiles: Mapping[str, Profile]
+    seeds: Mapping[str, str]
+    source_systems: tuple[str, ...]
+    identity_key: tuple[str, ...]
+    run_id_required_for: tuple[str, ...]
+    priority_default: int
+    priority_min: int
+    priority_max: int
+    statuses: Mapping[str, Status]
+    work_fields: Mapping[str, WorkField]
+    events: Mapping[str, EventType]
+    transitions: tuple[Transition, ...]
+    forbidden_examples: tuple[tuple[str, str], ...]
+    operations: Mapping[str, Operation]
+    lease_default: LeaseTimings
+    lease_by_source: Mapping[str, LeaseTimings]
+    waiting_timeouts: Mapping[str, float]
+    waiting_by_source: Mapping[str, Mapping[str, float]]
+    retry_default: RetryPolicy
+    retry_by_source: Mapping[str, RetryPolicy]
+    jitter_modes: Mapping[str, tuple[float, float]]
+    error_classes: Mapping[str, bool]  # name -> retryable
+    phases: Mapping[str, Mapping[str, Any]]
+    timeout_reasons: Mapping[str, str]
+    idem_scope: tuple[str, ...]
+    receipt_states: tuple[str, ...]
+    receipt_transitions: frozenset[tuple[str, str]]
+    retention: float
+    inbox_max_nacks: int
+    inbox_drain_max: int
+    outbox_pending_max: int
+    first_seq: int
+    errors: Mapping[str, bool]  # code -> definite
+    crash_points: Mapping[str, CrashPoint]
+    step_classes: Mapping[str, str]  # name -> effect kind
+    decisions: Mapping[str, Mapping[str, Any]]
+    allowances: Mapping[str, Allowance]
+    matrix: Mapping[str, Mapping[str, MatrixEntry]]
+    scanner: Mapping[str, str]
+    clauses: tuple[Clause, ...]
+    files: Mapping[str, str] = field(default_factory=dict)  # display path -> sha256 of the file
+    document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the merged document in canonical JSON: two specs with equal digests are the same contract."""
+        return sha256_hex(canonical_json(_plain(self.document)))
+
+    # ---- statuses and transitions -----------------------------------------------------------
+    @property
+    def initial_status(self) -> str:
+        return next(s.name for s in self.statuses.values() if s.initial)
+
+    def terminal(self, status: str) -> bool:
+        return self.statuses[status].terminal
+
+    @property
+    def terminal_statuses(self) -> tuple[str, ...]:
+        return tuple(s for s, st in self.statuses.items() if st.terminal)
+
+    @property
+    def waiting_statuses(self) -> Mapping[str, str]:
+        """waiting kind -> status name."""
+        return {st.waiting_kind: s for s, st in self.statuses.items() if st.waiting_kind}
+
+    def edge(self, src: str, dst: str) -> Transition | None:
+        for t in self.transitions:
+            if t.src == src and t.dst == dst:
+                return t
+        return None
+
+    def allowed(self, src: str, dst: str) -> bool:
+        return self.edge(src, dst) is not None
+
+    def edges_of(self, op: str) -> tuple[Transition, ...]:
+        return tuple(t for t in self.transitions if op in t.ops)
+
+    def targets(self, op: str, src: str) -> tuple[str, ...]:
+        return tuple(t.dst for t in self.transitions if t.src == src and op in t.ops)
+
+    def forbidden_pairs(self) -> list[tuple[str, str]]:
+        names = list(self.statuses)
+        return [(a, b) for a in names for b in names if a != b and not self.allowed(a, b)]
+
+    # ---- timings ----------------------------------------------------------------------------
+    def lease_for(self, source_system: str | None) -> LeaseTimings:
+        return self.lease_by_source.get(source_system or "", self.lease_default)
+
+    def waiting_timeout(self, kind: str, source_system: str | None) -> float:
+        per = self.waiting_by_source.get(source_system or "", {})
+        return per.get(kind, self.waiting_timeouts[kind])
+
+    def retry_policy_for(self, source_system: str | None, override: Mapping[str, Any] | None = None) -> RetryPolicy:
+        return self.retry_by_source.get(source_system or "", self.retry_default).merged(override)
+
+    def backoff_base(self, policy: RetryPolicy, attempt: int) -> float:
+        """Delay before jitter for the retry after attempt ``attempt`` (1-based)."""
+        n = max(1, attempt)
+        try:
+            raw = policy.initial_backoff * (policy.multiplier ** (n - 1))
+        except OverflowError:
+            raw = math.inf
+        return min(policy.max_backoff, raw)
+
+    def backoff_range(self, policy: RetryPolicy, attempt: int) -> tuple[float, float]:
+        lo, hi = self.jitter_modes[policy.jitter]
+        base = self.backoff_base(policy, attempt)
+        return (lo * base, hi * base)
+
+    def phase_timeout(self, phase: str) -> float | None:
+        p = self.phases.get(phase)
+        return None if p is None or p.get("timeout") is None else float(p["timeout"])
+
+    # ---- idempotency --------------------------------------------------------------------------
+    def effect_key(self, **scope: Any) -> str:
+        missing = [k for k in self.idem_scope if k not in scope]
+        if missing:
+            raise ValueError(f"effect key needs {', '.join(missing)}")
+        return sha256_hex(canonical_json({k: scope[k] for k in self.idem_scope}))
+
+    @staticmethod
+    def input_hash(value: Any) -> str:
+        return sha256_hex(canonical_json(value))
+
+    # ---- recovery ----------------------------------------------------------------------------
+    def scanner_decision(self, pending_class: str | None, has_completed: bool) -> str:
+        if pending_class is not None:
+            pend = [p for p, cp in self.crash_points.items() if cp.journal == "pending"]
+            return self.matrix[pending_class][pend[0]].decision
+        return self.scanner["completed"] if has_completed else self.scanner["none"]
+
+    # ---- clauses ----------------------------------------------------------------------------
+    def clause(self, clause_id: str) -> Clause:
+        for c in self.clauses:
+            if c.id == clause_id:
+                return c
+        raise KeyError(clause_id)
+
+    def clauses_for(self, profiles: Iterable[str] | None = None) -> tuple[Clause, ...]:
+        if profiles is None:
+            return self.clauses
+        want = set(profiles)
+        return tuple(c for c in self.clauses if c.profile in want)
+
+    def profile_closure(self, names: Iterable[str]) -> tuple[str, ...]:
+        """The named profiles plus everything they require, in contract order."""
+        seen: set[str] = set()
+        stack = list(names)
+        while stack:
+            p = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            stack.extend(self.profiles[p].requires)
+        return tuple(p for p in self.profiles if p in seen)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
