@@ -219,7 +219,8 @@ def _lease(c: _Ctx) -> None:
     d = c.doc["lease"]
 
     def one(path: tuple[Any, ...], ttl: Any, renew: Any, grace: Any) -> None:
-        t, r, g = _dur(c, path + ("ttl",), ttl), _dur(c, path + ("renew_interval",), renew), _dur(c, path + ("grace",), grace)
+        t, r = _dur(c, path + ("ttl",), ttl), _dur(c, path + ("renew_interval",), renew)
+        _dur(c, path + ("grace",), grace)
         if t is not None and t <= 0:
             c.add(path + ("ttl",), "lease ttl must be greater than 0")
         if t is not None and r is not None and r >= t:

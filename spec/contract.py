@@ -69,6 +69,7 @@ class Operation:
     profile: str | None
     kind: str
     args: Mapping[str, Arg]
+    returns: str = "none"
     event: str | Mapping[str, str] | None = None
     intent_event: str | None = None
     intent_from: tuple[str, ...] = ()
@@ -323,10 +324,25 @@ class Spec:
         return sha256_hex(canonical_json(value))
 
     # ---- recovery ----------------------------------------------------------------------------
-    def scanner_decision(self, pending_class: str | None, has_completed: bool) -> str:
-        if pending_class is not None:
-            pend = [p for p, cp in self.crash_points.items() if cp.journal == "pending"]
-            return self.matrix[pending_class][pend[0]].decision
+    def receipt_decision(self, state: str, step_class: str) -> str:
+        """Decision an open receipt asks for: a pending one by its class, one already in a
+        decision's receipt_state by that decision."""
+        if state == "pending":
+            pend = next(p for p, cp in self.crash_points.items() if cp.journal == "pending")
+            return self.matrix[step_class][pend].decision
+        for name, d in self.decisions.items():
+            if d.get("receipt_state") == state:
+                return name
+        raise ValueError(f"receipt state {state!r} is not open")
+
+    def scanner_decision(self, open_receipts: Iterable[tuple[str, str]], has_completed: bool) -> str:
+        """The recovery decision for a stale item from its journal.
+
+        ``open_receipts`` are (state, step_class) of receipts that are not completed.
+        """
+        picks = [self.receipt_decision(st, cls) for st, cls in open_receipts]
+        if picks:
+            return max(picks, key=lambda d: self.decisions[d]["rank"])
         return self.scanner["completed"] if has_completed else self.scanner["none"]
 
     # ---- clauses ----------------------------------------------------------------------------

@@ -257,6 +257,19 @@ def load_spec(paths: Sequence[str | Path] | None = None) -> Spec:
     return build_spec(doc, files)
 
 
+def spec_from_document(doc: Mapping[str, Any]) -> Spec:
+    """Validate and build a Spec from an already merged document (as sent by the harness)."""
+    pos = Positions()
+    problems = schema_problems(doc, pos)
+    if not problems:
+        from .checks import semantic_problems
+
+        problems = semantic_problems(doc, pos)
+    if problems:
+        raise SpecError(problems)
+    return build_spec(_copy(dict(doc)), {})
+
+
 @lru_cache(maxsize=4)
 def _cached_default() -> Spec:
     return load_spec(None)
@@ -298,6 +311,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
             profile=o.get("profile"),
             kind=o["kind"],
             args=args,
+            returns=o["returns"],
             event=frozen_map(ev) if isinstance(ev, dict) else ev,
             intent_event=o.get("intent_event"),
             intent_from=tuple(o.get("intent_from", ())),

@@ -1,0 +1,1397 @@
+"""The abstract model of the contract: a pure, in-memory state machine built from a Spec.
+
+The model is a *checker*.  For an operation it first says what the contract expects
+(:meth:`Model.expect`): a refusal with one of a set of error codes, or success.  After the
+implementation answered, :meth:`Model.settle` compares the answer with the contract, returns
+the violations (each naming the clause it breaks) and advances the model.  Where the contract
+leaves a choice to the implementation (which queued item a claim takes, the jittered retry
+instant, the opaque lease token, which messages a drain hands out), the model checks that the
+implementation's choice is allowed and then adopts it.
+
+It never imports an implementation and performs no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ledgercheck.spec import Spec
+from ledgercheck.spec.args import arg_problem, is_num
+
+TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Violation:
+    clause: str
+    message: str
+    op: str = ""
+
+    def __str__(self) -> str:
+        return f"[{self.clause}] {self.op + ': ' if self.op else ''}{self.message}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an implementation answered: a value, or an error code."""
+
+    ok: bool
+    value: Any = None
+    code: str = ""
+    message: str = ""
+    definite: bool = True
+
+    @classmethod
+    def success(cls, value: Any) -> Outcome:
+        return cls(True, value)
+
+    @classmethod
+    def error(cls, code: str, message: str = "", definite: bool = True) -> Outcome:
+        return cls(False, None, code, message, definite)
+
+
+@dataclass
+class Refuse:
+    codes: frozenset[str]
+    clause: str
+    why: str
+
+
+@dataclass
+class Accept:
+    handler: Callable[[Any], list[Violation]]
+    clause: str  # blamed when the implementation refuses
+    why: str
+    also_refuse: frozenset[str] = frozenset()  # refusals that are acceptable too (nothing changes)
+
+
+Expectation = Refuse | Accept
+
+
+class Indefinite(Exception):
+    """Raised by settle() for an indefinite error: the caller must resync the touched items."""
+
+
+_is_num = is_num
+
+
+class Model:
+    """The contract as a state machine.  ``profiles`` limits which clauses may be reported."""
+
+    def __init__(self, spec: Spec, profiles: Iterable[str] | None = None, tolerance: float = TOLERANCE) -> None:
+        self.spec = spec
+        self.profiles = set(profiles) if profiles is not None else set(spec.profiles)
+        self.tol = tolerance
+        self._clause_profile = {c.id: c.profile for c in spec.clauses}
+        self.items: dict[str, dict[str, Any]] = {}
+        self.events: dict[str, list[dict[str, Any]]] = {}
+        self.order: dict[str, int] = {}  # creation sequence
+        self.identity: dict[tuple[Any, ...], str] = {}
+        self.policies: dict[str, dict[str, Any] | None] = {}
+        self.tokens: dict[str, list[str]] = {}  # every token ever issued per item, oldest first
+        self.blame: dict[str, dict[str, str]] = {}  # per item: field -> clause for the last change
+        self.blame_default: dict[str, str] = {}
+        self.receipts: dict[str, dict[str, Any]] = {}
+        self.receipt_order: list[str] = []
+        self.inbox: dict[str, list[dict[str, Any]]] = {}
+        self.outbox: dict[str, dict[str, Any]] = {}
+        self.outbox_order: list[str] = []
+        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.touched: set[str] = set()
+        self._events_before: dict[str, int] = {}
+        self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
+        self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
+
+    # ------------------------------------------------------------------ public interface
+    def fork(self) -> Model:
+        return copy.deepcopy(self)
+
+    def claimed(self, clause: str) -> bool:
+        return self._clause_profile.get(clause) in self.profiles
+
+    def keep(self, violations: Iterable[Violation]) -> list[Violation]:
+        return [v for v in violations if self.claimed(v.clause)]
+
+    def expect(self, op: str, args: Mapping[str, Any]) -> Expectation:
+        handler = getattr(self, f"_op_{op}", None)
+        if handler is None:
+            raise KeyError(f"the model has no operation {op!r}")
+        bad = self._bad_args(op, args)
+        if bad is not None:
+            clause, msg = bad
+            codes = {"invalid_argument"}
+            wid = args.get("work_id")
+            if isinstance(wid, str) and op not in ("create", "outbox_enqueue") and wid not in self.items:
+                codes.add("not_found")
+            return Refuse(frozenset(codes), clause, msg)
+        return handler(dict(args))
+
+    def settle(self, op: str, exp: Expectation, outcome: Outcome) -> list[Violation]:
+        self.touched = set()
+        if not outcome.ok and not outcome.definite:
+            raise Indefinite(f"{op}: {outcome.code}: {outcome.message}")
+        if isinstance(exp, Refuse):
+            if outcome.ok:
+                return self.keep([Violation(exp.clause, f"should be refused with {'/'.join(sorted(exp.codes))} ({exp.why}) but succeeded", op)])
+            if outcome.code not in exp.codes:
+                return self.keep([Violation(exp.clause, f"refused with {outcome.code!r} but the contract says {'/'.join(sorted(exp.codes))} ({exp.why})", op)])
+            return []
+        if not outcome.ok:
+            if outcome.code in exp.also_refuse:
+                return []
+            if outcome.code == "unsupported":
+                return self.keep([Violation(exp.clause, f"operation not supported by the implementation ({outcome.message})", op)])
+            return self.keep([Violation(exp.clause, f"refused with {outcome.code!r} ({outcome.message}) but should succeed: {exp.why}", op)])
+        try:
+            found = exp.handler(outcome.value)
+        except _Bad as bad:
+            found = [Violation(bad.clause, bad.message)]
+        return self.keep([Violation(v.clause, v.message, op) for v in found])
+
+    def run(self, op: str, args: Mapping[str, Any], outcome: Outcome) -> list[Violation]:
+        return self.settle(op, self.expect(op, args), outcome)
+
+    # ------------------------------------------------------------------ comparisons
+    def check_work(self, actual: Any, work_id: str | None = None) -> list[Violation]:
+        """Compare an implementation's snapshot with the model's."""
+        if not isinstance(actual, Mapping):
+            return self.keep([Violation("core.status.enum", f"snapshot is not an object: {actual!r:.80}")])
+        wid = work_id or actual.get("work_id")
+        if wid not in self.items:
+            return self.keep([Violation("core.list.complete", f"unknown work id {wid!r} in a snapshot")])
+        return self.keep(self._compare_work(self.items[wid], actual, self.blame.get(wid, {}), self.blame_default.get(wid, "core.transition.allowed")))
+
+    def check_events(self, work_id: str, actual: Any) -> list[Violation]:
+        return self.keep(self._compare_events(work_id, actual))
+
+    def check_fold(self, actual_work: Mapping[str, Any], actual_events: list[Mapping[str, Any]]) -> list[Violation]:
+        """The implementation's own snapshot must equal the fold of its own events."""
+        folded = fold(self.spec, actual_events)
+        out = []
+        for name, f in self.spec.work_fields.items():
+            if not f.fold or f.compare == "none":
+                continue
+            if not self._same(f.compare, folded.get(name), actual_work.get(name)):
+                out.append(Violation("eventlog.fold", f"{actual_work.get('work_id')}: fold(events).{name} = {folded.get(name)!r} but the snapshot has {actual_work.get(name)!r}"))
+        return self.keep(out)
+
+    # ------------------------------------------------------------------ helpers
+    def _same(self, kind: str, a: Any, b: Any) -> bool:
+        if kind == "none":
+            return True
+        if kind == "presence":
+            return (a is None) == (b is None)
+        if kind == "time":
+            if a is None or b is None:
+                return a is None and b is None
+            return _is_num(a) and _is_num(b) and abs(a - b) <= self.tol
+        if _is_num(a) and _is_num(b):
+            return a == b
+        return a == b and type(a) is type(b) or (a == b and {type(a), type(b)} <= {int, float})
+
+    def _compare_work(self, expect: Mapping[str, Any], actual: Mapping[str, Any], blame: Mapping[str, str], default: str) -> list[Violation]:
+        out: list[Violation] = []
+        status = actual.get("status")
+        if status not in self.spec.statuses:
+            out.append(Violation("core.status.enum", f"{expect['work_id']}: status {status!r} is not a contract status"))
+            return out
+        for name, f in self.spec.work_fields.items():
+            if f.compare == "none":
+                continue
+            if name not in actual:
+                out.append(Violation(blame.get(name, default), f"{expect['work_id']}: snapshot lacks field {name!r}"))
+                continue
+            if not self._same(f.compare, expect.get(name), actual.get(name)):
+                out.append(Violation(blame.get(name, default), f"{expect['work_id']}: {name} is {actual.get(name)!r}, the contract says {expect.get(name)!r}"))
+        return out
+
+    def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
+        out: list[Violation] = []
+        exp = self.events.get(wid, [])
+        if not isinstance(actual, list):
+            return [Violation("core.event.append_only", f"{wid}: events are not a list")]
+        before = self._events_before.get(wid, len(exp))
+        n = min(len(exp), len(actual))
+        for i in range(n):
+            e, a = exp[i], actual[i]
+            if not isinstance(a, Mapping):
+                out.append(Violation("core.event.append_only", f"{wid}: event {i} is not an object"))
+                continue
+            old = i < before
+            seq = self.spec.first_seq + i
+            if a.get("seq") != seq:
+                out.append(Violation("core.event.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
+            if a.get("type") != e["type"]:
+                clause = "core.event.append_only" if old else "core.event.types"
+                out.append(Violation(clause, f"{wid}: event {seq} is {a.get('type')!r}, the contract says {e['type']!r}"))
+                continue
+            if a.get("from_status") != e["from_status"] or a.get("to_status") != e["to_status"]:
+                clause = "core.event.append_only" if old else "core.event.one_per_transition"
+                out.append(Violation(clause, f"{wid}: {e['type']} event {seq} records {a.get('from_status')!r} -> {a.get('to_status')!r}, expected {e['from_status']!r} -> {e['to_status']!r}"))
+            data = a.get("data")
+            if not isinstance(data, Mapping):
+                out.append(Violation("eventlog.event_data", f"{wid}: event {seq} has no data object"))
+                continue
+            for fname in self.spec.events[e["type"]].data:
+                kind = self.spec.work_fields[fname].compare
+                if fname not in data:
+                    out.append(Violation("eventlog.event_data", f"{wid}: {e['type']} event {seq} lacks data.{fname}"))
+                elif not self._same(kind if kind != "none" else "exact", e["data"].get(fname), data.get(fname)):
+                    clause = "core.event.append_only" if old else "eventlog.event_data"
+                    out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{fname} = {data.get(fname)!r}, expected {e['data'].get(fname)!r}"))
+        if len(actual) != len(exp):
+            extra = actual[len(exp):] if len(actual) > len(exp) else []
+            missing = exp[len(actual):] if len(exp) > len(actual) else []
+            if len(actual) < before:
+                out.append(Violation("core.event.append_only", f"{wid}: {before - len(actual)} earlier event(s) disappeared"))
+            elif missing:
+                names = ", ".join(m["type"] for m in missing)
+                out.append(Violation("core.event.one_per_transition", f"{wid}: missing event(s): {names}"))
+            else:
+                names = ", ".join(str(x.get("type")) if isinstance(x, Mapping) else "?" for x in extra)
+                out.append(Violation("core.event.one_per_transition", f"{wid}: unexpected extra event(s): {names}"))
+        return out
+
+    def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:
+        if not self.spec.statuses[it["status"]].leased or it["lease_token"] is None:
+            return "no live lease"
+        if token != it["lease_token"]:
+            if token in self.tokens.get(it["work_id"], []):
+                return "token of an earlier lease"
+            return "token is not the item's lease"
+        lt = self.spec.lease_for(it["source_system"])
+        if now > it["lease_expires_at"] + lt.grace + self.tol:
+            return "lease lapsed (past expiry + grace)"
+        return None
+
+    def _ambiguous(self, a: float, b: float) -> bool:
+        return abs(a - b) <= self.tol
+
+    def _forbidden_blame(self, src: str, dst: str | None, op: str) -> str:
+        if dst is not None and (src, dst) in self.spec.forbidden_examples:
+            return "core.transition.corruption"
+        if self.spec.terminal(src) and op != "requeue":
+            return "core.terminal.immutable"
+        if op == "requeue":
+            return "core.requeue.terminal"
+        return "core.transition.forbidden"
+
+    def _refuse_transition(self, it: Mapping[str, Any], dst: str | None, op: str, lease_problem: str | None = None) -> Refuse:
+        codes = {"invalid_transition"}
+        if lease_problem is not None or op in ("renew",):
+            codes.add("stale_lease")
+        if dst is None:
+            for cand in self.spec.statuses:
+                if (it["status"], cand) in self.spec.forbidden_examples:
+                    for t in self.spec.transitions:
+                        if op in t.ops and t.dst == cand:
+                            dst = cand
+        return Refuse(frozenset(codes), self._forbidden_blame(it["status"], dst, op),
+                      f"{it['work_id']} is {it['status']}; {op} cannot move it{' to ' + dst if dst else ''}")
+
+    def _append(self, wid: str, etype: str, src: str | None, dst: str | None, now: float, item: Mapping[str, Any]) -> None:
+        data = {f: copy.deepcopy(item.get(f)) for f in self.spec.events[etype].data}
+        self.events.setdefault(wid, []).append({"type": etype, "from_status": src, "to_status": dst, "at": now, "data": data})
+
+    def _begin(self, *wids: str) -> None:
+        for w in wids:
+            self._events_before[w] = len(self.events.get(w, []))
+            self.touched.add(w)
+
+    def _commit(self, wid: str, new: dict[str, Any], blame: Mapping[str, str], default: str) -> None:
+        self.items[wid] = new
+        self.blame[wid] = dict(blame)
+        self.blame_default[wid] = default
+
+    def _check_returned(self, new: Mapping[str, Any], res: Any, blame: Mapping[str, str], default: str) -> list[Violation]:
+        if not isinstance(res, Mapping):
+            raise _Bad(default, f"expected a work snapshot, got {res!r:.80}")
+        return self._compare_work(new, res, blame, default)
+
+    def _lease_blame(self, it: Mapping[str, Any], base: str) -> str:
+        return "lease.per_source" if it["source_system"] in self.spec.lease_by_source else base
+
+    def _fresh_token(self, wid: str, res: Mapping[str, Any], clause: str) -> tuple[str, list[Violation]]:
+        tok = res.get("lease_token")
+        out = []
+        if not isinstance(tok, str) or not tok:
+            out.append(Violation(clause, f"{wid}: acquiring a lease must give a non-empty token, got {tok!r}"))
+        elif tok in self.tokens.get(wid, []):
+            out.append(Violation(clause, f"{wid}: lease token {tok!r} was issued before; a new lease needs a fresh token"))
+        return tok, out
+
+    # ------------------------------------------------------------------ argument checks
+    def _bad_args(self, op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
+        bad = arg_problem(self.spec, op, args)
+        if bad is None:
+            return None
+        name, problem = bad
+        return self._arg_blame(op, name, args), f"{name} {problem}" if problem.startswith("is ") else f"{name}: {problem}"
+
+    def _arg_blame(self, op: str, name: str, args: Mapping[str, Any]) -> str:
+        table = {
+            ("create", "source_system"): "core.create.source_system",
+            ("create", "priority"): "core.create.source_system",
+            ("create", "source_run_id"): "core.scheduler.run_identity",
+            ("create", "retry_policy"): "retry.policy_override",
+            ("set_waiting", "kind"): "waiting.requires_ref",
+            ("set_waiting", "ref"): "waiting.requires_ref",
+            ("fail", "error_class"): "retry.unknown_class",
+        }
+        if (op, name) == ("close_out", "status"):
+            st = args.get("status")
+            return "core.waiting_closeout.exclusive" if st in self._wait_kinds.values() else "core.close_out.explicit"
+        return table.get((op, name), "core.invalid_argument")
+
+    # ------------------------------------------------------------------ core operations
+    def _new_item(self, wid: str, a: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "work_id": wid,
+            "source_system": a["source_system"],
+            "source_id": a["source_id"],
+            "source_run_id": a.get("source_run_id"),
+            "status": self.spec.initial_status,
+            "status_reason": None,
+            "priority": a.get("priority") if a.get("priority") is not None else self.spec.priority_default,
+            "attempt": 0,
+            "owner": None,
+            "lease_token": None,
+            "lease_version": 0,
+            "lease_expires_at": None,
+            "waiting_kind": None,
+            "waiting_ref": None,
+            "waiting_deadline": None,
+            "next_retry_at": None,
+            "error_class": None,
+            "cancel_requested": False,
+            "quarantined": False,
+            "result": None,
+            "created_at": a["now"],
+            "started_at": None,
+            "finished_at": None,
+        }
+
+    def _op_create(self, a: dict[str, Any]) -> Expectation:
+        key = (a["source_system"], a["source_id"], a.get("source_run_id") or None)
+        existing = self.identity.get(key)
+        if existing is not None:
+            def same(res: Any) -> list[Violation]:
+                out = []
+                if not isinstance(res, Mapping) or not isinstance(res.get("work"), Mapping):
+                    raise _Bad("core.create.unique_unit", f"expected {{work, created}}, got {res!r:.80}")
+                if res.get("created") is not False:
+                    out.append(Violation("core.create.unique_unit", f"a second create for {key} must report created=false"))
+                if res["work"].get("work_id") != existing:
+                    out.append(Violation("core.create.unique_unit", f"a second create for {key} returned {res['work'].get('work_id')!r}, not the existing {existing!r}"))
+                else:
+                    out += self._compare_work(self.items[existing], res["work"], {}, "core.create.unique_unit")
+                self._begin(existing)
+                return out
+            return Accept(same, "core.create.unique_unit", "the unit already has a record; create must return it")
+
+        sibling = any(k[:2] == key[:2] for k in self.identity)
+
+        def new(res: Any) -> list[Violation]:
+            out = []
+            if not isinstance(res, Mapping) or not isinstance(res.get("work"), Mapping):
+                raise _Bad("core.create.initial", f"expected {{work, created}}, got {res!r:.80}")
+            w = res["work"]
+            wid = w.get("work_id")
+            blame = "core.scheduler.run_identity" if sibling else "core.create.unique_unit"
+            if not isinstance(wid, str) or not wid:
+                raise _Bad("core.create.initial", f"work_id must be a non-empty string, got {wid!r}")
+            if wid in self.items:
+                raise _Bad(blame, f"new unit {key} got the id {wid!r} of an existing record")
+            if res.get("created") is not True:
+                out.append(Violation(blame, f"create for the new unit {key} must report created=true"))
+            item = self._new_item(wid, a)
+            self._begin(wid)
+            self._events_before[wid] = 0
+            self.order[wid] = len(self.order)
+            self.identity[key] = wid
+            self.policies[wid] = a.get("retry_policy")
+            self.tokens[wid] = []
+            self.events[wid] = []
+            self._append(wid, "work_created", None, item["status"], a["now"], item)
+            self._commit(wid, item, {}, "core.create.initial")
+            out += self._compare_work(item, w, {}, "core.create.initial")
+            return out
+
+        return Accept(new, "core.create.initial", "a new unit of work must be recorded")
+
+    def _op_get(self, a: dict[str, Any]) -> Expectation:
+        wid = a["work_id"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        return Accept(lambda res: self.check_work(res, wid) if isinstance(res, Mapping) else [Violation("core.list.complete", f"get returned {res!r:.60}")],
+                      "core.not_found", "the record exists")
+
+    def _op_list(self, a: dict[str, Any]) -> Expectation:
+        want = [w for w, it in self.items.items()
+                if (a.get("status") is None or it["status"] == a["status"])
+                and (a.get("quarantined") is None or it["quarantined"] == a["quarantined"])]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list) or not all(isinstance(x, Mapping) for x in res):
+                raise _Bad("core.list.complete", f"list must return a list of snapshots, got {res!r:.80}")
+            got = [x.get("work_id") for x in res]
+            out = []
+            if sorted(map(str, got)) != sorted(want) or len(got) != len(set(got)):
+                missing = set(want) - set(got)
+                extra = set(got) - set(want)
+                out.append(Violation("core.list.complete", f"list({_fmt_filter(a)}) missing {sorted(missing)} extra {sorted(map(str, extra))}"))
+            for x in res:
+                if x.get("work_id") in self.items:
+                    out += self.check_work(x)
+            return out
+
+        return Accept(h, "core.list.complete", "listing always works")
+
+    def _op_events(self, a: dict[str, Any]) -> Expectation:
+        wid = a["work_id"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        return Accept(lambda res: self._compare_events(wid, res), "core.not_found", "the record exists")
+
+    def _op_claim(self, a: dict[str, Any]) -> Expectation:
+        now = a["now"]
+        if a.get("work_id") is not None:
+            wid = a["work_id"]
+            if wid not in self.items:
+                return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+            it = self.items[wid]
+            if not self.spec.targets("claim", it["status"]):
+                blame_dst = next(iter(t.dst for t in self.spec.edges_of("claim")), None)
+                if it["status"] == "running" or self.spec.statuses[it["status"]].leased:
+                    return Refuse(frozenset({"invalid_transition", "stale_lease"}), "lease.single_holder", f"{wid} is already leased")
+                return self._refuse_transition(it, blame_dst, "claim")
+            candidates = [wid]
+        else:
+            candidates = [w for w, it in self.items.items() if self.spec.targets("claim", it["status"])]
+
+        def h(res: Any) -> list[Violation]:
+            if res is None:
+                if candidates:
+                    return [Violation("core.transition.allowed", f"claim returned nothing while {sorted(candidates)} could be claimed")]
+                return []
+            if not isinstance(res, Mapping):
+                raise _Bad("core.transition.allowed", f"claim must return a snapshot or null, got {res!r:.80}")
+            wid = res.get("work_id")
+            if not candidates:
+                clause = "core.claim.empty"
+                if wid in self.items and self.spec.statuses[self.items[wid]["status"]].leased:
+                    clause = "lease.single_holder"
+                return [Violation(clause, f"claim returned {wid!r} although nothing could be claimed")]
+            if wid not in candidates:
+                if wid in self.items:
+                    it = self.items[wid]
+                    clause = "lease.single_holder" if self.spec.statuses[it["status"]].leased else self._forbidden_blame(it["status"], "running", "claim")
+                    return [Violation(clause, f"claim took {wid!r}, which is {it['status']}")]
+                return [Violation("core.transition.allowed", f"claim returned unknown work {wid!r}")]
+            it = self.items[wid]
+            dst = self.spec.targets("claim", it["status"])[0]
+            tok, out = self._fresh_token(wid, res, "lease.acquire")
+            new = dict(it)
+            lt = self.spec.lease_for(it["source_system"])
+            new.update(status=dst, owner=a["owner"], lease_token=tok, lease_version=it["lease_version"] + 1,
+                       lease_expires_at=now + lt.ttl, attempt=it["attempt"] + 1, started_at=now)
+            blame = {"owner": "lease.acquire", "lease_token": "lease.acquire", "lease_version": "lease.version.monotonic",
+                     "lease_expires_at": self._lease_blame(it, "lease.acquire")}
+            self._begin(wid)
+            self.tokens[wid].append(tok)
+            self._append(wid, self.spec.operations["claim"].event_for(dst), it["status"], dst, now, new)
+            self._commit(wid, new, blame, "core.transition.allowed")
+            return out + self._compare_work(new, res, blame, "core.transition.allowed")
+
+        return Accept(h, "core.transition.allowed", "claim always answers (null when nothing is claimable)")
+
+    def _lease_guard(self, op: str, a: Mapping[str, Any], dst: str | None) -> tuple[dict[str, Any], Refuse | None]:
+        wid = a["work_id"]
+        if wid not in self.items:
+            return {}, Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        lp = self._lease_problem(it, a.get("token"), a["now"])
+        if dst is not None and not self.spec.allowed(it["status"], dst) or dst is not None and op not in self.spec.edge(it["status"], dst).ops:
+            return it, self._refuse_transition(it, dst, op, lp)
+        if lp is not None:
+            clause = "lease.fencing"
+            if lp == "token of an earlier lease" and self.items[wid]["lease_version"] > 1:
+                clause = "lease.takeover"
+            return it, Refuse(frozenset({"stale_lease"}), clause, f"{wid}: {lp}")
+        return it, None
+
+    def _release(self, new: dict[str, Any]) -> None:
+        new.update(owner=None, lease_token=None, lease_expires_at=None)
+
+    def _op_close_out(self, a: dict[str, Any]) -> Expectation:
+        dst = a["status"]
+        it, refuse = self._lease_guard("close_out", a, dst)
+        if refuse:
+            return refuse
+        edge = self.spec.edge(it["status"], dst)
+        if edge.guard == "cancel_requested" and not it["cancel_requested"]:
+            codes = {"invalid_transition"} | ({"stale_lease"} if self._lease_problem(it, a.get("token"), a["now"]) else set())
+            return Refuse(frozenset(codes), "core.cancel.intent_first", f"{it['work_id']}: close-out as {dst} needs a recorded cancel request")
+        wid, now = it["work_id"], a["now"]
+
+        def h(res: Any) -> list[Violation]:
+            new = dict(it)
+            new.update(status=dst, result=copy.deepcopy(a.get("result")), finished_at=now, status_reason=a.get("reason"))
+            self._release(new)
+            default = "core.close_out.explicit" if dst == "done" else "core.transition.allowed"
+            blame = {"owner": "lease.fencing", "lease_token": "lease.fencing", "lease_expires_at": "lease.fencing"}
+            self._begin(wid)
+            self._append(wid, self.spec.operations["close_out"].event_for(dst), it["status"], dst, now, new)
+            self._commit(wid, new, blame, default)
+            return self._check_returned(new, res, blame, default)
+
+        return Accept(h, "core.transition.allowed", f"the holder closes {wid} out as {dst}")
+
+    def _op_cancel(self, a: dict[str, Any]) -> Expectation:
+        wid, now = a["work_id"], a["now"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        op = self.spec.operations["cancel"]
+        if it["status"] in op.intent_from:
+            def intent(res: Any) -> list[Violation]:
+                new = dict(it)
+                self._begin(wid)
+                if not it["cancel_requested"]:
+                    new["cancel_requested"] = True
+                    self._append(wid, op.intent_event, None, None, now, new)
+                self._commit(wid, new, {"status": "core.cancel.intent_first", "cancel_requested": "core.cancel.intent_first"}, "core.cancel.intent_first")
+                return self._check_returned(new, res, {}, "core.cancel.intent_first")
+            return Accept(intent, "core.cancel.intent_first", f"cancelling running work {wid} records the intent")
+        targets = self.spec.targets("cancel", it["status"])
+        if not targets:
+            return self._refuse_transition(it, "cancelled", "cancel")
+        dst = targets[0]
+        clause = "waiting.cancel" if it["status"] in self._wait_kinds.values() else "core.cancel.immediate"
+
+        def h(res: Any) -> list[Violation]:
+            new = dict(it)
+            new.update(status=dst, waiting_kind=None, waiting_ref=None, waiting_deadline=None, next_retry_at=None,
+                       finished_at=now, status_reason=a.get("reason"))
+            self._begin(wid)
+            self._append(wid, op.event_for(dst), it["status"], dst, now, new)
+            self._commit(wid, new, {}, clause)
+            return self._check_returned(new, res, {}, clause)
+
+        return Accept(h, clause, f"{wid} is {it['status']} and is cancelled at once")
+
+    def _op_requeue(self, a: dict[str, Any]) -> Expectation:
+        wid, now = a["work_id"], a["now"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        targets = self.spec.targets("requeue", it["status"])
+        if not targets:
+            return Refuse(frozenset({"invalid_transition"}), "core.requeue.terminal", f"{wid} is {it['status']}, not terminal")
+        dst = targets[0]
+
+        def h(res: Any) -> list[Violation]:
+            new = dict(it)
+            self._requeue_fields(new, dst, a.get("reason"))
+            self._begin(wid)
+            self._append(wid, "requeued", it["status"], dst, now, new)
+            blame = {"quarantined": "recovery.quarantine.visible"}
+            self._commit(wid, new, blame, "core.requeue.terminal")
+            return self._check_returned(new, res, blame, "core.requeue.terminal")
+
+        return Accept(h, "core.requeue.terminal", f"{wid} is terminal and may be requeued")
+
+    def _requeue_fields(self, new: dict[str, Any], dst: str, reason: str | None) -> None:
+        new.update(status=dst, finished_at=None, result=None, error_class=None, next_retry_at=None,
+                   cancel_requested=False, quarantined=False, started_at=None, status_reason=reason)
+
+    def _expiries(self, now: float) -> tuple[dict[str, tuple[str, set[str]]], set[str]]:
+        """Items the monitor must mark timeout (id -> (from status, acceptable reasons)) and
+        items at a boundary where either answer is right."""
+        sure: dict[str, tuple[str, set[str]]] = {}
+        maybe: set[str] = set()
+        reasons = self.spec.timeout_reasons
+        exec_t = self.spec.phase_timeout("execution") if self.spec.phases.get("execution", {}).get("action") == "timeout" else None
+        for wid, it in self.items.items():
+            st = self.spec.statuses[it["status"]]
+            if not self.spec.targets("expire", it["status"]):
+                continue
+            why: set[str] = set()
+            edge_reasons: set[str] = set()
+            if st.leased and it["lease_expires_at"] is not None:
+                limit = it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace
+                if self._ambiguous(now, limit):
+                    maybe.add(wid)
+                elif now > limit:
+                    why.add(reasons["heartbeat"])
+                if exec_t is not None and it["started_at"] is not None:
+                    elimit = it["started_at"] + exec_t
+                    if self._ambiguous(now, elimit):
+                        maybe.add(wid)
+                        edge_reasons.add(reasons["execution"])
+                    elif now > elimit:
+                        why.add(reasons["execution"])
+            if st.waiting_kind and it["waiting_deadline"] is not None:
+                if self._ambiguous(now, it["waiting_deadline"]):
+                    maybe.add(wid)
+                elif now > it["waiting_deadline"]:
+                    why.add(reasons["waiting"])
+            if why:
+                sure[wid] = (it["status"], why | edge_reasons)
+        return sure, maybe - set(sure)
+
+    def _op_expire(self, a: dict[str, Any]) -> Expectation:
+        now = a["now"]
+        sure, maybe = self._expiries(now)
+
+        def h(res: Any) -> list[Violation]:
+            out: list[Violation] = []
+            moves = _moves(res, "core.running.renew_or_leave")
+            got = {m["work_id"]: m for m in moves}
+            for wid in got:
+                if wid not in sure and wid not in maybe:
+                    it = self.items.get(wid)
+                    if it is None:
+                        out.append(Violation("core.running.renew_or_leave", f"expire reported unknown work {wid!r}"))
+                    elif it["status"] in self._wait_kinds.values():
+                        out.append(Violation("waiting.timeout", f"{wid} was marked timeout before its waiting deadline {it['waiting_deadline']} (now {now})"))
+                    elif self.spec.statuses[it["status"]].leased:
+                        out.append(Violation("lease.expiry.grace", f"{wid} was marked timeout at {now}, but its lease runs to {it['lease_expires_at']} + grace"))
+                    else:
+                        out.append(Violation(self._forbidden_blame(it["status"], "timeout", "expire"), f"expire moved {wid}, which is {it['status']}"))
+            for wid, (src, why) in sure.items():
+                if wid not in got:
+                    it = self.items[wid]
+                    if self.spec.timeout_reasons["waiting"] in why:
+                        clause = "waiting.timeout"
+                    elif self.spec.timeout_reasons["heartbeat"] in why:
+                        clause = "core.running.renew_or_leave"
+                    else:
+                        clause = "retry.execution_timeout"
+                    out.append(Violation(clause, f"{wid} ({src}) should have been marked timeout at {now} ({'/'.join(sorted(why))})"))
+            for wid, m in got.items():
+                if wid not in self.items or (wid not in sure and wid not in maybe):
+                    continue
+                it = self.items[wid]
+                ok_reasons = sure[wid][1] if wid in sure else set(self.spec.timeout_reasons.values())
+                if m.get("reason") not in ok_reasons:
+                    out.append(Violation("core.expire.timeout_reason", f"{wid}: timeout reason {m.get('reason')!r}, expected {'/'.join(sorted(ok_reasons))}"))
+                if m.get("from_status") != it["status"] or m.get("to_status") != "timeout":
+                    out.append(Violation("core.running.renew_or_leave", f"{wid}: move reported as {m.get('from_status')} -> {m.get('to_status')}"))
+                new = dict(it)
+                self._release(new)
+                new.update(status="timeout", status_reason=m.get("reason") if m.get("reason") in ok_reasons else sorted(ok_reasons)[0],
+                           waiting_kind=None, waiting_ref=None, waiting_deadline=None, finished_at=now)
+                self._begin(wid)
+                self._append(wid, self.spec.operations["expire"].event_for("timeout"), it["status"], "timeout", now, new)
+                clause = "waiting.timeout" if it["status"] in self._wait_kinds.values() else "lease.expiry.release"
+                self._commit(wid, new, {}, clause)
+            return out
+
+        return Accept(h, "core.running.renew_or_leave", "the monitor always answers")
+
+    # ------------------------------------------------------------------ lease
+    def _op_renew(self, a: dict[str, Any]) -> Expectation:
+        wid, now = a["work_id"], a["now"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        op = self.spec.operations["renew"]
+        lp = self._lease_problem(it, a["token"], now)
+        if it["status"] not in op.statuses:
+            clause = "core.terminal.immutable" if self.spec.terminal(it["status"]) else "lease.renew.conditions"
+            return Refuse(frozenset({"stale_lease", "invalid_transition"}), clause, f"{wid} is {it['status']} and holds no lease")
+        if lp is not None:
+            clause = "lease.renew.grace" if lp.startswith("lease lapsed") else "lease.renew.conditions"
+            if lp == "token of an earlier lease":
+                clause = "lease.takeover" if it["lease_version"] > 1 else "lease.renew.conditions"
+            return Refuse(frozenset({"stale_lease"}), clause, f"{wid}: {lp}")
+        lt = self.spec.lease_for(it["source_system"])
+        in_grace = now > it["lease_expires_at"] + self.tol
+        clause = "lease.renew.grace" if in_grace else self._lease_blame(it, "lease.renew.extends")
+
+        def h(res: Any) -> list[Violation]:
+            new = dict(it)
+            new["lease_expires_at"] = now + lt.ttl
+            self._begin(wid)
+            self._append(wid, op.event_for(), None, None, now, new)
+            self._commit(wid, new, {"lease_expires_at": clause}, "lease.renew.extends")
+            return self._check_returned(new, res, {"lease_expires_at": clause}, "lease.renew.extends")
+
+        return Accept(h, clause, f"the holder renews {wid}{' within grace' if in_grace else ''}")
+
+    def _op_active(self, a: dict[str, Any]) -> Expectation:
+        now = a["now"]
+        sure, maybe = set(), set()
+        for wid, it in self.items.items():
+            if self.spec.statuses[it["status"]].leased and it["lease_expires_at"] is not None:
+                limit = it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace
+                if self._ambiguous(now, limit):
+                    maybe.add(wid)
+                elif now <= limit:
+                    sure.add(wid)
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list) or not all(isinstance(x, str) for x in res):
+                raise _Bad("lease.active_pointer", f"active must return a list of work ids, got {res!r:.80}")
+            got = set(res)
+            if not (sure <= got <= sure | maybe):
+                return [Violation("lease.active_pointer", f"active view {sorted(got)} but the live leases are {sorted(sure)}")]
+            return []
+
+        return Accept(h, "lease.active_pointer", "reading the active view always works")
+
+    # ------------------------------------------------------------------ waiting
+    def _op_set_waiting(self, a: dict[str, Any]) -> Expectation:
+        dst = self._wait_kinds[a["kind"]]
+        it, refuse = self._lease_guard("set_waiting", a, dst)
+        if refuse:
+            if refuse.clause == "lease.fencing" and it.get("status") in self._wait_kinds.values():
+                refuse.clause = "waiting.releases_lease"
+            return refuse
+        wid, now = it["work_id"], a["now"]
+        budget = a.get("timeout") or self.spec.waiting_timeout(a["kind"], it["source_system"])
+
+        def h(res: Any) -> list[Violation]:
+            new = dict(it)
+            new.update(status=dst, waiting_kind=a["kind"], waiting_ref=a["ref"], waiting_deadline=now + budget)
+            self._release(new)
+            blame = {"waiting_deadline": "waiting.deadline", "owner": "waiting.releases_lease",
+                     "lease_token": "waiting.releases_lease", "lease_expires_at": "waiting.releases_lease",
+                     "waiting_kind": "waiting.requires_ref", "waiting_ref": "waiting.requires_ref"}
+            self._begin(wid)
+            self._append(wid, self.spec.operations["set_waiting"].event_for(dst), it["status"], dst, now, new)
+            self._commit(wid, new, blame, "core.transition.allowed")
+            return self._check_returned(new, res, blame, "core.transition.allowed")
+
+        return Accept(h, "core.transition.allowed", f"the holder puts {wid} into {dst}")
+
+    def _op_resume(self, a: dict[str, Any]) -> Expectation:
+        wid, now = a["work_id"], a["now"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        targets = self.spec.targets("resume", it["status"])
+        if not targets:
+            return self._refuse_transition(it, "running", "resume")
+        dst = targets[0]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, Mapping):
+                raise _Bad("waiting.resume", f"expected a snapshot, got {res!r:.80}")
+            tok, out = self._fresh_token(wid, res, "waiting.resume")
+            lt = self.spec.lease_for(it["source_system"])
+            new = dict(it)
+            new.update(status=dst, owner=a["owner"], lease_token=tok, lease_version=it["lease_version"] + 1,
+                       lease_expires_at=now + lt.ttl, waiting_kind=None, waiting_ref=None, waiting_deadline=None, started_at=now)
+            blame = {"lease_version": "lease.version.monotonic", "lease_expires_at": self._lease_blame(it, "waiting.resume")}
+            self._begin(wid)
+            self.tokens[wid].append(tok)
+            self._append(wid, self.spec.operations["resume"].event_for(dst), it["status"], dst, now, new)
+            self._commit(wid, new, blame, "waiting.resume")
+            return out + self._compare_work(new, res, blame, "waiting.resume")
+
+        return Accept(h, "waiting.resume", f"{wid} is waiting and may be resumed")
+
+    # ------------------------------------------------------------------ retry
+    def _op_fail(self, a: dict[str, Any]) -> Expectation:
+        wid, now = a["work_id"], a["now"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        targets = self.spec.targets("fail", it["status"])
+        lp = self._lease_problem(it, a["token"], now)
+        if not targets:
+            return self._refuse_transition(it, "failed", "fail", lp)
+        if lp is not None:
+            return Refuse(frozenset({"stale_lease"}), "lease.takeover" if lp == "token of an earlier lease" and it["lease_version"] > 1 else "lease.fencing", f"{wid}: {lp}")
+        policy = self.spec.retry_policy_for(it["source_system"], self.policies.get(wid))
+        retryable = self.spec.error_classes[a["error_class"]]
+        op = self.spec.operations["fail"]
+        retry_to = next((t for t in targets if not self.spec.terminal(t)), None)
+        fail_to = next((t for t in targets if self.spec.terminal(t)), None)
+        overridden = bool(self.policies.get(wid))
+        if retryable and it["attempt"] < policy.max_attempts and retry_to:
+            dst, status_clause = retry_to, "retry.schedule"
+        else:
+            dst = fail_to
+            status_clause = "retry.non_retryable" if not retryable else "retry.exhausted"
+        lo, hi = self.spec.backoff_range(policy, it["attempt"])
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, Mapping):
+                raise _Bad(status_clause, f"expected a snapshot, got {res!r:.80}")
+            out = []
+            new = dict(it)
+            new.update(status=dst, error_class=a["error_class"])
+            self._release(new)
+            blame = {"status": status_clause}
+            if dst == retry_to:
+                nra = res.get("next_retry_at")
+                bounds_clause = "retry.policy_override" if overridden else "retry.bounds"
+                if not _is_num(nra):
+                    out.append(Violation(bounds_clause, f"{wid}: retry_scheduled needs next_retry_at, got {nra!r}"))
+                    nra = now + hi
+                elif nra > now + policy.max_backoff + self.tol:
+                    out.append(Violation("retry.cap", f"{wid}: retry after attempt {it['attempt']} is due in {nra - now:g}s, above max_backoff {policy.max_backoff:g}s"))
+                elif not (now + lo - self.tol <= nra <= now + hi + self.tol):
+                    out.append(Violation(bounds_clause, f"{wid}: retry after attempt {it['attempt']} is due in {nra - now:g}s, outside [{lo:g}, {hi:g}]s ({policy.jitter} jitter)"))
+                new["next_retry_at"] = nra
+                blame["next_retry_at"] = bounds_clause
+            else:
+                new.update(finished_at=now, result=None)
+            self._begin(wid)
+            self._append(wid, op.event_for(dst), it["status"], dst, now, new)
+            self._commit(wid, new, blame, status_clause)
+            return out + self._compare_work(new, res, blame, status_clause)
+
+        return Accept(h, status_clause, f"{wid} fails with {a['error_class']} at attempt {it['attempt']} -> {dst}")
+
+    def _op_promote_due(self, a: dict[str, Any]) -> Expectation:
+        now = a["now"]
+        sure, maybe = set(), set()
+        for wid, it in self.items.items():
+            if self.spec.targets("promote_due", it["status"]) and it["next_retry_at"] is not None:
+                if self._ambiguous(now, it["next_retry_at"]):
+                    maybe.add(wid)
+                elif now >= it["next_retry_at"]:
+                    sure.add(wid)
+        op = self.spec.operations["promote_due"]
+
+        def h(res: Any) -> list[Violation]:
+            out = []
+            moves = _moves(res, "retry.promote")
+            got = {m["work_id"] for m in moves}
+            early = got - sure - maybe
+            late = sure - got
+            if early:
+                out.append(Violation("retry.promote", f"promoted {sorted(early)} before next_retry_at (now {now})"))
+            if late:
+                out.append(Violation("retry.promote", f"did not promote {sorted(late)}, due at or before {now}"))
+            for wid in got & (sure | maybe):
+                it = self.items[wid]
+                dst = self.spec.targets("promote_due", it["status"])[0]
+                new = dict(it)
+                new.update(status=dst, next_retry_at=None)
+                self._begin(wid)
+                self._append(wid, op.event_for(dst), it["status"], dst, now, new)
+                self._commit(wid, new, {}, "retry.promote")
+            return out
+
+        return Accept(h, "retry.promote", "the monitor always answers")
+
+    # ------------------------------------------------------------------ idempotency
+    def _work_lease_check(self, wid: str, token: Any, now: float, clause: str) -> Refuse | None:
+        if token is None:
+            return None
+        lp = self._lease_problem(self.items[wid], token, now)
+        if lp is not None:
+            return Refuse(frozenset({"stale_lease"}), clause, f"{wid}: {lp}")
+        return None
+
+    def _op_effect_begin(self, a: dict[str, Any]) -> Expectation:
+        wid, now = a["work_id"], a["now"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        key = self.spec.effect_key(work_id=wid, step_id=a["step_id"], tool=a["tool"])
+        ih = self.spec.input_hash(a["input"])
+        existing = self.receipts.get(key)
+        fenced = self._work_lease_check(wid, a.get("token"), now, "idem.fenced")
+        if existing is not None and existing["input_hash"] != ih:
+            codes = {"idempotency_conflict"} | ({"stale_lease"} if fenced else set())
+            return Refuse(frozenset(codes), "idem.conflict", f"key {key[:12]} was begun with another input")
+        if fenced:
+            return fenced
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, Mapping) or not isinstance(res.get("receipt"), Mapping):
+                raise _Bad("idem.begin", f"expected {{receipt, created}}, got {res!r:.80}")
+            out = []
+            if existing is not None:
+                if res.get("created") is not False:
+                    out.append(Violation("idem.begin", f"beginning key {key[:12]} again must report created=false"))
+                return out + self._compare_receipt(existing, res["receipt"], "idem.begin")
+            if res.get("created") is not True:
+                out.append(Violation("idem.begin", f"beginning key {key[:12]} the first time must report created=true"))
+            rec = {"key": key, "work_id": wid, "step_id": a["step_id"], "tool": a["tool"], "step_class": a["step_class"],
+                   "input_hash": ih, "state": "pending", "result": None}
+            self.receipts[key] = rec
+            self.receipt_order.append(key)
+            return out + self._compare_receipt(rec, res["receipt"], "idem.begin")
+
+        return Accept(h, "idem.begin", "beginning an effect is always accepted")
+
+    def _compare_receipt(self, exp: Mapping[str, Any], got: Any, clause: str) -> list[Violation]:
+        if not isinstance(got, Mapping):
+            return [Violation(clause, f"expected a receipt, got {got!r:.80}")]
+        out = []
+        for f in ("key", "input_hash"):
+            if got.get(f) != exp[f]:
+                out.append(Violation("idem.key.derivation", f"receipt {f} is {got.get(f)!r}, the contract's derivation gives {exp[f]!r}"))
+        for f in ("work_id", "step_id", "tool", "step_class", "state", "result"):
+            if got.get(f) != exp[f]:
+                c = "idem.duplicate_returns_stored" if f == "result" and exp["state"] == "completed" else clause
+                out.append(Violation(c, f"receipt {exp['key'][:12]} has {f} {got.get(f)!r}, expected {exp[f]!r}"))
+        return out
+
+    def _op_effect_lookup(self, a: dict[str, Any]) -> Expectation:
+        rec = self.receipts.get(a["key"])
+
+        def h(res: Any) -> list[Violation]:
+            if rec is None:
+                return [] if res is None else [Violation("idem.lookup_miss", f"lookup of unknown key {a['key'][:12]} returned {res!r:.60}")]
+            if res is None:
+                return [Violation("idem.retention" if rec["state"] == "completed" else "idem.begin", f"receipt {a['key'][:12]} ({rec['state']}) is gone")]
+            return self._compare_receipt(rec, res, "idem.record")
+
+        return Accept(h, "idem.lookup_miss", "lookups always answer")
+
+    def _op_effect_record(self, a: dict[str, Any]) -> Expectation:
+        key, now = a["key"], a["now"]
+        rec = self.receipts.get(key)
+        if rec is None:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no receipt {key[:12]}")
+        if a["input_hash"] != rec["input_hash"]:
+            return Refuse(frozenset({"idempotency_conflict"}), "idem.conflict", f"receipt {key[:12]} was begun with another input")
+        fenced = self._work_lease_check(rec["work_id"], a.get("token"), now, "idem.fenced")
+        if rec["state"] == "completed":
+            def dup(res: Any) -> list[Violation]:
+                return self._compare_receipt(rec, res, "idem.duplicate_returns_stored")
+            return Accept(dup, "idem.duplicate_returns_stored", "recording again returns the stored result",
+                          also_refuse=frozenset({"stale_lease"}) if fenced else frozenset())
+        if fenced:
+            return fenced
+        if (rec["state"], "completed") not in self.spec.receipt_transitions:
+            return Refuse(frozenset({"invalid_transition"}), "idem.receipt_states", f"receipt {key[:12]} is {rec['state']}")
+
+        def h(res: Any) -> list[Violation]:
+            rec.update(state="completed", result=copy.deepcopy(a["result"]))
+            return self._compare_receipt(rec, res, "idem.record")
+
+        return Accept(h, "idem.record", f"receipt {key[:12]} is {rec['state']} and can be completed")
+
+    def _op_effect_mark(self, a: dict[str, Any]) -> Expectation:
+        key = a["key"]
+        rec = self.receipts.get(key)
+        if rec is None:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no receipt {key[:12]}")
+        if a["state"] == "completed":
+            return Refuse(frozenset({"invalid_argument", "invalid_transition"}), "idem.receipt_states", "completing a receipt needs its result (effect_record)")
+        if (rec["state"], a["state"]) not in self.spec.receipt_transitions:
+            return Refuse(frozenset({"invalid_transition"}), "idem.receipt_states", f"receipt {key[:12]} cannot go {rec['state']} -> {a['state']}")
+
+        def h(res: Any) -> list[Violation]:
+            rec["state"] = a["state"]
+            return self._compare_receipt(rec, res, "idem.receipt_states")
+
+        return Accept(h, "idem.receipt_states", f"{rec['state']} -> {a['state']} is a receipt transition")
+
+    def _op_effect_list(self, a: dict[str, Any]) -> Expectation:
+        wid = a["work_id"]
+        if wid not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        want = [self.receipts[k] for k in self.receipt_order if self.receipts[k]["work_id"] == wid]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list):
+                raise _Bad("idem.begin", f"effect_list must return a list, got {res!r:.80}")
+            got = {r.get("key"): r for r in res if isinstance(r, Mapping)}
+            out = []
+            if set(got) != {r["key"] for r in want} or len(got) != len(res):
+                out.append(Violation("idem.begin", f"{wid}: journal holds {sorted(k[:12] for k in got if isinstance(k, str))}, expected {sorted(r['key'][:12] for r in want)}"))
+            for r in want:
+                if r["key"] in got:
+                    out += self._compare_receipt(r, got[r["key"]], "idem.record")
+            return out
+
+        return Accept(h, "idem.begin", "the journal can always be listed")
+
+    # ------------------------------------------------------------------ inbox
+    def _box(self, recipient: str) -> list[dict[str, Any]]:
+        return self.inbox.setdefault(recipient, [])
+
+    def _op_inbox_deliver(self, a: dict[str, Any]) -> Expectation:
+        box = self._box(a["recipient"])
+        dup = any(m["message_id"] == a["message_id"] for m in box)
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, Mapping) or not isinstance(res.get("delivered"), bool):
+                raise _Bad("inbox.deliver.idempotent", f"expected {{delivered: bool}}, got {res!r:.80}")
+            if dup:
+                return [] if res["delivered"] is False else [Violation("inbox.deliver.idempotent", f"message {a['message_id']!r} delivered twice")]
+            box.append({"message_id": a["message_id"], "sender": a["sender"], "body": copy.deepcopy(a.get("body")),
+                        "state": "pending", "nacks": 0})
+            return [] if res["delivered"] is True else [Violation("inbox.deliver.idempotent", f"first delivery of {a['message_id']!r} reported as duplicate")]
+
+        return Accept(h, "inbox.deliver.idempotent", "delivery is always accepted")
+
+    def _op_inbox_drain(self, a: dict[str, Any]) -> Expectation:
+        box = self._box(a["recipient"])
+        limit = a.get("max") or self.spec.inbox_drain_max
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list) or not all(isinstance(m, Mapping) for m in res):
+                raise _Bad("inbox.drain.max", f"drain must return a list of messages, got {res!r:.80}")
+            out = []
+            by_id = {m["message_id"]: m for m in box}
+            if len(res) > limit:
+                out.append(Violation("inbox.drain.max", f"drain(max={limit}) handed out {len(res)} messages"))
+            seen = set()
+            handed = []
+            for m in res:
+                mid = m.get("message_id")
+                mm = by_id.get(mid)
+                if mm is None:
+                    out.append(Violation("inbox.deliver.idempotent", f"drain handed out unknown message {mid!r}"))
+                    continue
+                if mid in seen:
+                    out.append(Violation("inbox.drain.inflight", f"drain handed out {mid!r} twice in one batch"))
+                    continue
+                seen.add(mid)
+                if mm["state"] == "inflight":
+                    out.append(Violation("inbox.drain.inflight", f"{mid!r} was handed out again before it was nacked"))
+                elif mm["state"] == "acked":
+                    out.append(Violation("inbox.ack", f"{mid!r} was handed out again after it was acknowledged"))
+                elif mm["state"] == "dead":
+                    out.append(Violation("inbox.dead_letter", f"dead-lettered {mid!r} was handed out again"))
+                else:
+                    handed.append(mm)
+                if m.get("sender") != mm["sender"] or m.get("body") != mm["body"]:
+                    out.append(Violation("inbox.deliver.idempotent", f"{mid!r} came back with sender/body {m.get('sender')!r}/{m.get('body')!r:.40}"))
+                if m.get("nacks") != mm["nacks"]:
+                    out.append(Violation("inbox.nack.redeliver", f"{mid!r} reports {m.get('nacks')!r} nacks, expected {mm['nacks']}"))
+            # per-sender FIFO: what is handed out for a sender is the head of its pending messages, in order
+            pending = [m for m in box if m["state"] == "pending"]
+            for sender in {m["sender"] for m in handed}:
+                mine = [m["message_id"] for m in pending if m["sender"] == sender]
+                got = [m["message_id"] for m in handed if m["sender"] == sender]
+                if got != mine[: len(got)]:
+                    out.append(Violation("inbox.fifo.per_sender", f"sender {sender!r}: handed out {got}, but pending in arrival order is {mine}"))
+            if not res and limit >= 1:
+                busy = {m["sender"] for m in box if m["state"] == "inflight"}
+                ready = [m for m in pending if m["sender"] not in busy]
+                if ready:
+                    m0 = ready[0]
+                    clause = "inbox.nack.redeliver" if m0["nacks"] else "inbox.deliver.idempotent"
+                    out.append(Violation(clause, f"drain handed out nothing although {m0['message_id']!r} is pending"))
+            for mm in handed:
+                mm["state"] = "inflight"
+            return out
+
+        return Accept(h, "inbox.drain.max", "draining always answers")
+
+    def _inbox_msg(self, a: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Refuse | None]:
+        for m in self._box(a["recipient"]):
+            if m["message_id"] == a["message_id"]:
+                return m, None
+        return None, Refuse(frozenset({"not_found"}), "core.not_found", f"no message {a['message_id']!r} for {a['recipient']!r}")
+
+    def _op_inbox_ack(self, a: dict[str, Any]) -> Expectation:
+        m, refuse = self._inbox_msg(a)
+        if refuse:
+            return refuse
+        if m["state"] == "acked":
+            return Accept(lambda res: [], "inbox.ack", "acknowledging twice changes nothing", also_refuse=frozenset({"invalid_transition"}))
+        if m["state"] != "inflight":
+            return Refuse(frozenset({"invalid_transition"}), "inbox.ack", f"{m['message_id']!r} is {m['state']}, not handed out")
+
+        def h(res: Any) -> list[Violation]:
+            m["state"] = "acked"
+            return []
+
+        return Accept(h, "inbox.ack", f"{m['message_id']!r} is handed out and can be acknowledged")
+
+    def _op_inbox_nack(self, a: dict[str, Any]) -> Expectation:
+        m, refuse = self._inbox_msg(a)
+        if refuse:
+            return refuse
+        if m["state"] != "inflight":
+            return Refuse(frozenset({"invalid_transition"}), "inbox.nack.redeliver", f"{m['message_id']!r} is {m['state']}, not handed out")
+        n = m["nacks"] + 1
+        dead = n >= self.spec.inbox_max_nacks
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, Mapping):
+                raise _Bad("inbox.dead_letter", f"expected {{dead, nacks}}, got {res!r:.80}")
+            out = []
+            if res.get("dead") is not dead:
+                out.append(Violation("inbox.dead_letter", f"nack {n} of {m['message_id']!r} (max_nacks {self.spec.inbox_max_nacks}) reported dead={res.get('dead')!r}"))
+            if res.get("nacks") != n:
+                out.append(Violation("inbox.nack.redeliver", f"{m['message_id']!r} reports {res.get('nacks')!r} nacks, expected {n}"))
+            m["nacks"] = n
+            m["state"] = "dead" if dead else "pending"
+            return out
+
+        return Accept(h, "inbox.nack.redeliver", f"{m['message_id']!r} is handed out and can be nacked")
+
+    def _op_inbox_dead(self, a: dict[str, Any]) -> Expectation:
+        want = [m["message_id"] for m in self._box(a["recipient"]) if m["state"] == "dead"]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list):
+                raise _Bad("inbox.dead_letter", f"expected a list, got {res!r:.80}")
+            got = sorted(str(m.get("message_id")) for m in res if isinstance(m, Mapping))
+            return [] if got == sorted(want) else [Violation("inbox.dead_letter", f"dead letters are {got}, expected {sorted(want)}")]
+
+        return Accept(h, "inbox.dead_letter", "dead letters can always be listed")
+
+    # ------------------------------------------------------------------ outbox
+    def _op_outbox_enqueue(self, a: dict[str, Any]) -> Expectation:
+        key = a["key"]
+        if a.get("work_id") is not None and a["work_id"] not in self.items:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {a['work_id']!r}")
+        existing = self.outbox.get(key)
+        ph = self.spec.input_hash(a["payload"])
+        if existing is not None and self.spec.input_hash(existing["payload"]) != ph:
+            return Refuse(frozenset({"idempotency_conflict"}), "outbox.dedupe", f"outbox key {key!r} was used with another payload")
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, Mapping) or not isinstance(res.get("message"), Mapping):
+                raise _Bad("outbox.intent_first", f"expected {{message, created}}, got {res!r:.80}")
+            out = []
+            if existing is not None:
+                if res.get("created") is not False:
+                    out.append(Violation("outbox.dedupe", f"enqueueing key {key!r} again created a second message"))
+                return out + _compare_outbox(existing, res["message"], "outbox.dedupe")
+            if res.get("created") is not True:
+                out.append(Violation("outbox.dedupe", f"first enqueue of {key!r} reported created={res.get('created')!r}"))
+            msg = {"key": key, "destination": a["destination"], "payload": copy.deepcopy(a["payload"]),
+                   "work_id": a.get("work_id"), "state": "pending", "provider_ref": None}
+            self.outbox[key] = msg
+            self.outbox_order.append(key)
+            return out + _compare_outbox(msg, res["message"], "outbox.intent_first")
+
+        return Accept(h, "outbox.intent_first", "enqueueing is always accepted")
+
+    def _op_outbox_pending(self, a: dict[str, Any]) -> Expectation:
+        limit = a.get("max") or self.spec.outbox_pending_max
+        pending = [k for k in self.outbox_order if self.outbox[k]["state"] == "pending"]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list) or not all(isinstance(m, Mapping) for m in res):
+                raise _Bad("outbox.intent_first", f"expected a list of messages, got {res!r:.80}")
+            got = [m.get("key") for m in res]
+            out = []
+            sent = [k for k in got if k in self.outbox and self.outbox[k]["state"] == "sent"]
+            if sent:
+                out.append(Violation("outbox.mark_sent", f"sent messages {sent} are still pending"))
+            want_n = min(limit, len(pending))
+            real = [k for k in got if k in pending]
+            if len(got) > limit or len(real) != want_n or len(set(got)) != len(got):
+                out.append(Violation("outbox.intent_first", f"pending(max={limit}) gave {len(real)} of {len(pending)} pending messages"))
+            elif real != pending[:want_n]:
+                out.append(Violation("outbox.order", f"pending messages in order {real}, enqueued as {pending[:want_n]}"))
+            for m in res:
+                if m.get("key") in self.outbox:
+                    out += _compare_outbox(self.outbox[m["key"]], m, "outbox.intent_first")
+            return out
+
+        return Accept(h, "outbox.intent_first", "pending messages can always be listed")
+
+    def _op_outbox_mark_sent(self, a: dict[str, Any]) -> Expectation:
+        msg = self.outbox.get(a["key"])
+        if msg is None:
+            return Refuse(frozenset({"not_found"}), "core.not_found", f"no outbox message {a['key']!r}")
+
+        def h(res: Any) -> list[Violation]:
+            if msg["state"] == "pending":
+                msg.update(state="sent", provider_ref=a["provider_ref"])
+            return _compare_outbox(msg, res, "outbox.mark_sent")
+
+        return Accept(h, "outbox.mark_sent", "marking sent is always accepted")
+
+    # ------------------------------------------------------------------ event log
+    def _op_log_append(self, a: dict[str, Any]) -> Expectation:
+        stream = self.logs.setdefault(a["stream"], [])
+        last = self.spec.first_seq - 1 + len(stream)
+        if a["expected_seq"] != last:
+            return Refuse(frozenset({"concurrent_append"}), "eventlog.append.conflict", f"stream {a['stream']!r} is at seq {last}, not {a['expected_seq']}")
+
+        def h(res: Any) -> list[Violation]:
+            seq = last + 1
+            stream.append({"stream": a["stream"], "seq": seq, "kind": a["kind"], "payload": copy.deepcopy(a.get("payload") or {})})
+            got = res.get("seq") if isinstance(res, Mapping) else None
+            return [] if got == seq else [Violation("eventlog.append.expected_seq", f"append after seq {last} stored at {got!r}, expected {seq}")]
+
+        return Accept(h, "eventlog.append.expected_seq", f"expected_seq {last} matches")
+
+    def _op_log_read(self, a: dict[str, Any]) -> Expectation:
+        start = a.get("from_seq") if a.get("from_seq") is not None else self.spec.first_seq
+        want = [e for e in self.logs.get(a["stream"], []) if e["seq"] >= start]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list):
+                raise _Bad("eventlog.read", f"expected a list of entries, got {res!r:.80}")
+            got = [(e.get("seq"), e.get("kind"), e.get("payload") or {}) if isinstance(e, Mapping) else None for e in res]
+            exp = [(e["seq"], e["kind"], e["payload"]) for e in want]
+            return [] if got == exp else [Violation("eventlog.read", f"read({a['stream']!r}, from {start}) gave {[g[0] if g else None for g in got]}, expected seqs {[e[0] for e in exp]}")]
+
+        return Accept(h, "eventlog.read", "reading always works")
+
+    # ------------------------------------------------------------------ recovery
+    def recovery_plan(self, now: float) -> tuple[dict[str, tuple[str, str]], set[str]]:
+        """Victims of a recovery scan at ``now``: id -> (decision, why), and boundary items."""
+        sure: dict[str, tuple[str, str]] = {}
+        maybe: set[str] = set()
+        hb = self.spec.timeout_reasons["heartbeat"]
+        for wid, it in self.items.items():
+            st = self.spec.statuses[it["status"]]
+            stale = False
+            if st.leased and it["lease_expires_at"] is not None and self.spec.targets("recover", it["status"]):
+                limit = it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace
+                if self._ambiguous(now, limit):
+                    maybe.add(wid)
+                    continue
+                stale = now > limit
+            elif it["status"] in self.spec.terminal_statuses and it["status_reason"] == hb and not it["quarantined"] \
+                    and self.spec.targets("recover", it["status"]):
+                stale = True
+            if not stale:
+                continue
+            recs = [self.receipts[k] for k in self.receipt_order if self.receipts[k]["work_id"] == wid]
+            open_ = [(r["state"], r["step_class"]) for r in recs if r["state"] != "completed"]
+            decision = self.spec.scanner_decision(open_, any(r["state"] == "completed" for r in recs))
+            why = "journal: " + (", ".join(f"{s} {c}" for s, c in open_) or ("completed receipts" if recs else "empty"))
+            policy = self.spec.retry_policy_for(it["source_system"], self.policies.get(wid))
+            if self.spec.decisions[decision].get("requeue") and it["attempt"] >= policy.max_attempts:
+                decision, why = "quarantine", f"attempts exhausted ({it['attempt']}/{policy.max_attempts})"
+            sure[wid] = (decision, why)
+        return sure, maybe
+
+    def _op_recover(self, a: dict[str, Any]) -> Expectation:
+        now = a["now"]
+        sure, maybe = self.recovery_plan(now)
+        hb = self.spec.timeout_reasons["heartbeat"]
+
+        def h(res: Any) -> list[Violation]:
+            if not isinstance(res, list) or not all(isinstance(v, Mapping) for v in res):
+                raise _Bad("recovery.scan", f"recover must return a list of victims, got {res!r:.80}")
+            out: list[Violation] = []
+            got = {v.get("work_id"): v for v in res}
+            for wid in got:
+                if wid in sure or wid in maybe:
+                    continue
+                it = self.items.get(wid)
+                if it is not None and it["status"] in self._wait_kinds.values():
+                    out.append(Violation("recovery.waiting_untouched", f"recovery took waiting work {wid!r}"))
+                else:
+                    out.append(Violation("recovery.scan", f"recovery took {wid!r}, which is not stale ({it['status'] if it else 'unknown'})"))
+            for wid, (_decision, why) in sure.items():
+                if wid not in got:
+                    out.append(Violation("recovery.scan", f"stale {wid!r} was not reported ({why})"))
+            for wid, v in got.items():
+                if wid not in self.items or (wid not in sure and wid not in maybe):
+                    continue
+                it = self.items[wid]
+                if wid in sure:
+                    decision, why = sure[wid]
+                else:
+                    recs = [self.receipts[k] for k in self.receipt_order if self.receipts[k]["work_id"] == wid]
+                    open_ = [(r["state"], r["step_class"]) for r in recs if r["state"] != "completed"]
+                    decision, why = self.spec.scanner_decision(open_, any(r["state"] == "completed" for r in recs)), "boundary"
+                if v.get("decision") != decision:
+                    clause = "recovery.attempts_exhausted" if why.startswith("attempts exhausted") else "recovery.matrix"
+                    out.append(Violation(clause, f"{wid}: decision {v.get('decision')!r}, the matrix says {decision!r} ({why})"))
+                self._begin(wid)
+                cur = dict(it)
+                if self.spec.statuses[cur["status"]].leased:
+                    new = dict(cur)
+                    self._release(new)
+                    new.update(status="timeout", status_reason=hb, finished_at=now)
+                    self._append(wid, self.spec.operations["recover"].event_for("timeout"), cur["status"], "timeout", now, new)
+                    cur = new
+                rstate = self.spec.decisions[decision].get("receipt_state")
+                if rstate:
+                    for k in self.receipt_order:
+                        r = self.receipts[k]
+                        if r["work_id"] == wid and r["state"] == "pending":
+                            r["state"] = rstate
+                if self.spec.decisions[decision].get("requeue"):
+                    dst = self.spec.targets("recover", cur["status"])[0]
+                    new = dict(cur)
+                    self._requeue_fields(new, dst, f"recovered: {decision}")
+                    self._append(wid, self.spec.operations["recover"].event_for(dst), cur["status"], dst, now, new)
+                    cur = new
+                elif decision == "quarantine":
+                    new = dict(cur)
+                    new["quarantined"] = True
+                    self._append(wid, self.spec.operations["recover"].intent_event, None, None, now, new)
+                    cur = new
+                self._commit(wid, cur, {"quarantined": "recovery.quarantine.visible", "status": "recovery.matrix"}, "recovery.scan")
+            return out
+
+        return Accept(h, "recovery.scan", "the scan always answers")
+
+    def check_receipts(self, work_id: str, actual: Any) -> list[Violation]:
+        """After recovery the journal's receipts must carry the decision's marking."""
+        want = {k: r for k, r in self.receipts.items() if r["work_id"] == work_id}
+        if not isinstance(actual, list):
+            return self.keep([Violation("recovery.receipt_marking", f"{work_id}: journal listing is not a list")])
+        out = []
+        for r in actual:
+            if isinstance(r, Mapping) and r.get("key") in want and r.get("state") != want[r["key"]]["state"]:
+                out.append(Violation("recovery.receipt_marking", f"receipt {r['key'][:12]} is {r.get('state')!r}, expected {want[r['key']]['state']!r}"))
+        return self.keep(out)
+
+    # ------------------------------------------------------------------ resync after indefinite errors
+    def adopt(self, work_id: str, snapshot: Mapping[str, Any], events: list[Mapping[str, Any]]) -> None:
+        """Take an implementation's state of one item as the model's (after an indefinite error)."""
+        self.items[work_id] = {f: copy.deepcopy(snapshot.get(f)) for f in self.spec.work_fields} | {"status_reason": snapshot.get("status_reason")}
+        self.events[work_id] = [
+            {"type": e.get("type"), "from_status": e.get("from_status"), "to_status": e.get("to_status"),
+             "at": e.get("at"), "data": copy.deepcopy(e.get("data") or {})} for e in events
+        ]
+        tok = snapshot.get("lease_token")
+        if tok and tok not in self.tokens.setdefault(work_id, []):
+            self.tokens[work_id].append(tok)
+        self._events_before[work_id] = len(events)
+
+
+class _Bad(Exception):
+    def __init__(self, clause: str, message: str) -> None:
+        self.clause = clause
+        self.message = message
+        super().__init__(message)
+
+
+def _moves(res: Any, clause: str) -> list[Mapping[str, Any]]:
+    if not isinstance(res, list) or not all(isinstance(m, Mapping) and isinstance(m.get("work_id"), str) for m in res):
+        raise _Bad(clause, f"expected a list of moves {{work_id, from_status, to_status, reason}}, got {res!r:.80}")
+    return res
+
+
+def _compare_outbox(exp: Mapping[str, Any], got: Any, clause: str) -> list[Violation]:
+    if not isinstance(got, Mapping):
+        return [Violation(clause, f"expected an outbox message, got {got!r:.80}")]
+    out = []
+    for f in ("key", "destination", "payload", "work_id", "state", "provider_ref"):
+        if got.get(f) != exp[f]:
+            c = "outbox.mark_sent" if f in ("state", "provider_ref") else clause
+            out.append(Violation(c, f"outbox {exp['key']!r}: {f} is {got.get(f)!r}, expected {exp[f]!r}"))
+    return out
+
+
+def _fmt_filter(a: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in a.items() if v is not None)
+
+
+def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rebuild a snapshot's fold fields from an item's events (eventlog.fold)."""
+    snap: dict[str, Any] = {f: None for f, wf in spec.work_fields.items() if wf.fold}
+    for e in events:
+        if not isinstance(e, Mapping):
+            continue
+        if e.get("to_status") is not None:
+            snap["status"] = e["to_status"]
+        data = e.get("data")
+        if isinstance(data, Mapping):
+            for k, v in data.items():
+                if k in snap and k != "status":
+                    snap[k] = v
+    return snap
+
+
+__all__ = ["Accept", "Indefinite", "Model", "Outcome", "Refuse", "Violation", "fold"]
