@@ -13,6 +13,7 @@ from . import __version__
 COMMAND_MODULES = [
     "ledgercheck.spec.commands",
     "ledgercheck.reference.commands",
+    "ledgercheck.conformance.server",
     "ledgercheck.conformance.commands",
     "ledgercheck.chaos.commands",
     "ledgercheck.reports.commands",
