@@ -8,6 +8,7 @@ the scanner rule, and timings make sense.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,9 +29,10 @@ class _Ctx:
         self.doc = doc
         self.pos = pos
         self.problems: list[Problem] = []
+        self.current = ""
 
     def add(self, path: tuple[Any, ...], message: str) -> None:
-        self.problems.append(Problem(self.pos.at(path), message))
+        self.problems.append(Problem(self.pos.at(path), message, check=self.current))
 
 
 CHECKS: list[Callable[[_Ctx], None]] = []
@@ -42,25 +44,52 @@ def check(fn: Callable[[_Ctx], None]) -> Callable[[_Ctx], None]:
 
 
 def semantic_problems(doc: Mapping[str, Any], pos: Positions) -> list[Problem]:
+    """Every semantic problem of a merged document that passed the JSON Schema.
+
+    Each problem's ``check`` names the check function that found it.
+    """
     ctx = _Ctx(doc, pos)
     for fn in CHECKS:
+        ctx.current = fn.__name__
         fn(ctx)
     return ctx.problems
+
+
+@check
+def _finite_numbers(c: _Ctx) -> None:
+    """NaN and infinity pass the schema's number type but have no place in a contract."""
+
+    def walk(value: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            c.add(path, f"{value!r} is not a finite number")
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, path + (k,))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, path + (i,))
+
+    walk(c.doc, ())
 
 
 @check
 def _statuses(c: _Ctx) -> None:
     st = c.doc["statuses"]
     initial = [n for n, s in st.items() if s.get("initial")]
-    if len(initial) != 1:
-        c.add(("statuses",), f"exactly one status must be initial, found {len(initial)}")
+    if not initial:
+        c.add(("statuses",), "exactly one status must be initial, found none")
+    for n in initial[1:]:
+        c.add(("statuses", n, "initial"), f"exactly one status must be initial, but {n!r} is marked initial besides {initial[0]!r}")
     for n, s in st.items():
         if s.get("initial") and s["terminal"]:
             c.add(("statuses", n, "initial"), f"initial status {n!r} cannot be terminal")
-    kinds = [s["waiting_kind"] for s in st.values() if s.get("waiting_kind")]
-    for k in set(kinds):
-        if kinds.count(k) > 1:
-            c.add(("statuses",), f"waiting kind {k!r} is used by more than one status")
+    owner: dict[str, str] = {}
+    for n, s in st.items():
+        k = s.get("waiting_kind")
+        if k and k in owner:
+            c.add(("statuses", n, "waiting_kind"), f"waiting kind {k!r} of {n!r} is already the kind of {owner[k]!r}")
+        elif k:
+            owner[k] = n
     if not any(s["terminal"] for s in st.values()):
         c.add(("statuses",), "the contract needs at least one terminal status")
 
@@ -214,6 +243,13 @@ def _dur(c: _Ctx, path: tuple[Any, ...], value: Any) -> float | None:
         return None
 
 
+def _quiet_dur(value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None
+
+
 @check
 def _lease(c: _Ctx) -> None:
     d = c.doc["lease"]
@@ -250,9 +286,13 @@ def _waiting(c: _Ctx) -> None:
     for src, o in w["by_source"].items():
         if src not in c.doc["source_systems"]:
             c.add(("waiting", "by_source", src), f"waiting override for unknown source system {src!r}")
-        for k in o.get("timeouts", {}):
+        for k, v in o.get("timeouts", {}).items():
+            path = ("waiting", "by_source", src, "timeouts", k)
             if k not in kinds:
-                c.add(("waiting", "by_source", src, "timeouts", k), f"timeout for unknown waiting kind {k!r}")
+                c.add(path, f"timeout for unknown waiting kind {k!r}")
+            dv = _dur(c, path, v)
+            if dv is not None and dv <= 0:
+                c.add(path, "waiting timeout must be greater than 0")
 
 
 @check
@@ -267,12 +307,14 @@ def _retry(c: _Ctx) -> None:
             c.add(path + ("jitter",), f"unknown jitter mode {p['jitter']!r}")
         if "multiplier" in p and p["multiplier"] < 1:
             c.add(path + ("multiplier",), f"backoff multiplier {p['multiplier']} must be at least 1")
-        ib = _dur(c, path + ("initial_backoff",), p["initial_backoff"]) if "initial_backoff" in p else None
-        mb = _dur(c, path + ("max_backoff",), p["max_backoff"]) if "max_backoff" in p else None
-        ib = ib if ib is not None else parse_duration(r["policy"]["initial_backoff"])
-        mb = mb if mb is not None else parse_duration(r["policy"]["max_backoff"])
-        if mb < ib:
-            c.add(path + ("max_backoff",), f"max_backoff ({mb:g}s) is below initial_backoff ({ib:g}s)")
+        ib = _quiet_dur(p["initial_backoff"] if "initial_backoff" in p else r["policy"]["initial_backoff"])
+        mb = _quiet_dur(p["max_backoff"] if "max_backoff" in p else r["policy"]["max_backoff"])
+        for k in ("initial_backoff", "max_backoff"):
+            if k in p:
+                _dur(c, path + (k,), p[k])
+        if ib is not None and mb is not None and mb < ib:
+            at = "max_backoff" if "max_backoff" in p or "initial_backoff" not in p else "initial_backoff"
+            c.add(path + (at,), f"max_backoff ({mb:g}s) is below initial_backoff ({ib:g}s)")
 
     one(("retry", "policy"), r["policy"])
     for src, o in r["by_source"].items():
@@ -316,6 +358,11 @@ def _idempotency(c: _Ctx) -> None:
     for i, k in enumerate(idem["scope"]):
         if k not in ("work_id", "step_id", "tool"):
             c.add(("idempotency", "scope", i), f"effect key scope may use work_id, step_id and tool, not {k!r}")
+        elif k in idem["scope"][:i]:
+            c.add(("idempotency", "scope", i), f"effect key scope names {k!r} twice")
+    retention = _dur(c, ("idempotency", "retention"), idem["retention"])
+    if retention is not None and retention <= 0:
+        c.add(("idempotency", "retention"), "receipt retention must be greater than 0")
 
 
 @check
@@ -330,9 +377,21 @@ def _errors(c: _Ctx) -> None:
 def _recovery(c: _Ctx) -> None:
     d = c.doc
     points, classes, decisions, allow = d["crash_points"], d["step_classes"], d["decisions"], d["effect_allowances"]
+    ranks: dict[int, str] = {}
+    marks: dict[str, str] = {}
     for dec, v in decisions.items():
         if v.get("receipt_state") is not None and v["receipt_state"] not in d["idempotency"]["receipt_states"]:
             c.add(("decisions", dec, "receipt_state"), f"unknown receipt state {v['receipt_state']!r}")
+        elif v.get("receipt_state") in marks:
+            c.add(("decisions", dec, "receipt_state"),
+                  f"decisions {marks[v['receipt_state']]!r} and {dec!r} both mark receipts {v['receipt_state']!r}")
+        elif v.get("receipt_state") is not None:
+            marks[v["receipt_state"]] = dec
+        if v["rank"] in ranks:
+            c.add(("decisions", dec, "rank"), f"decisions {ranks[v['rank']]!r} and {dec!r} share rank {v['rank']}, so neither wins")
+        ranks.setdefault(v["rank"], dec)
+    if not any(p["journal"] == "pending" for p in points.values()):
+        c.add(("crash_points",), "no crash point has journal 'pending', so the scanner's by_class rule has no matrix entry to use")
     for key in ("completed", "none"):
         if d["scanner"][key] not in decisions:
             c.add(("scanner", key), f"unknown decision {d['scanner'][key]!r}")
@@ -364,8 +423,11 @@ def _recovery(c: _Ctx) -> None:
             if pt not in row:
                 c.add(("matrix", cls), f"matrix row {cls!r} has no entry for crash point {pt!r}")
         pend = [(pt, row[pt]["decision"]) for pt in points if pt in row and points[pt]["journal"] == "pending"]
-        if len({dec for _, dec in pend}) > 1:
-            c.add(("matrix", cls), f"crash points {', '.join(p for p, _ in pend)} look the same to a scanner but row {cls!r} decides differently")
+        for pt, dec in pend[1:]:
+            if dec != pend[0][1]:
+                c.add(("matrix", cls, pt, "decision"),
+                      f"crash points {pend[0][0]!r} and {pt!r} look the same to a scanner (journal pending) "
+                      f"but row {cls!r} decides {pend[0][1]!r} for one and {dec!r} for the other")
         if classes[cls]["effect"] == "none":
             for pt, e in row.items():
                 if e["effects"] in allow and allow[e["effects"]]["max"] != 0:
@@ -393,7 +455,9 @@ def _profiles_and_clauses(c: _Ctx) -> None:
         if state.get(n) == 2 or n not in prof:
             return
         if state.get(n) == 1:
-            c.add(("profiles", n), f"profiles require each other in a cycle: {' -> '.join(trail + [n])}")
+            cycle = trail[trail.index(n):] + [n]
+            i = prof[n]["requires"].index(cycle[1])
+            c.add(("profiles", n, "requires", i), f"profiles require each other in a cycle: {' -> '.join(cycle)}")
             return
         state[n] = 1
         for r in prof[n]["requires"]:

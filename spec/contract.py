@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -160,28 +161,28 @@ class Allowance:
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string like '45s', '5m', '2h', '7d', '250ms'."""
+    """Seconds from a number or a string like '45s', '5m', '2h', '7d', '250ms'.
+
+    The string form is exactly what the JSON Schema's duration pattern admits; numbers must be
+    finite and not negative.  Anything else raises ValueError.
+    """
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
-        if value < 0 or math.isnan(value):
+        if not math.isfinite(value):
+            raise ValueError(f"duration must be a finite number of seconds: {value!r}")
+        if value < 0:
             raise ValueError(f"duration must be >= 0: {value!r}")
         return float(value)
     if isinstance(value, str):
-        for unit in ("ms", "s", "m", "h", "d"):
-            if value.endswith(unit) and (unit != "s" or not value.endswith("ms")):
-                num = value[: -len(unit)]
-                try:
-                    n = float(num)
-                except ValueError:
-                    break
-                if n < 0:
-                    break
-                return n * _UNITS[unit]
-    raise ValueError(f"not a duration: {value!r}")
+        m = _DURATION.fullmatch(value)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2)]
+    raise ValueError(f"not a duration: {value!r} (use seconds, or a string such as 45s, 5m, 2h, 7d, 250ms)")
 
 
 def canonical_json(value: Any) -> str:

@@ -2,15 +2,17 @@
 
 A contract is given as one or more YAML files:
 
-* a **manifest** (has ``include:``) whose included files are merged into it, or
-* an **overlay** (has ``extends:``, either ``default`` for the shipped contract or a path to a
-  manifest) that changes values of its base: mappings merge key by key, ``clauses`` are
-  appended, any other value replaces the base's.
+* a **manifest** (has ``include:``) whose included files are merged into it; an included file
+  may not redefine a top-level key another file already set, except ``clauses``, which append;
+* an **overlay** (has ``extends:``, either ``default`` for the shipped contract or the path of a
+  manifest or of another overlay, relative to the overlay) that changes values of its base:
+  mappings merge key by key, ``clauses`` are appended, any other value replaces the base's.
 
-Further files on the command line are applied as overlays in order.  The merged document is
-checked against the published JSON Schema, then by the semantic checks in ``checks.py``.
-Every problem is reported as ``file:line:col: message`` naming where the offending value was
-written.
+Further files on the command line are applied as overlays in order; if they say ``extends:``,
+it must name a file already loaded.  The merged document is checked against the published JSON
+Schema, then by the semantic checks in ``checks.py``.  Every problem is reported as
+``file:line:col: message`` naming where the offending value was written: in the overlay when
+the overlay wrote it, in the base file otherwise.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,7 @@ from .contract import (
     frozen_map,
     parse_duration,
 )
-from .yamlpos import Pos, YamlLoadError, load_yaml
+from .yamlpos import Pos, YamlLoadError, loads_yaml, one_line, read_text
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MANIFEST = HERE / "contract" / "ledger.yaml"
@@ -53,13 +56,24 @@ SCHEMA_PATH = HERE / "schema" / "ledger-spec.schema.json"
 
 @dataclass(frozen=True)
 class Problem:
+    """One finding: where (``pos``, or ``file`` when there is no line) and what."""
+
     pos: Pos | None
     message: str
     file: str = ""
+    check: str = field(default="", compare=False)  # the semantic check that found it, if any
 
     def __str__(self) -> str:
         where = str(self.pos) if self.pos else (self.file or "<spec>")
-        return f"{where}: {self.message}"
+        return f"{where}: {one_line(self.message)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.pos.file if self.pos else (self.file or None),
+            "line": self.pos.line if self.pos else None,
+            "col": self.pos.col if self.pos else None,
+            "message": one_line(self.message),
+        }
 
 
 class SpecError(Exception):
@@ -78,6 +92,7 @@ class Positions:
         self.file_of_root: dict[Any, str] = {}
 
     def at(self, path: Sequence[Any]) -> Pos | None:
+        """Where ``path`` was written, or else its nearest enclosing value."""
         p = tuple(path)
         while True:
             if p in self.by_path:
@@ -104,7 +119,7 @@ def _merge(
     problems: list[Problem],
     strict_top: bool,
 ) -> None:
-    """Merge ``over`` into ``base`` in place, carrying positions along."""
+    """Merge ``over`` into ``base`` in place, carrying positions along.  ``over`` is not changed."""
     for key, value in over.items():
         path = prefix + (key,)
         if strict_top and key in base and key != "clauses":
@@ -113,7 +128,7 @@ def _merge(
             continue
         if key == "clauses" and not prefix and isinstance(value, list) and isinstance(base.get(key), list):
             offset = len(base[key])
-            base[key].extend(value)
+            base[key].extend(_copy(value))
             for p, where in over_pos.items():
                 if p[:1] == ("clauses",) and len(p) >= 2 and isinstance(p[1], int):
                     pos.by_path[("clauses", p[1] + offset) + p[2:]] = where
@@ -124,10 +139,11 @@ def _merge(
             _merge(base[key], value, pos, over_pos, path, problems, strict_top=False)
             continue
         base[key] = _copy(value)
-        for p in [p for p in pos.by_path if p[: len(path)] == path]:
+        n = len(path)
+        for p in [p for p in pos.by_path if p[:n] == path]:
             del pos.by_path[p]
         for p, where in over_pos.items():
-            if p[: len(path)] == path:
+            if p[:n] == path:
                 pos.by_path[p] = where
 
 
@@ -147,67 +163,145 @@ def _stable_name(path: Path) -> str:
         return _display(path)
 
 
-def _read(path: Path, files: dict[str, str]) -> tuple[Any, dict[tuple[Any, ...], Pos], str]:
+@lru_cache(maxsize=64)
+def _parse(text: str, shown: str) -> tuple[Any, dict[tuple[Any, ...], Pos]]:
+    # Cached by content: the shipped files are parsed once per process however many overlays
+    # are validated.  Callers never change the returned value or positions.
+    return loads_yaml(text, shown)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "empty"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), type(value).__name__)
+
+
+def _read(path: Path, files: dict[str, str]) -> tuple[dict[str, Any], Mapping[tuple[Any, ...], Pos], str]:
+    """Parse one contract file; raise YamlLoadError when it is unreadable or not a mapping."""
     shown = _display(path)
-    value, positions = load_yaml(path, shown)
-    files[_stable_name(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    text = read_text(path, shown)
+    value, positions = _parse(text, shown)
+    files[_stable_name(path)] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if not isinstance(value, dict):
-        kind = "empty" if value is None else type(value).__name__
-        raise SpecError([Problem(positions.get(()), f"a contract file must be a mapping, not {kind}", shown)])
+        where = positions.get(()) or Pos(shown, 1, 1)
+        raise YamlLoadError(where, f"a contract file must be a mapping of keys to values, not {_kind(value)}", shown)
     return value, positions, shown
 
 
-def _load_manifest(path: Path, doc: dict[str, Any], pos: Positions, files: dict[str, str], problems: list[Problem]) -> None:
-    value, vpos, shown = _read(path, files)
-    _merge(doc, value, pos, vpos, (), problems, strict_top=False)
-    includes = value.get("include", [])
-    if not isinstance(includes, list):
-        problems.append(Problem(vpos.get(("include",)), "include must be a list of file names"))
-        return
-    for i, name in enumerate(includes):
-        if not isinstance(name, str):
-            problems.append(Problem(vpos.get(("include", i)), "include entries must be file names"))
-            continue
-        sub = (path.parent / name).resolve()
+class _Chain:
+    """Reads the files of one contract and merges them into one document."""
+
+    def __init__(self) -> None:
+        self.doc: dict[str, Any] = {}
+        self.pos = Positions()
+        self.files: dict[str, str] = {}
+        self.problems: list[Problem] = []
+        self.loaded: list[Path] = []
+
+    def problem(self, pos: Pos | None, message: str, file: str = "") -> None:
+        self.problems.append(Problem(pos, message, file))
+
+    def read(self, path: Path, via: Pos | None, what: str, name: str) -> tuple[dict[str, Any], Mapping[Any, Pos], str] | None:
         try:
-            sval, spos, _ = _read(sub, files)
+            return _read(path, self.files)
         except YamlLoadError as exc:
-            problems.append(Problem(exc.pos, exc.message, file=_display(sub)))
-            continue
-        if "include" in sval or "extends" in sval:
-            problems.append(Problem(spos.get(("include",)) or spos.get(("extends",)), "included files cannot include or extend others"))
-            continue
-        _merge(doc, sval, pos, spos, (), problems, strict_top=True)
+            if exc.pos is None and via is not None:
+                # The file could not be opened: say so at the line that names it.
+                self.problem(via, f"{what} {name!r} cannot be read: {exc.message} ({_display(path)})")
+            else:
+                self.problem(exc.pos, exc.message, exc.file)
+            return None
+
+    def base_of(self, path: Path, value: Mapping[str, Any], vpos: Mapping[Any, Pos]) -> Path | None:
+        base = value["extends"]
+        if not isinstance(base, str) or not base.strip():
+            self.problem(vpos.get(("extends",)), "extends must be 'default' or the path of a contract file")
+            return None
+        return DEFAULT_MANIFEST if base == "default" else (path.parent / base).resolve()
+
+    def load(self, path: Path, via: Pos | None = None, what: str = "file", name: str = "",
+             stack: tuple[Path, ...] = ()) -> None:
+        """Load a manifest or an overlay (with everything it builds on) into the document."""
+        got = self.read(path, via, what, name or str(path))
+        if got is None:
+            return
+        value, vpos, _ = got
+        here = path.resolve()
+        self.loaded.append(here)
+        if "extends" not in value:
+            self.manifest(path, value, vpos)
+            return
+        if "include" in value:
+            self.problem(vpos.get(("include",)), "an overlay (extends:) cannot include files; list them in the manifest it extends")
+            return
+        base = self.base_of(path, value, vpos)
+        if base is None:
+            return
+        if base in stack + (here,):
+            self.problem(vpos.get(("extends",)), f"extends {value['extends']!r} makes a cycle of files extending each other")
+            return
+        before = len(self.problems)
+        self.load(base, vpos.get(("extends",)), "extends", value["extends"], stack + (here,))
+        if len(self.problems) == before:
+            self.overlay(value, vpos)
+
+    def overlay(self, value: Mapping[str, Any], vpos: Mapping[Any, Pos]) -> None:
+        _merge(self.doc, {k: v for k, v in value.items() if k != "extends"}, self.pos, vpos, (), self.problems, strict_top=False)
+
+    def manifest(self, path: Path, value: dict[str, Any], vpos: Mapping[Any, Pos]) -> None:
+        _merge(self.doc, value, self.pos, vpos, (), self.problems, strict_top=False)
+        includes = value.get("include", [])
+        if not isinstance(includes, list):
+            self.problem(vpos.get(("include",)), "include must be a list of file names")
+            return
+        for i, name in enumerate(includes):
+            at = vpos.get(("include", i))
+            if not isinstance(name, str) or not name.strip():
+                self.problem(at, "include entries must be file names")
+                continue
+            sub = (path.parent / name).resolve()
+            got = self.read(sub, at, "included file", name)
+            if got is None:
+                continue
+            sval, spos, _ = got
+            if "include" in sval or "extends" in sval:
+                key = "include" if "include" in sval else "extends"
+                self.problem(spos.get((key,)), f"an included file cannot use {key}: (included from {at})")
+                continue
+            self.loaded.append(sub)
+            _merge(self.doc, sval, self.pos, spos, (), self.problems, strict_top=True)
+
+    def extra(self, path: Path) -> None:
+        """A further file given after the first: an overlay of everything loaded so far."""
+        got = self.read(path, None, "file", str(path))
+        if got is None:
+            return
+        value, vpos, _ = got
+        if "include" in value:
+            self.problem(vpos.get(("include",)), "only the first file may be a manifest; later files are overlays applied in order")
+            return
+        if "extends" in value:
+            base = self.base_of(path, value, vpos)
+            if base is None:
+                return
+            if base not in self.loaded:
+                self.problem(vpos.get(("extends",)), f"extends {value['extends']!r}, which is not among the files loaded before it")
+                return
+        self.loaded.append(path.resolve())
+        self.overlay(value, vpos)
 
 
 def merged_document(paths: Sequence[str | Path] | None = None) -> tuple[dict[str, Any], Positions, dict[str, str]]:
     """Read and merge the given files (or the shipped contract); no validation beyond YAML syntax."""
-    doc: dict[str, Any] = {}
-    pos = Positions()
-    files: dict[str, str] = {}
-    problems: list[Problem] = []
-    chain = [Path(p) for p in (paths or [DEFAULT_MANIFEST])]
-    try:
-        first, first_pos, first_shown = _read(chain[0], files)
-        if "extends" in first:
-            base = first["extends"]
-            base_path = DEFAULT_MANIFEST if base == "default" else (chain[0].parent / str(base)).resolve()
-            _load_manifest(base_path, doc, pos, files, problems)
-            overlays = [(first, first_pos)]
-        else:
-            files.pop(_stable_name(chain[0]), None)
-            _load_manifest(chain[0], doc, pos, files, problems)
-            overlays = []
-        for extra in chain[1:]:
-            val, vpos, _ = _read(extra, files)
-            overlays.append((val, vpos))
-        for val, vpos in overlays:
-            _merge(doc, {k: v for k, v in val.items() if k != "extends"}, pos, vpos, (), problems, strict_top=False)
-    except YamlLoadError as exc:
-        raise SpecError([Problem(exc.pos, exc.message, file=str(exc).split(":")[0])]) from None
-    if problems:
-        raise SpecError(problems)
-    return doc, pos, files
+    chain = _Chain()
+    files = [Path(p) for p in (paths or [DEFAULT_MANIFEST])]
+    chain.load(files[0])
+    if not chain.problems:
+        for extra in files[1:]:
+            chain.extra(extra)
+    if chain.problems:
+        raise SpecError(chain.problems)
+    return chain.doc, chain.pos, chain.files
 
 
 @lru_cache(maxsize=1)
@@ -225,21 +319,62 @@ def _dotted(path: Sequence[Any]) -> str:
     return out or "<document>"
 
 
+_JSON_KINDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "a boolean", "null": "null"}
+_NAME_PATTERN = "^[a-z][a-z0-9_]*$"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = one_line(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _schema_message(err: jsonschema.ValidationError) -> str:
+    v, inst, want = err.validator, err.instance, err.validator_value
+    if v == "type":
+        kinds = [want] if isinstance(want, str) else list(want)
+        return f"expected {' or '.join(_JSON_KINDS.get(k, k) for k in kinds)}, found {_short(inst)}"
+    if v == "required":
+        m = re.match(r"(.+) is a required property$", err.message)
+        return f"missing required key {m.group(1) if m else err.message}"
+    if v == "enum":
+        return f"{_short(inst)} is not one of: {', '.join(str(x) for x in want)}"
+    if v == "pattern":
+        if want == _NAME_PATTERN:
+            return f"{_short(inst)} is not a valid name (lowercase letters, digits and _, starting with a letter)"
+        return f"{_short(inst)} does not match {want}"
+    if v == "oneOf" and err.schema == _schema_validator().schema.get("$defs", {}).get("duration"):
+        return f"{_short(inst)} is not a duration: give seconds as a number >= 0 or a string such as 45s, 5m, 2h, 7d, 250ms"
+    if v == "oneOf" and err.context:
+        return f"{_short(inst)} is not valid here: " + "; ".join(sorted({_schema_message(c) for c in err.context}))
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{_short(inst)} is out of range ({v} {want})"
+    if v in ("minItems", "maxItems", "minProperties", "maxProperties", "minLength", "maxLength"):
+        return f"{_short(inst)} has the wrong size ({v} {want})"
+    return one_line(err.message)[:200]
+
+
 def schema_problems(doc: Mapping[str, Any], pos: Positions) -> list[Problem]:
+    """Problems of the merged document against the published JSON Schema, in file order."""
     problems = []
-    errors = sorted(_schema_validator().iter_errors(doc), key=lambda e: [str(x) for x in e.absolute_path])
-    for err in errors:
+    for err in _schema_validator().iter_errors(doc):
         path = list(err.absolute_path)
-        msg = err.message
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             allowed = set(err.schema.get("properties", {}))
             extra = [k for k in err.instance if k not in allowed]
+            for k in extra:
+                near = ", ".join(sorted(allowed))
+                problems.append(Problem(pos.at(path + [k]), f"{_dotted(path + [k])}: unknown key {k!r} (allowed here: {near})"))
             if extra:
-                path.append(extra[0])
-                msg = f"unknown key {extra[0]!r}"
-        elif err.validator == "oneOf" and err.context:
-            msg = f"{err.instance!r} is not valid here: " + "; ".join(sorted({c.message for c in err.context}))
-        problems.append(Problem(pos.at(path), f"{_dotted(path)}: {msg}"))
+                continue
+        if "propertyNames" in err.relative_schema_path:
+            path.append(err.instance)
+        problems.append(Problem(pos.at(path), f"{_dotted(path)}: {_schema_message(err)}"))
+    problems.sort(key=lambda p: (p.pos.file, p.pos.line, p.pos.col) if p.pos else ("", 0, 0))
     return problems
 
 
