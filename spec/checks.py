@@ -32,7 +32,12 @@ class _Ctx:
         self.current = ""
 
     def add(self, path: tuple[Any, ...], message: str) -> None:
+        """A problem with the value at ``path``."""
         self.problems.append(Problem(self.pos.at(path), message, check=self.current))
+
+    def whole(self, path: tuple[Any, ...], message: str) -> None:
+        """A problem with the mapping at ``path`` as a whole, blamed on the last file that changed it."""
+        self.problems.append(Problem(self.pos.latest(path), message, check=self.current))
 
 
 CHECKS: list[Callable[[_Ctx], None]] = []
@@ -77,7 +82,7 @@ def _statuses(c: _Ctx) -> None:
     st = c.doc["statuses"]
     initial = [n for n, s in st.items() if s.get("initial")]
     if not initial:
-        c.add(("statuses",), "exactly one status must be initial, found none")
+        c.whole(("statuses",), "exactly one status must be initial, found none")
     for n in initial[1:]:
         c.add(("statuses", n, "initial"), f"exactly one status must be initial, but {n!r} is marked initial besides {initial[0]!r}")
     for n, s in st.items():
@@ -91,7 +96,7 @@ def _statuses(c: _Ctx) -> None:
         elif k:
             owner[k] = n
     if not any(s["terminal"] for s in st.values()):
-        c.add(("statuses",), "the contract needs at least one terminal status")
+        c.whole(("statuses",), "the contract needs at least one terminal status")
 
 
 @check
@@ -218,7 +223,7 @@ def _events(c: _Ctx) -> None:
             c.add(("work_fields", name, "type"), f"work field {name!r} has unknown type {f['type']!r}")
     for required in ("work_id", "status", "attempt", "owner", "lease_token", "lease_version", "lease_expires_at"):
         if required not in fields:
-            c.add(("work_fields",), f"work field {required!r} is required by the contract's operations")
+            c.whole(("work_fields",), f"work field {required!r} is required by the contract's operations")
 
 
 @check
@@ -232,7 +237,8 @@ def _identity(c: _Ctx) -> None:
             c.add(("identity", "key", i), f"identity key names unknown work field {k!r}")
     p = d["priority"]
     if not p["min"] <= p["default"] <= p["max"]:
-        c.add(("priority",), f"priority default {p['default']} is outside [{p['min']}, {p['max']}]")
+        at = c.pos.newest([("priority", k) for k in ("default", "min", "max")])
+        c.add(at, f"priority default {p['default']} is outside [{p['min']}, {p['max']}]")
 
 
 def _dur(c: _Ctx, path: tuple[Any, ...], value: Any) -> float | None:
@@ -276,7 +282,7 @@ def _waiting(c: _Ctx) -> None:
     kinds = {s["waiting_kind"] for s in c.doc["statuses"].values() if s.get("waiting_kind")}
     w = c.doc["waiting"]
     for k in kinds - set(w["timeouts"]):
-        c.add(("waiting", "timeouts"), f"no default timeout for waiting kind {k!r}")
+        c.whole(("waiting", "timeouts"), f"no default timeout for waiting kind {k!r}")
     for k, v in w["timeouts"].items():
         if k not in kinds:
             c.add(("waiting", "timeouts", k), f"timeout for unknown waiting kind {k!r}")
@@ -322,16 +328,16 @@ def _retry(c: _Ctx) -> None:
             c.add(("retry", "by_source", src), f"retry override for unknown source system {src!r}")
         one(("retry", "by_source", src, "policy"), o.get("policy", {}))
     if not any(v["retryable"] for v in r["error_classes"].values()):
-        c.add(("retry", "error_classes"), "at least one error class must be retryable")
+        c.whole(("retry", "error_classes"), "at least one error class must be retryable")
     if all(v["retryable"] for v in r["error_classes"].values()):
-        c.add(("retry", "error_classes"), "at least one error class must be non-retryable")
+        c.whole(("retry", "error_classes"), "at least one error class must be non-retryable")
 
 
 @check
 def _phases(c: _Ctx) -> None:
     for name in ("claim", "execution", "waiting", "heartbeat"):
         if name not in c.doc["phases"]:
-            c.add(("phases",), f"phase {name!r} is missing")
+            c.whole(("phases",), f"phase {name!r} is missing")
     for name, p in c.doc["phases"].items():
         if name in ("claim", "execution") and "timeout" not in p:
             c.add(("phases", name), f"phase {name!r} needs a timeout")
@@ -341,7 +347,7 @@ def _phases(c: _Ctx) -> None:
                 c.add(("phases", name, "timeout"), "phase timeout must be greater than 0")
     for name in ("heartbeat", "execution", "waiting"):
         if name not in c.doc["timeout_reasons"]:
-            c.add(("timeout_reasons",), f"no status_reason for phase {name!r}")
+            c.whole(("timeout_reasons",), f"no status_reason for phase {name!r}")
 
 
 @check
@@ -350,7 +356,7 @@ def _idempotency(c: _Ctx) -> None:
     states = idem["receipt_states"]
     for s in ("pending", "completed", "unknown", "needs_inspection"):
         if s not in states:
-            c.add(("idempotency", "receipt_states"), f"receipt state {s!r} is required")
+            c.whole(("idempotency", "receipt_states"), f"receipt state {s!r} is required")
     for i, (a, b) in enumerate(idem["receipt_transitions"]):
         for j, s in enumerate((a, b)):
             if s not in states:
@@ -370,7 +376,7 @@ def _errors(c: _Ctx) -> None:
     for code in ("invalid_argument", "not_found", "invalid_transition", "stale_lease", "idempotency_conflict",
                  "concurrent_append", "unsupported", "timeout", "adapter_crashed", "protocol_error"):
         if code not in c.doc["errors"]:
-            c.add(("errors",), f"error code {code!r} is required")
+            c.whole(("errors",), f"error code {code!r} is required")
 
 
 @check
@@ -388,10 +394,11 @@ def _recovery(c: _Ctx) -> None:
         elif v.get("receipt_state") is not None:
             marks[v["receipt_state"]] = dec
         if v["rank"] in ranks:
-            c.add(("decisions", dec, "rank"), f"decisions {ranks[v['rank']]!r} and {dec!r} share rank {v['rank']}, so neither wins")
+            at = c.pos.newest([("decisions", ranks[v["rank"]], "rank"), ("decisions", dec, "rank")])
+            c.add(at, f"decisions {ranks[v['rank']]!r} and {dec!r} share rank {v['rank']}, so neither wins")
         ranks.setdefault(v["rank"], dec)
     if not any(p["journal"] == "pending" for p in points.values()):
-        c.add(("crash_points",), "no crash point has journal 'pending', so the scanner's by_class rule has no matrix entry to use")
+        c.whole(("crash_points",), "no crash point has journal 'pending', so the scanner's by_class rule has no matrix entry to use")
     for key in ("completed", "none"):
         if d["scanner"][key] not in decisions:
             c.add(("scanner", key), f"unknown decision {d['scanner'][key]!r}")
@@ -421,20 +428,20 @@ def _recovery(c: _Ctx) -> None:
                 c.add(path + ("decision",), f"the scanner decides {expect!r} at {pt!r} (journal {cp['journal']}), not {e['decision']!r}")
         for pt in points:
             if pt not in row:
-                c.add(("matrix", cls), f"matrix row {cls!r} has no entry for crash point {pt!r}")
+                c.whole(("matrix", cls), f"matrix row {cls!r} has no entry for crash point {pt!r}")
         pend = [(pt, row[pt]["decision"]) for pt in points if pt in row and points[pt]["journal"] == "pending"]
-        for pt, dec in pend[1:]:
-            if dec != pend[0][1]:
-                c.add(("matrix", cls, pt, "decision"),
-                      f"crash points {pend[0][0]!r} and {pt!r} look the same to a scanner (journal pending) "
-                      f"but row {cls!r} decides {pend[0][1]!r} for one and {dec!r} for the other")
+        if len({dec for _, dec in pend}) > 1:
+            at = c.pos.newest([("matrix", cls, pt, "decision") for pt, _ in pend])
+            said = ", ".join(f"{pt!r} -> {dec!r}" for pt, dec in pend)
+            c.add(at, f"crash points that look the same to a scanner (journal pending) must be decided alike, "
+                      f"but row {cls!r} decides {said}")
         if classes[cls]["effect"] == "none":
             for pt, e in row.items():
                 if e["effects"] in allow and allow[e["effects"]]["max"] != 0:
                     c.add(("matrix", cls, pt, "effects"), f"step class {cls!r} has no effect, so its allowance must be 'none'")
     for cls in classes:
         if cls not in d["matrix"]:
-            c.add(("matrix",), f"matrix has no row for step class {cls!r}")
+            c.whole(("matrix",), f"matrix has no row for step class {cls!r}")
     for name, a in allow.items():
         if a.get("max") is not None and a["max"] < a["min"]:
             c.add(("effect_allowances", name), f"allowance {name!r} has max below min")
@@ -450,14 +457,17 @@ def _profiles_and_clauses(c: _Ctx) -> None:
                 c.add(("profiles", name, "requires", i), f"profile {name!r} requires unknown profile {r!r}")
     # cycles
     state: dict[str, int] = {}
+    reported: set[tuple[Any, ...]] = set()
 
     def visit(n: str, trail: list[str]) -> None:
         if state.get(n) == 2 or n not in prof:
             return
         if state.get(n) == 1:
             cycle = trail[trail.index(n):] + [n]
-            i = prof[n]["requires"].index(cycle[1])
-            c.add(("profiles", n, "requires", i), f"profiles require each other in a cycle: {' -> '.join(cycle)}")
+            at = ("profiles", n, "requires", prof[n]["requires"].index(cycle[1]))
+            if at not in reported:
+                reported.add(at)
+                c.add(at, f"profiles require each other in a cycle: {' -> '.join(cycle)}")
             return
         state[n] = 1
         for r in prof[n]["requires"]:

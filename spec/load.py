@@ -90,6 +90,8 @@ class Positions:
     def __init__(self) -> None:
         self.by_path: dict[tuple[Any, ...], Pos] = {}
         self.file_of_root: dict[Any, str] = {}
+        self.last_write: dict[tuple[Any, ...], Pos] = {}  # mapping path -> key position in the last file that changed it
+        self.file_order: dict[str, int] = {}  # display name -> order in which the file was read
 
     def at(self, path: Sequence[Any]) -> Pos | None:
         """Where ``path`` was written, or else its nearest enclosing value."""
@@ -100,6 +102,20 @@ class Positions:
             if not p:
                 return None
             p = p[:-1]
+
+    def newest(self, paths: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+        """Of several paths that together make a problem, the one written by the file read last
+        (the first of them on a tie): an overlay's change is blamed before the base it changed."""
+        def rank(item: tuple[int, Sequence[Any]]) -> tuple[int, int]:
+            where = self.at(item[1])
+            return (self.file_order.get(where.file, -1) if where else -1, -item[0])
+
+        return tuple(max(enumerate(paths), key=rank)[1])
+
+    def latest(self, path: Sequence[Any]) -> Pos | None:
+        """Where the last file that changed the mapping at ``path`` wrote it; for problems about
+        the mapping as a whole (a missing entry, a property of all entries together)."""
+        return self.last_write.get(tuple(path)) or self.at(path)
 
 
 def _display(path: Path) -> str:
@@ -136,12 +152,14 @@ def _merge(
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
             if path in over_pos:
                 pos.by_path.setdefault(path, over_pos[path])  # keep the first definition's key position
+                pos.last_write[path] = over_pos[path]
             _merge(base[key], value, pos, over_pos, path, problems, strict_top=False)
             continue
         base[key] = _copy(value)
         n = len(path)
-        for p in [p for p in pos.by_path if p[:n] == path]:
-            del pos.by_path[p]
+        for table in (pos.by_path, pos.last_write):
+            for p in [p for p in table if p[:n] == path]:
+                del table[p]
         for p, where in over_pos.items():
             if p[:n] == path:
                 pos.by_path[p] = where
@@ -225,11 +243,11 @@ class _Chain:
         got = self.read(path, via, what, name or str(path))
         if got is None:
             return
-        value, vpos, _ = got
+        value, vpos, shown = got
         here = path.resolve()
         self.loaded.append(here)
         if "extends" not in value:
-            self.manifest(path, value, vpos)
+            self.manifest(path, value, vpos, shown)
             return
         if "include" in value:
             self.problem(vpos.get(("include",)), "an overlay (extends:) cannot include files; list them in the manifest it extends")
@@ -243,12 +261,18 @@ class _Chain:
         before = len(self.problems)
         self.load(base, vpos.get(("extends",)), "extends", value["extends"], stack + (here,))
         if len(self.problems) == before:
-            self.overlay(value, vpos)
+            self.overlay(value, vpos, shown)
 
-    def overlay(self, value: Mapping[str, Any], vpos: Mapping[Any, Pos]) -> None:
+    def merging(self, shown: str) -> None:
+        """Note that ``shown`` is merged now: later files are newer (see Positions.newest)."""
+        self.pos.file_order[shown] = len(self.pos.file_order)
+
+    def overlay(self, value: Mapping[str, Any], vpos: Mapping[Any, Pos], shown: str) -> None:
+        self.merging(shown)
         _merge(self.doc, {k: v for k, v in value.items() if k != "extends"}, self.pos, vpos, (), self.problems, strict_top=False)
 
-    def manifest(self, path: Path, value: dict[str, Any], vpos: Mapping[Any, Pos]) -> None:
+    def manifest(self, path: Path, value: dict[str, Any], vpos: Mapping[Any, Pos], shown: str) -> None:
+        self.merging(shown)
         _merge(self.doc, value, self.pos, vpos, (), self.problems, strict_top=False)
         includes = value.get("include", [])
         if not isinstance(includes, list):
@@ -263,12 +287,13 @@ class _Chain:
             got = self.read(sub, at, "included file", name)
             if got is None:
                 continue
-            sval, spos, _ = got
+            sval, spos, sshown = got
             if "include" in sval or "extends" in sval:
                 key = "include" if "include" in sval else "extends"
                 self.problem(spos.get((key,)), f"an included file cannot use {key}: (included from {at})")
                 continue
             self.loaded.append(sub)
+            self.merging(sshown)
             _merge(self.doc, sval, self.pos, spos, (), self.problems, strict_top=True)
 
     def extra(self, path: Path) -> None:
@@ -276,7 +301,7 @@ class _Chain:
         got = self.read(path, None, "file", str(path))
         if got is None:
             return
-        value, vpos, _ = got
+        value, vpos, shown = got
         if "include" in value:
             self.problem(vpos.get(("include",)), "only the first file may be a manifest; later files are overlays applied in order")
             return
@@ -288,7 +313,7 @@ class _Chain:
                 self.problem(vpos.get(("extends",)), f"extends {value['extends']!r}, which is not among the files loaded before it")
                 return
         self.loaded.append(path.resolve())
-        self.overlay(value, vpos)
+        self.overlay(value, vpos, shown)
 
 
 def merged_document(paths: Sequence[str | Path] | None = None) -> tuple[dict[str, Any], Positions, dict[str, str]]:

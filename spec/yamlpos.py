@@ -187,13 +187,16 @@ class _Builder:
         return YamlLoadError(_mark(self.file, node), message, self.file)
 
     def build(self, node: yaml.Node, path: Path_, active: frozenset[int]) -> Any:
+        """The value of ``node`` at ``path``; ``active`` holds the collections being built around it."""
         self.count += 1
         if self.count > MAX_VALUES:
             raise self.fail(node, f"the document expands to more than {MAX_VALUES} values (check its aliases)")
         if len(path) > MAX_DEPTH:
             raise self.fail(node, f"nesting deeper than {MAX_DEPTH} levels (counting aliases)")
         if id(node) in active:
-            raise self.fail(node, "an alias refers to a node that contains it")
+            # An alias has no node of its own; name the key or item that uses it.
+            where = self.positions.get(path) or _mark(self.file, node)
+            raise YamlLoadError(where, "an alias refers to a node that contains it", self.file)
         if isinstance(node, yaml.MappingNode):
             if node.tag != _MAP_TAG:
                 raise self.fail(node, f"unsupported tag {node.tag!r} on a mapping")
