@@ -155,13 +155,15 @@ class Model:
         return self.settle(op, self.expect(op, args), outcome)
 
     # ------------------------------------------------------------------ comparisons
-    def check_work(self, actual: Any, work_id: str | None = None) -> list[Violation]:
-        """Compare an implementation's snapshot with the model's."""
+    def check_work(self, actual: Any, work_id: str | None = None, blame: str | None = None) -> list[Violation]:
+        """Compare an implementation's snapshot with the model's (``blame`` overrides the clause)."""
         if not isinstance(actual, Mapping):
             return self.keep([Violation("core.status.enum", f"snapshot is not an object: {actual!r:.80}")])
         wid = work_id or actual.get("work_id")
         if wid not in self.items:
             return self.keep([Violation("core.list.complete", f"unknown work id {wid!r} in a snapshot")])
+        if blame is not None:
+            return self.keep(self._compare_work(self.items[wid], actual, {}, blame))
         return self.keep(self._compare_work(self.items[wid], actual, self.blame.get(wid, {}), self.blame_default.get(wid, "core.transition.allowed")))
 
     def check_events(self, work_id: str, actual: Any) -> list[Violation]:
@@ -268,7 +270,8 @@ class Model:
         return None
 
     def _ambiguous(self, a: float, b: float) -> bool:
-        return abs(a - b) <= self.tol
+        """True when a and b are too close to call under this model's tolerance (never at 0)."""
+        return self.tol > 0 and abs(a - b) <= self.tol
 
     def _forbidden_blame(self, src: str, dst: str | None, op: str) -> str:
         if dst is not None and (src, dst) in self.spec.forbidden_examples:

@@ -1,0 +1,106 @@
+"""Clause tests, generated from the contract.
+
+Each clause id of the contract has one or more *cases*: small scenarios run through the
+harness (which checks every step against the model) plus, where a clause says more than the
+model can check on its own, explicit assertions.  Modules in this package register case
+generators with :func:`cases` / :func:`case`; a generator receives the Spec and yields
+``(param_id, function(harness))``, so parametrization follows the contract's own data (its
+transition table, timings, error classes, step classes...).
+
+A clause with no registered generator (say, one a vendor added in an overlay without a check)
+still gets a case, which errors with "no check implements this clause": it is never reported
+as passing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from ledgercheck.spec import Spec
+
+from ..harness import ClauseFailure, Harness
+from ..model import Violation
+
+CaseFn = Callable[[Harness], None]
+Generator = Callable[[Spec], Iterable[tuple[str, CaseFn]]]
+
+
+@dataclass(frozen=True)
+class ClauseCase:
+    clause: str
+    param: str
+    fn: CaseFn
+    kind: str = "clause"
+    marks: tuple[str, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return f"{self.clause}[{self.param}]" if self.param else self.clause
+
+
+REGISTRY: dict[str, list[Generator]] = {}
+MODULES = ("core", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery")
+
+
+def cases(clause: str) -> Callable[[Generator], Generator]:
+    def deco(gen: Generator) -> Generator:
+        REGISTRY.setdefault(clause, []).append(gen)
+        return gen
+
+    return deco
+
+
+def case(clause: str, param: str = "") -> Callable[[CaseFn], CaseFn]:
+    def deco(fn: CaseFn) -> CaseFn:
+        REGISTRY.setdefault(clause, []).append(lambda spec: [(param, fn)])
+        return fn
+
+    return deco
+
+
+def _load() -> None:
+    for m in MODULES:
+        importlib.import_module(f"{__name__}.{m}")
+
+
+def all_cases(spec: Spec) -> Iterator[ClauseCase]:
+    _load()
+    for clause in spec.clauses:
+        gens = REGISTRY.get(clause.id, [])
+        if not gens:
+            yield ClauseCase(clause.id, "", _no_check(clause.id))
+            continue
+        seen: set[str] = set()
+        for gen in gens:
+            for param, fn in gen(spec):
+                pid = param
+                n = 2
+                while pid in seen:
+                    pid, n = f"{param}-{n}", n + 1
+                seen.add(pid)
+                yield ClauseCase(clause.id, pid, fn)
+
+
+class NoCheck(Exception):
+    pass
+
+
+def _no_check(clause_id: str) -> CaseFn:
+    def fn(h: Harness) -> None:
+        raise NoCheck(f"no check implements clause {clause_id}; it cannot be certified")
+
+    return fn
+
+
+def fail(clause: str, message: str, h: Harness | None = None) -> None:
+    raise ClauseFailure([Violation(clause, message)], h.context() if h else "")
+
+
+def check(cond: bool, clause: str, message: str, h: Harness | None = None) -> None:
+    if not cond:
+        fail(clause, message, h)
+
+
+__all__ = ["ClauseCase", "ClauseFailure", "NoCheck", "all_cases", "case", "cases", "check", "fail"]

@@ -1,0 +1,587 @@
+"""Clause tests of the core profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ledgercheck.spec import Spec
+
+from ..harness import OWNER, Harness, NotApplicable
+from . import CaseFn, case, cases, check, fail
+
+
+def _statuses(spec: Spec) -> list[str]:
+    return list(spec.statuses)
+
+
+def _source_id(h: Harness) -> str:
+    return f"unit-{len(h.model.items)}"
+
+
+# ---------------------------------------------------------------- statuses
+@cases("core.status.enum")
+def _enum(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for status in _statuses(spec):
+        def fn(h: Harness, status: str = status) -> None:
+            wid = h.create()
+            h.drive(wid, status)
+            got = h.raw("get", work_id=wid).value
+            check(got.get("status") in h.spec.statuses, "core.status.enum", f"snapshot status {got.get('status')!r}", h)
+            for w in h.raw("list").value:
+                check(w.get("status") in h.spec.statuses, "core.status.enum", f"listed status {w.get('status')!r}", h)
+        yield status, fn
+
+
+@cases("core.status.terminal")
+def _terminal(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for status in _statuses(spec):
+        def fn(h: Harness, status: str = status) -> None:
+            wid = h.create()
+            h.drive(wid, status)
+            if h.spec.terminal(status):
+                _poke_everything(h, wid)
+                check(h.item(wid)["status"] == status, "core.status.terminal", f"{status} is terminal but the item moved", h)
+            else:
+                # a non-terminal status always has a way forward for the work
+                ways = [t for t in h.spec.transitions if t.src == status]
+                check(bool(ways), "core.status.terminal", f"{status} is not terminal but nothing leaves it", h)
+                h.drive(wid, ways[0].dst) if _drivable(h, status, ways[0].dst) else None
+        yield status, fn
+
+
+def _drivable(h: Harness, src: str, dst: str) -> bool:
+    try:
+        h.path_to(src, dst)
+        return True
+    except NotApplicable:
+        return False
+
+
+def _poke_everything(h: Harness, wid: str) -> None:
+    """Try every operation that could change an item; the model says which must be refused."""
+    it = h.item(wid)
+    toks = h.model.tokens.get(wid, [])
+    tok = toks[-1] if toks else "no-such-token"
+    tries: list[tuple[str, dict]] = [
+        ("claim", {"owner": OWNER, "work_id": wid}),
+        ("renew", {"work_id": wid, "token": tok}),
+        ("set_waiting", {"work_id": wid, "token": tok, "kind": next(iter(h.spec.waiting_statuses)), "ref": "late-ref"}),
+        ("resume", {"work_id": wid, "owner": OWNER}),
+        ("fail", {"work_id": wid, "token": tok, "error_class": next(iter(h.spec.error_classes))}),
+        ("cancel", {"work_id": wid}),
+    ]
+    for st in h.spec.terminal_statuses:
+        tries.append(("close_out", {"work_id": wid, "token": tok, "status": st}))
+    for op, args in tries:
+        if h.claims(op):
+            out = h.do(op, **args)
+            if h.spec.terminal(it["status"]) and op != "requeue":
+                check(not out.ok, "core.terminal.immutable", f"{op} on {it['status']} work was accepted", h)
+
+
+# ---------------------------------------------------------------- create
+@cases("core.create.initial")
+def _initial(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for src in spec.source_systems:
+        def fn(h: Harness, src: str = src) -> None:
+            kw = {"source_run_id": "run-1"} if src in h.spec.run_id_required_for else {}
+            wid = h.create(src, "first", **kw)
+            it = h.raw("get", work_id=wid).value
+            check(it["status"] == h.spec.initial_status and it["attempt"] == 0 and it["owner"] is None,
+                  "core.create.initial", f"new work is {it['status']} attempt {it['attempt']} owner {it['owner']!r}", h)
+            ev = h.raw("events", work_id=wid).value
+            check(len(ev) == 1, "core.create.initial", f"new work has {len(ev)} events, expected exactly one", h)
+        yield src, fn
+
+
+@case("core.create.unique_unit", "same-unit")
+def _unique(h: Harness) -> None:
+    a = h.create("conversation", "chat-7")
+    b = h.do("create", source_system="conversation", source_id="chat-7")
+    check(b.value["work"]["work_id"] == a and b.value["created"] is False, "core.create.unique_unit", "second create made a new record", h)
+    check(len(h.raw("list").value) == 1, "core.create.unique_unit", "two records for one unit", h)
+
+
+@case("core.create.unique_unit", "after-progress")
+def _unique_later(h: Harness) -> None:
+    a = h.create("control", "cmd-1")
+    h.claim(a)
+    h.do("create", source_system="control", source_id="cmd-1")
+    check(h.item(a)["status"] == "running", "core.create.unique_unit", "re-creating the unit changed it", h)
+
+
+@case("core.create.unique_unit", "distinct-units")
+def _distinct(h: Harness) -> None:
+    h.create("conversation", "chat-1")
+    h.create("conversation", "chat-2")
+    h.create("control", "chat-1")
+    check(len(h.raw("list").value) == 3, "core.create.unique_unit", "distinct units were merged", h)
+
+
+@cases("core.create.source_system")
+def _bad_create(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    bad = {
+        "unknown-source": {"source_system": "carrier-pigeon"},
+        "empty-source": {"source_system": ""},
+        "priority-below": {"priority": spec.priority_min - 1},
+        "priority-above": {"priority": spec.priority_max + 1},
+        "priority-not-int": {"priority": "high"},
+    }
+    for name, over in bad.items():
+        def fn(h: Harness, over: dict = over) -> None:
+            args = {"source_system": "manual", "source_id": "x"} | over
+            out = h.do("create", **args)
+            check(not out.ok, "core.create.source_system", f"create with {over} was accepted", h)
+            check(h.raw("list").value == [], "core.create.source_system", "a refused create left a record", h)
+        yield name, fn
+
+
+@cases("core.scheduler.run_identity")
+def _runs(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for src in spec.run_id_required_for:
+        def missing(h: Harness, src: str = src) -> None:
+            out = h.do("create", source_system=src, source_id="nightly-report")
+            check(not out.ok, "core.scheduler.run_identity", f"{src} work without source_run_id was accepted", h)
+
+        def two_runs(h: Harness, src: str = src) -> None:
+            a = h.create(src, "nightly-report", source_run_id="2026-11-20")
+            b = h.create(src, "nightly-report", source_run_id="2026-11-21")
+            check(a != b, "core.scheduler.run_identity", "two runs of one schedule share a record", h)
+            c = h.do("create", source_system=src, source_id="nightly-report", source_run_id="2026-11-21")
+            check(c.value["work"]["work_id"] == b, "core.scheduler.run_identity", "the same run got a second record", h)
+        yield f"{src}-needs-run-id", missing
+        yield f"{src}-runs-are-units", two_runs
+
+
+# ---------------------------------------------------------------- transitions
+def _edge_case(src: str, dst: str, op: str) -> CaseFn:
+    def fn(h: Harness) -> None:
+        h.need(op)
+        wid = h.create()
+        h.drive(wid, src)
+        before = len(h.model.events[wid])
+        h.perform(wid, src, dst, op)
+        ev = h.raw("events", work_id=wid).value
+        moves = [e for e in ev[before:] if e.get("to_status") is not None]
+        check(len(moves) >= 1 and moves[-1].get("from_status") in (src, None) and moves[-1].get("to_status") == dst,
+              "core.transition.allowed", f"{op}: no event records {src} -> {dst}", h)
+    return fn
+
+
+@cases("core.transition.allowed")
+def _allowed(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for t in spec.transitions:
+        for op in t.ops:
+            if op == "recover":
+                continue  # recover moves through timeout in one call; the recovery clauses cover it
+            yield f"{t.src}->{t.dst}:{op}", _edge_case(t.src, t.dst, op)
+
+
+def _attempts_toward(h: Harness, wid: str, dst: str) -> list[tuple[str, dict]]:
+    """Operations that could move an item to ``dst``, with plausible arguments."""
+    toks = h.model.tokens.get(wid, [])
+    tok = toks[-1] if toks else "no-such-token"
+    out: list[tuple[str, dict]] = []
+    ops = sorted({op for t in h.spec.transitions if t.dst == dst for op in t.ops})
+    for op in ops:
+        if not h.claims(op):
+            continue
+        if op == "claim":
+            out.append((op, {"owner": OWNER, "work_id": wid}))
+        elif op == "resume":
+            out.append((op, {"work_id": wid, "owner": OWNER}))
+        elif op == "set_waiting":
+            kind = h.spec.statuses[dst].waiting_kind
+            if kind:
+                out.append((op, {"work_id": wid, "token": tok, "kind": kind, "ref": "ref-forbidden"}))
+        elif op == "close_out":
+            if h.spec.terminal(dst):
+                out.append((op, {"work_id": wid, "token": tok, "status": dst}))
+        elif op == "fail":
+            retry = not h.spec.terminal(dst)
+            cls = next(c for c, r in h.spec.error_classes.items() if r == retry)
+            out.append((op, {"work_id": wid, "token": tok, "error_class": cls}))
+        elif op in ("cancel", "requeue"):
+            out.append((op, {"work_id": wid}))
+        elif op in ("expire", "promote_due", "recover"):
+            out.append((op, {}))
+    return out
+
+
+def _forbidden_case(src: str, dst: str, clause: str) -> CaseFn:
+    def fn(h: Harness) -> None:
+        wid = h.create()
+        h.drive(wid, src)
+        tried = 0
+        for op, args in _attempts_toward(h, wid, dst):
+            out = h.do(op, **args)
+            tried += 1
+            if h.item(wid)["status"] == dst:
+                fail(clause, f"{op} moved {wid} along the forbidden edge {src} -> {dst}", h)
+            if out.ok and op not in ("expire", "promote_due", "recover", "cancel") and h.item(wid)["status"] != src:
+                return  # a legitimate move elsewhere (e.g. cancel intent); the model vouched for it
+        if tried == 0:
+            raise NotApplicable(f"no claimed operation can target {dst}")
+    return fn
+
+
+@cases("core.transition.forbidden")
+def _forbidden(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    named = set(spec.forbidden_examples)
+    for src, dst in spec.forbidden_pairs():
+        if (src, dst) in named:
+            continue
+        yield f"{src}->{dst}", _forbidden_case(src, dst, "core.transition.forbidden")
+
+
+@cases("core.transition.corruption")
+def _corruption(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for src, dst in spec.forbidden_examples:
+        yield f"{src}->{dst}", _forbidden_case(src, dst, "core.transition.corruption")
+
+
+# ---------------------------------------------------------------- events
+def _tour(h: Harness, wid: str) -> list[str]:
+    """Visit every status the claimed profiles can reach, in a sensible order."""
+    visited = [h.item(wid)["status"]]
+    for target in h.spec.statuses:
+        if target == h.item(wid)["status"]:
+            continue
+        try:
+            path = h.path_to(h.item(wid)["status"], target)
+        except NotApplicable:
+            continue
+        for src, dst, op in path:
+            h.perform(wid, src, dst, op)
+            visited.append(dst)
+    return visited
+
+
+@case("core.event.one_per_transition", "tour")
+def _one_per(h: Harness) -> None:
+    wid = h.create()
+    n_before = 0
+    for target in list(h.spec.statuses):
+        try:
+            path = h.path_to(h.item(wid)["status"], target)
+        except NotApplicable:
+            continue
+        for src, dst, op in path:
+            h.perform(wid, src, dst, op)
+            ev = h.raw("events", work_id=wid).value
+            moves = [e for e in ev if e.get("to_status") is not None]
+            check(len(moves) > n_before, "core.event.one_per_transition", f"{op} {src} -> {dst} appended no transition event", h)
+            n_before = len(moves)
+
+
+@case("core.event.one_per_transition", "refusals-append-nothing")
+def _refused_nothing(h: Harness) -> None:
+    wid = h.create()
+    h.drive(wid, "done") if "done" in h.spec.statuses else None
+    n = len(h.raw("events", work_id=wid).value)
+    _poke_everything(h, wid)
+    check(len(h.raw("events", work_id=wid).value) == n, "core.event.one_per_transition", "refused operations appended events", h)
+
+
+@cases("core.event.types")
+def _types(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for op, o in spec.operations.items():
+        if o.kind not in ("transition", "lease", "create", "monitor") or op == "recover":
+            continue
+        def fn(h: Harness, op: str = op) -> None:
+            h.need(op)
+            wid = h.create()
+            if op == "create":
+                return
+            edges = [t for t in h.spec.transitions if op in t.ops]
+            if edges:
+                t = next((e for e in edges if _drivable(h, h.spec.initial_status, e.src)), None)
+                if t is None:
+                    raise NotApplicable(f"cannot reach an edge of {op}")
+                h.drive(wid, t.src)
+                h.perform(wid, t.src, t.dst, op)
+            else:  # lease-kind: renew
+                h.drive(wid, h.spec.operations[op].statuses[0])
+                h.advance(1.0)
+                h.do(op, work_id=wid, token=h.token(wid))
+        yield op, fn
+
+
+@case("core.event.append_only", "history-stable")
+def _append_only(h: Harness) -> None:
+    wid = h.create()
+    seen: list[dict] = []
+    for _ in _tour(h, wid):
+        ev = h.raw("events", work_id=wid).value
+        check(ev[: len(seen)] == seen, "core.event.append_only", "earlier events changed", h)
+        seqs = [e["seq"] for e in ev]
+        check(seqs == list(range(h.spec.first_seq, h.spec.first_seq + len(ev))), "core.event.append_only", f"seqs {seqs}", h)
+        seen = ev
+
+
+# ---------------------------------------------------------------- terminal, close-out, waiting exclusivity
+@cases("core.terminal.immutable")
+def _immutable(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for status in spec.terminal_statuses:
+        def fn(h: Harness, status: str = status) -> None:
+            wid = h.create()
+            h.drive(wid, status)
+            before = h.raw("get", work_id=wid).value
+            h.advance(1.0)
+            _poke_everything(h, wid)
+            after = h.raw("get", work_id=wid).value
+            for k in ("status", "owner", "lease_token", "lease_version", "lease_expires_at", "result", "finished_at"):
+                check(before.get(k) == after.get(k), "core.terminal.immutable", f"{k} changed on {status} work: {before.get(k)!r} -> {after.get(k)!r}", h)
+        yield status, fn
+
+
+@cases("core.waiting_closeout.exclusive")
+def _exclusive(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for status in spec.statuses:
+        if spec.terminal(status):
+            continue
+        def fn(h: Harness, status: str = status) -> None:
+            wid = h.create()
+            tok = h.claim(wid)
+            out = h.do("close_out", work_id=wid, token=tok, status=status)
+            check(not out.ok, "core.waiting_closeout.exclusive", f"close-out to non-terminal {status} was accepted", h)
+        yield f"close-out-to-{status}", fn
+
+
+@case("core.running.renew_or_leave", "lapse")
+def _renew_or_leave(h: Harness) -> None:
+    wid = h.create()
+    h.claim(wid)
+    h.advance_to(h.lapse_time(wid))
+    h.do("expire")
+    check(h.item(wid)["status"] != "running", "core.running.renew_or_leave", "running work without renewals stayed running", h)
+
+
+@case("core.running.renew_or_leave", "renewing-stays")
+def _renewing(h: Harness) -> None:
+    h.need("renew")
+    wid = h.create()
+    tok = h.claim(wid)
+    lt = h.spec.lease_for("manual")
+    for _ in range(6):
+        h.advance(lt.renew_interval)
+        h.do("renew", work_id=wid, token=tok)
+        h.do("expire")
+    check(h.item(wid)["status"] == "running", "core.running.renew_or_leave", "renewed work was expired", h)
+
+
+@case("core.close_out.explicit", "only-close-out-completes")
+def _explicit(h: Harness) -> None:
+    wid = h.create()
+    tok = h.claim(wid)
+    for op, args in (("renew", {"work_id": wid, "token": tok}), ("expire", {}), ("promote_due", {}), ("cancel", {"work_id": wid})):
+        if h.claims(op):
+            h.do(op, **args)
+            check(h.item(wid)["status"] != "done", "core.close_out.explicit", f"{op} completed the work", h)
+    h.do("close_out", work_id=wid, token=tok, status="done", result={"answer": 42})
+    got = h.raw("get", work_id=wid).value
+    check(got["status"] == "done" and got["result"] == {"answer": 42}, "core.close_out.explicit", f"close-out gave {got['status']} {got['result']!r}", h)
+
+
+@case("core.close_out.explicit", "holder-only")
+def _holder_only(h: Harness) -> None:
+    wid = h.create()
+    h.claim(wid)
+    out = h.do("close_out", work_id=wid, token="not-the-token", status="done")
+    check(not out.ok, "core.close_out.explicit", "close-out without the lease token was accepted", h)
+
+
+# ---------------------------------------------------------------- cancel, requeue
+@cases("core.cancel.immediate")
+def _cancel_now(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for t in spec.transitions:
+        if "cancel" in t.ops and not spec.statuses[t.src].waiting_kind:
+            def fn(h: Harness, src: str = t.src, dst: str = t.dst) -> None:
+                wid = h.create()
+                h.drive(wid, src)
+                h.do("cancel", work_id=wid, reason="no longer needed")
+                check(h.item(wid)["status"] == dst, "core.cancel.immediate", f"cancel left {src} work {h.item(wid)['status']}", h)
+            yield t.src, fn
+
+
+@case("core.cancel.intent_first", "running")
+def _intent(h: Harness) -> None:
+    wid = h.create()
+    tok = h.claim(wid)
+    out = h.do("close_out", work_id=wid, token=tok, status="cancelled")
+    check(not out.ok, "core.cancel.intent_first", "close-out as cancelled without a cancel request was accepted", h)
+    h.do("cancel", work_id=wid)
+    got = h.raw("get", work_id=wid).value
+    check(got["status"] == "running" and got["cancel_requested"] is True, "core.cancel.intent_first",
+          f"cancelling running work gave {got['status']} cancel_requested={got['cancel_requested']}", h)
+    h.do("cancel", work_id=wid)
+    h.do("close_out", work_id=wid, token=tok, status="cancelled")
+
+
+@cases("core.requeue.terminal")
+def _requeue(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for status in spec.statuses:
+        def fn(h: Harness, status: str = status) -> None:
+            wid = h.create()
+            h.drive(wid, status)
+            out = h.do("requeue", work_id=wid, reason="operator")
+            if h.spec.terminal(status):
+                check(out.ok and h.item(wid)["status"] == h.spec.initial_status, "core.requeue.terminal", f"requeue of {status} failed", h)
+                tok = h.claim(wid)
+                check(h.item(wid)["lease_token"] == tok, "core.requeue.terminal", "requeued work could not run again", h)
+            else:
+                check(not out.ok, "core.requeue.terminal", f"requeue of non-terminal {status} was accepted", h)
+        yield status, fn
+
+
+# ---------------------------------------------------------------- errors
+@cases("core.not_found")
+def _not_found(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for op, o in spec.operations.items():
+        if "work_id" not in o.args or not o.args["work_id"].required:
+            continue
+        def fn(h: Harness, op: str = op) -> None:
+            h.need(op)
+            h.create()
+            args = _valid_args(h, op, "w-does-not-exist")
+            out = h.do(op, **args)
+            check(not out.ok and out.code == "not_found", "core.not_found", f"{op} on an unknown id answered {out.code or 'ok'}", h)
+        yield op, fn
+
+
+def _valid_args(h: Harness, op: str, wid: str) -> dict:
+    sample = {
+        "string": "s", "nonempty_string": "s", "time": h.now(), "duration": 10.0, "object": {}, "any": {"k": 1},
+        "boolean": True, "positive_int": 1, "nonnegative_int": 0, "source_system": "manual", "priority": h.spec.priority_default,
+        "retry_policy": {}, "status": h.spec.initial_status, "terminal_status": h.spec.terminal_statuses[0],
+        "waiting_kind": next(iter(h.spec.waiting_statuses)), "error_class": next(iter(h.spec.error_classes)),
+        "step_class": next(iter(h.spec.step_classes)), "receipt_state": "unknown", "effect_key": "0" * 64,
+    }
+    args = {}
+    for name, arg in h.spec.operations[op].args.items():
+        if name == "work_id":
+            args[name] = wid
+        elif arg.required:
+            args[name] = sample[arg.type]
+    return args
+
+
+_WRONG = {"string": 17, "nonempty_string": "", "time": "noon", "duration": -5, "object": [1], "any": None,
+          "boolean": "yes", "positive_int": 0, "nonnegative_int": -1, "source_system": "nowhere", "priority": 99,
+          "retry_policy": {"max_attempts": 0}, "status": "finished", "terminal_status": "running",
+          "waiting_kind": "coffee", "error_class": "cosmic_rays", "step_class": "magic", "receipt_state": "maybe",
+          "effect_key": "xyz"}
+
+
+@cases("core.invalid_argument")
+def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for op, o in spec.operations.items():
+        if o.profile != "core" or o.kind == "session":
+            continue
+        for name, arg in o.args.items():
+            if name == "now" or (_WRONG.get(arg.type) is None and not arg.required):
+                continue
+            def fn(h: Harness, op: str = op, name: str = name, arg_type: str = arg.type, required: bool = arg.required) -> None:
+                wid = h.create()
+                args = _valid_args(h, op, wid)
+                mode = "wrong type"
+                if required and _WRONG.get(arg_type) is None:
+                    args.pop(name, None)
+                    mode = "missing"
+                else:
+                    args[name] = _WRONG[arg_type]
+                before = h.raw("list").value
+                out = h.do(op, **args)
+                if op != "create" or name != "source_run_id":
+                    check(not out.ok and out.code in ("invalid_argument", "not_found"), "core.invalid_argument",
+                          f"{op} with {mode} {name} answered {out.code or 'ok'}", h)
+                check(len(h.raw("list").value) == len(before), "core.invalid_argument", "a refused call created work", h)
+            yield f"{op}.{name}", fn
+
+
+@case("core.claim.empty", "empty-ledger")
+def _claim_empty(h: Harness) -> None:
+    out = h.do("claim", owner=OWNER)
+    check(out.ok and out.value is None, "core.claim.empty", f"claim on an empty ledger gave {out.value!r:.60}", h)
+
+
+@case("core.claim.empty", "nothing-queued")
+def _claim_none_queued(h: Harness) -> None:
+    a = h.create()
+    h.claim(a)
+    b = h.create()
+    h.drive(b, "done")
+    out = h.do("claim", owner="worker-2")
+    check(out.ok and out.value is None, "core.claim.empty", f"claim with nothing queued gave {out.value!r:.60}", h)
+
+
+@case("core.claim.order", "priority-then-age")
+def _order(h: Harness) -> None:
+    prios = [h.spec.priority_max, h.spec.priority_min, h.spec.priority_default, h.spec.priority_min]
+    ids = []
+    for p in prios:
+        ids.append(h.create(priority=p))
+        h.advance(QUANT)
+    want = [w for _, _, w in sorted((p, i, w) for i, (p, w) in enumerate(zip(prios, ids, strict=True)))]
+    got = []
+    for _ in ids:
+        out = h.do("claim", owner=OWNER)
+        got.append(out.value["work_id"])
+    check(got == want, "core.claim.order", f"claimed in order {[ids.index(g) for g in got]}, expected {[ids.index(w) for w in want]}", h)
+
+
+QUANT = 0.125
+
+
+@case("core.list.complete", "by-status")
+def _list(h: Harness) -> None:
+    targets = [s for s in h.spec.statuses if _drivable(h, h.spec.initial_status, s)]
+    for s in targets:
+        h.drive(h.create(), s)
+    h.do("list")
+    for s in h.spec.statuses:
+        h.do("list", status=s)
+
+
+@cases("core.expire.timeout_reason")
+def _reasons(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def heartbeat(h: Harness) -> None:
+        wid = h.create()
+        h.claim(wid)
+        h.advance_to(h.lapse_time(wid))
+        out = h.do("expire")
+        _reason(h, wid, out.value, h.spec.timeout_reasons["heartbeat"])
+
+    def execution(h: Harness) -> None:
+        h.need("renew")
+        limit = h.spec.phase_timeout("execution")
+        if limit is None:
+            raise NotApplicable("the contract has no execution timeout")
+        wid = h.create()
+        tok = h.claim(wid)
+        lt = h.spec.lease_for("manual")
+        start = h.now()
+        while h.now() - start <= limit:
+            h.advance(lt.renew_interval)
+            h.do("renew", work_id=wid, token=tok)
+        out = h.do("expire")
+        _reason(h, wid, out.value, h.spec.timeout_reasons["execution"])
+
+    def waiting(h: Harness) -> None:
+        h.need("set_waiting")
+        wid = h.create()
+        h.drive(wid, next(iter(h.spec.waiting_statuses.values())))
+        h.advance_to(h.item(wid)["waiting_deadline"] + QUANT)
+        out = h.do("expire")
+        _reason(h, wid, out.value, h.spec.timeout_reasons["waiting"])
+
+    yield "heartbeat", heartbeat
+    yield "execution", execution
+    yield "waiting", waiting
+
+
+def _reason(h: Harness, wid: str, moves: list, want: str) -> None:
+    mine = [m for m in moves if m.get("work_id") == wid]
+    check(bool(mine) and mine[0].get("reason") == want, "core.expire.timeout_reason", f"expire reported {mine!r:.100}, expected reason {want}", h)
+    got = h.raw("get", work_id=wid).value
+    check(got.get("status_reason") == want, "core.expire.timeout_reason", f"status_reason is {got.get('status_reason')!r}, expected {want!r}", h)

@@ -1,0 +1,63 @@
+"""Clause tests of the eventlog profile."""
+
+from __future__ import annotations
+
+from ..harness import Harness
+from ..model import fold
+from . import case, check
+from .core import _tour
+
+S = "run-42"
+
+
+@case("eventlog.append.expected_seq", "sequence")
+def _append(h: Harness) -> None:
+    first = h.spec.first_seq
+    for i in range(4):
+        out = h.do("log_append", stream=S, expected_seq=first - 1 + i, kind="msg.received", payload={"n": i})
+        check(out.value["seq"] == first + i, "eventlog.append.expected_seq", f"entry {i} stored at {out.value['seq']}", h)
+    other = h.do("log_append", stream="run-43", expected_seq=first - 1, kind="run.started")
+    check(other.value["seq"] == first, "eventlog.append.expected_seq", "streams share a sequence", h)
+
+
+@case("eventlog.append.conflict", "stale-and-future")
+def _conflict(h: Harness) -> None:
+    first = h.spec.first_seq
+    h.do("log_append", stream=S, expected_seq=first - 1, kind="a")
+    for exp in (first - 1, first + 5):
+        out = h.do("log_append", stream=S, expected_seq=exp, kind="b")
+        check(not out.ok and out.code == "concurrent_append", "eventlog.append.conflict", f"expected_seq {exp} answered {out.code or 'ok'}", h)
+    h.do("log_read", stream=S)
+
+
+@case("eventlog.read", "from-seq")
+def _read(h: Harness) -> None:
+    first = h.spec.first_seq
+    for i in range(5):
+        h.do("log_append", stream=S, expected_seq=first - 1 + i, kind=f"k{i}", payload={"i": i, "text": "é"})
+    for start in (None, first, first + 2, first + 9):
+        h.do("log_read", stream=S, from_seq=start)
+    h.do("log_read", stream="never-written")
+
+
+@case("eventlog.fold", "every-step")
+def _fold(h: Harness) -> None:
+    wid = h.create()
+    for _ in _tour(h, wid):
+        snap = h.raw("get", work_id=wid).value
+        ev = h.raw("events", work_id=wid).value
+        folded = fold(h.spec, ev)
+        for name, f in h.spec.work_fields.items():
+            if f.fold and f.compare != "none":
+                check(folded.get(name) == snap.get(name) or (f.compare == "presence" and (folded.get(name) is None) == (snap.get(name) is None)),
+                      "eventlog.fold", f"fold(events).{name} = {folded.get(name)!r}, snapshot {snap.get(name)!r}", h)
+
+
+@case("eventlog.event_data", "tour")
+def _data(h: Harness) -> None:
+    wid = h.create()
+    _tour(h, wid)
+    if h.claims("renew"):
+        h.drive(wid, "running")
+        h.do("renew", work_id=wid, token=h.token(wid))
+    h.do("cancel", work_id=wid)

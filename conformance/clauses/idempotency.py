@@ -1,0 +1,161 @@
+"""Clause tests of the idempotency (effect journal) profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ledgercheck.spec import Spec
+
+from ..harness import Harness
+from . import CaseFn, case, cases, check
+
+INPUTS = {
+    "flat": {"to": "ops@example.org", "subject": "report"},
+    "nested-unicode": {"b": [1, 2, {"z": "ünïcødé ✓", "a": None}], "a": {"y": 1.5, "x": True}},
+    "scalar": "plain text",
+    "empty": {},
+}
+
+
+def _begin(h: Harness, wid: str, step: str = "step-1", tool: str = "email.send", inp: object = None,
+           cls: str = "idempotent_with_key", token: str | None = None):
+    return h.do("effect_begin", work_id=wid, step_id=step, tool=tool, input=INPUTS["flat"] if inp is None else inp,
+                step_class=cls, token=token)
+
+
+@cases("idem.key.derivation")
+def _derivation(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for name, inp in INPUTS.items():
+        def fn(h: Harness, inp: object = inp) -> None:
+            wid = h.create()
+            out = _begin(h, wid, inp=inp)
+            r = out.value["receipt"]
+            check(r["key"] == h.spec.effect_key(work_id=wid, step_id="step-1", tool="email.send"), "idem.key.derivation",
+                  f"key {r['key']!r} is not sha256(canonical(work_id, step_id, tool))", h)
+            check(r["input_hash"] == h.spec.input_hash(inp), "idem.key.derivation", "input_hash is not sha256(canonical(input))", h)
+        yield name, fn
+
+    def key_order(h: Harness) -> None:
+        wid = h.create()
+        a = {"x": 1, "y": {"p": 1, "q": 2}}
+        b = {"y": {"q": 2, "p": 1}, "x": 1}
+        _begin(h, wid, inp=a)
+        out = _begin(h, wid, inp=b)
+        check(out.ok and out.value["created"] is False, "idem.key.derivation", "the same input with another key order was treated as different", h)
+    yield "key-order-independent", key_order
+
+
+@case("idem.begin", "twice")
+def _begin_twice(h: Harness) -> None:
+    wid = h.create()
+    first = _begin(h, wid).value
+    again = _begin(h, wid).value
+    check(first["created"] is True and again["created"] is False and again["receipt"]["state"] == "pending", "idem.begin",
+          f"begin twice gave created {first['created']}/{again['created']}", h)
+    check(len(h.do("effect_list", work_id=wid).value) == 1, "idem.begin", "two receipts for one step", h)
+
+
+@cases("idem.conflict")
+def _conflict(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def at_begin(h: Harness) -> None:
+        wid = h.create()
+        _begin(h, wid, inp={"amount": 10})
+        out = _begin(h, wid, inp={"amount": 11})
+        check(not out.ok and out.code == "idempotency_conflict", "idem.conflict", f"reuse with another input answered {out.code or 'ok'}", h)
+
+    def at_record(h: Harness) -> None:
+        wid = h.create()
+        r = _begin(h, wid, inp={"amount": 10}).value["receipt"]
+        out = h.do("effect_record", key=r["key"], input_hash=h.spec.input_hash({"amount": 11}), result={"ok": 1})
+        check(not out.ok and out.code == "idempotency_conflict", "idem.conflict", f"record with another input hash answered {out.code or 'ok'}", h)
+
+    yield "begin", at_begin
+    yield "record", at_record
+
+
+@case("idem.record", "then-lookup")
+def _record(h: Harness) -> None:
+    wid = h.create()
+    r = _begin(h, wid).value["receipt"]
+    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"message_id": "m-1"})
+    got = h.do("effect_lookup", key=r["key"]).value
+    check(got is not None and got["state"] == "completed" and got["result"] == {"message_id": "m-1"}, "idem.record", f"lookup gave {got!r:.80}", h)
+
+
+@case("idem.duplicate_returns_stored", "second-result-ignored")
+def _dup(h: Harness) -> None:
+    wid = h.create()
+    r = _begin(h, wid).value["receipt"]
+    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"message_id": "first"})
+    out = h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"message_id": "second"})
+    check(out.ok and out.value["result"] == {"message_id": "first"}, "idem.duplicate_returns_stored", f"second record gave {out.value!r:.80}", h)
+    again = _begin(h, wid).value
+    check(again["receipt"]["state"] == "completed" and again["receipt"]["result"] == {"message_id": "first"},
+          "idem.duplicate_returns_stored", "beginning a completed effect did not return the stored result", h)
+
+
+@case("idem.lookup_miss", "never-begun")
+def _miss(h: Harness) -> None:
+    out = h.do("effect_lookup", key="ab" * 32)
+    check(out.ok and out.value is None, "idem.lookup_miss", f"lookup of an unknown key gave {out.value!r:.60}", h)
+
+
+@cases("idem.receipt_states")
+def _states(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    states = spec.receipt_states
+    for a in states:
+        for b in states:
+            if a == b or a == "completed" and b == "completed":
+                continue
+
+            def fn(h: Harness, a: str = a, b: str = b) -> None:
+                wid = h.create()
+                r = _begin(h, wid).value["receipt"]
+                path = {"pending": [], "completed": ["completed"], "unknown": ["unknown"], "needs_inspection": ["needs_inspection"]}[a] \
+                    if a in ("pending", "completed", "unknown", "needs_inspection") else []
+                for step in path:
+                    if step == "completed":
+                        h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"ok": True})
+                    else:
+                        h.do("effect_mark", key=r["key"], state=step)
+                if b == "completed":
+                    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"ok": True})
+                else:
+                    h.do("effect_mark", key=r["key"], state=b)
+            yield f"{a}->{b}", fn
+
+
+@cases("idem.fenced")
+def _fenced(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def begin(h: Harness) -> None:
+        wid = h.create()
+        h.claim(wid)
+        out = _begin(h, wid, token="not-the-lease")
+        check(not out.ok and out.code == "stale_lease", "idem.fenced", f"begin with a stale token answered {out.code or 'ok'}", h)
+
+    def record(h: Harness) -> None:
+        wid = h.create()
+        old = h.claim(wid, owner="w-old")
+        r = _begin(h, wid, token=old).value["receipt"]
+        h.advance_to(h.lapse_time(wid))
+        h.do("expire")
+        h.do("requeue", work_id=wid)
+        h.claim(wid, owner="w-new")
+        out = h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"late": True}, token=old)
+        check(not out.ok and out.code == "stale_lease", "idem.fenced", f"record with the old holder's token answered {out.code or 'ok'}", h)
+
+    yield "begin", begin
+    yield "record-after-takeover", record
+
+
+@case("idem.retention", "within-window")
+def _retention(h: Harness) -> None:
+    wid = h.create()
+    r = _begin(h, wid).value["receipt"]
+    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"kept": True})
+    h.advance(max(0.0, h.spec.retention - 1.0))
+    for op in ("expire", "promote_due", "recover"):
+        if h.claims(op):
+            h.do(op)
+    got = h.do("effect_lookup", key=r["key"]).value
+    check(got is not None and got["result"] == {"kept": True}, "idem.retention", "a receipt vanished within the retention window", h)

@@ -1,0 +1,251 @@
+"""Clause tests of the lease profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ledgercheck.spec import Spec
+
+from ..clock import QUANTUM
+from ..harness import OWNER, Harness, NotApplicable
+from . import CaseFn, case, cases, check
+
+
+@cases("lease.acquire")
+def _acquire(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for src in spec.source_systems:
+        def fn(h: Harness, src: str = src) -> None:
+            wid = h.create(src)
+            t0 = h.now()
+            tok = h.claim(wid, owner="worker-A")
+            got = h.raw("get", work_id=wid).value
+            lt = h.spec.lease_for(src)
+            check(got["owner"] == "worker-A" and tok and got["lease_version"] == 1, "lease.acquire",
+                  f"claim gave owner {got['owner']!r} token {tok!r} version {got['lease_version']}", h)
+            if not h.wall:
+                check(got["lease_expires_at"] == t0 + lt.ttl, "lease.acquire", f"expires at {got['lease_expires_at']}, expected now + {lt.ttl:g}", h)
+        yield src, fn
+
+
+@case("lease.version.monotonic", "across-everything")
+def _monotonic(h: Harness) -> None:
+    wid = h.create()
+    versions = []
+    h.claim(wid)
+    versions.append(h.item(wid)["lease_version"])
+    if h.claims("set_waiting"):
+        h.drive(wid, next(iter(h.spec.waiting_statuses.values())))
+        h.do("resume", work_id=wid, owner="worker-2")
+        versions.append(h.item(wid)["lease_version"])
+    if h.claims("fail"):
+        h.drive(wid, "retry_scheduled")
+        h.drive(wid, "running")
+        versions.append(h.item(wid)["lease_version"])
+    h.drive(wid, "done")
+    h.do("requeue", work_id=wid)
+    h.claim(wid, owner="worker-3")
+    versions.append(h.item(wid)["lease_version"])
+    got = [v for v in versions]
+    check(all(b > a for a, b in zip(got, got[1:], strict=False)), "lease.version.monotonic", f"lease versions {got}", h)
+
+
+@cases("lease.renew.extends")
+def _extends(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    lt = spec.lease_default
+    for frac in (0.25, 0.5, 0.75):
+        def fn(h: Harness, frac: float = frac) -> None:
+            wid = h.create()
+            tok = h.claim(wid)
+            h.advance(round(lt.renew_interval * frac / QUANTUM) * QUANTUM or QUANTUM)
+            t = h.now()
+            out = h.do("renew", work_id=wid, token=tok)
+            if not h.wall:
+                check(out.value["lease_expires_at"] == t + lt.ttl, "lease.renew.extends", "renew did not set now + ttl", h)
+            check(out.value["status"] == "running", "lease.renew.extends", "renew changed the status", h)
+        yield f"at-{frac:g}-interval", fn
+
+
+@cases("lease.renew.conditions")
+def _conditions(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def wrong_token(h: Harness) -> None:
+        wid = h.create()
+        h.claim(wid)
+        out = h.do("renew", work_id=wid, token="forged-token")
+        check(not out.ok, "lease.renew.conditions", "renew with a forged token was accepted", h)
+
+    def while_waiting(h: Harness) -> None:
+        h.need("set_waiting")
+        wid = h.create()
+        tok = h.claim(wid)
+        h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval-17")
+        out = h.do("renew", work_id=wid, token=tok)
+        check(not out.ok, "lease.renew.conditions", "renew while waiting was accepted", h)
+
+    def after_close(h: Harness) -> None:
+        wid = h.create()
+        tok = h.claim(wid)
+        h.do("close_out", work_id=wid, token=tok, status="done")
+        out = h.do("renew", work_id=wid, token=tok)
+        check(not out.ok, "lease.renew.conditions", "renew after close-out was accepted", h)
+
+    yield "wrong-token", wrong_token
+    yield "while-waiting", while_waiting
+    yield "after-close-out", after_close
+
+
+@cases("lease.renew.grace")
+def _grace(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def within(h: Harness) -> None:
+        wid = h.create()
+        tok = h.claim(wid)
+        lt = h.spec.lease_for("manual")
+        h.advance_to(h.item(wid)["lease_expires_at"] + max(QUANTUM, round(lt.grace / 2 / QUANTUM) * QUANTUM))
+        out = h.do("renew", work_id=wid, token=tok)
+        check(out.ok, "lease.renew.grace", "renew within the grace window was refused", h)
+
+    def beyond(h: Harness) -> None:
+        wid = h.create()
+        tok = h.claim(wid)
+        h.advance_to(h.lapse_time(wid))
+        out = h.do("renew", work_id=wid, token=tok)
+        check(not out.ok, "lease.renew.grace", "renew after expiry + grace was accepted", h)
+
+    yield "within-grace", within
+    yield "beyond-grace", beyond
+
+
+@cases("lease.expiry.grace")
+def _expiry(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for src in spec.source_systems:
+        def fn(h: Harness, src: str = src) -> None:
+            wid = h.create(src)
+            h.claim(wid)
+            lt = h.spec.lease_for(src)
+            exp = h.item(wid)["lease_expires_at"]
+            for t in (exp, exp + lt.grace / 2, exp + lt.grace):
+                if h.wall and abs(t - (exp + lt.grace)) < h.wall_tolerance * 2:
+                    continue
+                h.advance_to(t)
+                h.do("expire")
+                check(h.item(wid)["status"] == "running", "lease.expiry.grace", f"expired at expiry + {t - exp:g}s, within grace {lt.grace:g}s", h)
+            h.advance_to(exp + lt.grace + QUANTUM)
+            h.do("expire")
+            check(h.item(wid)["status"] != "running", "lease.expiry.grace", "not expired after expiry + grace", h)
+        yield src, fn
+
+
+@case("lease.expiry.release", "clears-lease")
+def _release(h: Harness) -> None:
+    wid = h.create()
+    h.claim(wid)
+    h.advance_to(h.lapse_time(wid))
+    h.do("expire")
+    got = h.raw("get", work_id=wid).value
+    check(got["owner"] is None and got["lease_token"] is None and got["lease_expires_at"] is None, "lease.expiry.release",
+          f"expired work still has owner {got['owner']!r} token {got['lease_token']!r}", h)
+    types = [e["type"] for e in h.raw("events", work_id=wid).value]
+    check(h.spec.operations["expire"].event_for("timeout") in types, "lease.expiry.release", f"events {types}", h)
+
+
+def _guarded_writes(h: Harness, wid: str, tok: str) -> list[tuple[str, dict]]:
+    out = [("close_out", {"work_id": wid, "token": tok, "status": "done"})]
+    if h.claims("renew"):
+        out.append(("renew", {"work_id": wid, "token": tok}))
+    if h.claims("fail"):
+        out.append(("fail", {"work_id": wid, "token": tok, "error_class": next(iter(h.spec.error_classes))}))
+    if h.claims("set_waiting"):
+        out.append(("set_waiting", {"work_id": wid, "token": tok, "kind": next(iter(h.spec.waiting_statuses)), "ref": "stale-ref"}))
+    if h.claims("effect_begin"):
+        out.append(("effect_begin", {"work_id": wid, "step_id": "s1", "tool": "t", "input": {}, "step_class": "pure", "token": tok}))
+    return out
+
+
+@cases("lease.fencing")
+def _fencing(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for op in ("close_out", "renew", "fail", "set_waiting", "effect_begin"):
+        def fn(h: Harness, op: str = op) -> None:
+            h.need(op)
+            wid = h.create()
+            h.claim(wid)
+            for name, args in _guarded_writes(h, wid, "stale-" + (h.token(wid) or "x")):
+                if name == op:
+                    out = h.do(name, **args)
+                    check(not out.ok and out.code == "stale_lease", "lease.fencing", f"{op} with a forged token answered {out.code or 'ok'}", h)
+        yield op, fn
+
+
+@cases("lease.takeover")
+def _takeover(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for op in ("close_out", "renew", "fail", "set_waiting"):
+        def fn(h: Harness, op: str = op) -> None:
+            h.need(op)
+            wid = h.create()
+            old = h.claim(wid, owner="worker-old")
+            h.advance_to(h.lapse_time(wid))
+            h.do("expire")
+            h.do("requeue", work_id=wid, reason="taken over")
+            new = h.claim(wid, owner="worker-new")
+            check(new != old and h.item(wid)["lease_version"] == 2, "lease.takeover", "takeover did not issue a new lease", h)
+            for name, args in _guarded_writes(h, wid, old):
+                if name == op:
+                    out = h.do(name, **args)
+                    check(not out.ok, "lease.takeover", f"the old holder's {op} was accepted after takeover", h)
+            check(h.item(wid)["owner"] == "worker-new", "lease.takeover", "the new holder lost the item", h)
+        yield op, fn
+
+
+@case("lease.single_holder", "claim-twice")
+def _single(h: Harness) -> None:
+    wid = h.create()
+    h.claim(wid, owner="worker-A")
+    out = h.do("claim", owner="worker-B", work_id=wid)
+    check(not out.ok, "lease.single_holder", "a second owner claimed running work", h)
+    out = h.do("claim", owner="worker-B")
+    check(out.value is None, "lease.single_holder", "claim handed out leased work", h)
+
+
+@case("lease.single_holder", "concurrent-claims")
+def _concurrent(h: Harness) -> None:
+    """Two connections claim from one durable ledger at once; no item gets two owners."""
+    from .concurrency import concurrent_claims
+
+    concurrent_claims(h)
+
+
+@cases("lease.per_source")
+def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for src in spec.lease_by_source:
+        def fn(h: Harness, src: str = src) -> None:
+            wid = h.create(src)
+            t0 = h.now()
+            h.claim(wid)
+            lt = h.spec.lease_for(src)
+            if not h.wall:
+                check(h.item(wid)["lease_expires_at"] == t0 + lt.ttl, "lease.per_source", "ttl override ignored", h)
+            h.advance_to(h.item(wid)["lease_expires_at"] + lt.grace)
+            h.do("expire")
+            check(h.item(wid)["status"] == "running", "lease.per_source", "expired within the override's grace", h)
+            h.advance(QUANTUM)
+            h.do("expire")
+            check(h.item(wid)["status"] != "running", "lease.per_source", "the override's grace was not applied", h)
+        yield src, fn
+    if not spec.lease_by_source:
+        def none(h: Harness) -> None:
+            raise NotApplicable("the contract defines no per-source lease overrides")
+        yield "none", none
+
+
+@case("lease.active_pointer", "derived")
+def _active(h: Harness) -> None:
+    a, b, c = h.create(), h.create(), h.create()
+    h.claim(a)
+    tok_b = h.claim(b)
+    h.do("active")
+    h.do("close_out", work_id=b, token=tok_b, status="done")
+    h.do("active")
+    h.claim(c)
+    h.advance_to(h.lapse_time(a))
+    h.do("active")
+    got = h.raw("active", now=h.now()).value
+    check(a not in got and b not in got, "lease.active_pointer", f"active view {got}", h)
+    _ = OWNER

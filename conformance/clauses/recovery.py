@@ -1,0 +1,147 @@
+"""Clause tests of the recovery profile (scanner decisions; crash windows come from chaos)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ledgercheck.spec import Spec
+
+from ..harness import Harness, NotApplicable
+from . import CaseFn, case, cases, check
+
+
+def _stale_with(h: Harness, journal: str, cls: str | None) -> str:
+    """A running item whose journal shows ``journal`` (none/pending/completed), then lapsed."""
+    wid = h.create()
+    tok = h.claim(wid)
+    if journal in ("pending", "completed"):
+        r = h.do("effect_begin", work_id=wid, step_id="s1", tool="tool.x", input={"n": 1}, step_class=cls, token=tok).value["receipt"]
+        if journal == "completed":
+            h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"done": True}, token=tok)
+    h.advance_to(h.lapse_time(wid))
+    return wid
+
+
+def _victim(h: Harness, wid: str) -> dict:
+    out = h.do("recover")
+    mine = [v for v in out.value if v["work_id"] == wid]
+    check(len(mine) == 1, "recovery.scan", f"stale {wid} reported {len(mine)} times", h)
+    return mine[0]
+
+
+@cases("recovery.scan")
+def _scan(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def lapsed(h: Harness) -> None:
+        _victim(h, _stale_with(h, "none", None))
+
+    def live_untouched(h: Harness) -> None:
+        wid = h.create()
+        h.claim(wid)
+        out = h.do("recover")
+        check(all(v["work_id"] != wid for v in out.value), "recovery.scan", "live work was recovered", h)
+
+    def marked_by_monitor(h: Harness) -> None:
+        wid = _stale_with(h, "none", None)
+        h.do("expire")
+        _victim(h, wid)
+
+    def only_once(h: Harness) -> None:
+        wid = _stale_with(h, "none", None)
+        _victim(h, wid)
+        again = h.do("recover").value
+        check(all(v["work_id"] != wid for v in again), "recovery.scan", "recovered work was reported again", h)
+
+    yield "lapsed-lease", lapsed
+    yield "live-lease", live_untouched
+    yield "after-monitor-timeout", marked_by_monitor
+    yield "once", only_once
+
+
+@cases("recovery.matrix")
+def _matrix(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for cls in spec.step_classes:
+        for journal in ("pending", "completed"):
+            def fn(h: Harness, cls: str = cls, journal: str = journal) -> None:
+                wid = _stale_with(h, journal, cls)
+                v = _victim(h, wid)
+                want = h.spec.scanner_decision([("pending", cls)] if journal == "pending" else [], journal == "completed")
+                check(v["decision"] == want, "recovery.matrix", f"{cls} with a {journal} receipt: decision {v['decision']!r}, matrix says {want!r}", h)
+            yield f"{cls}-{journal}", fn
+
+    def empty(h: Harness) -> None:
+        wid = _stale_with(h, "none", None)
+        v = _victim(h, wid)
+        check(v["decision"] == h.spec.scanner["none"], "recovery.matrix", f"empty journal: decision {v['decision']!r}", h)
+    yield "empty-journal", empty
+
+
+def _quarantine_class(spec: Spec) -> str:
+    for cls in spec.step_classes:
+        if spec.receipt_decision("pending", cls) == "quarantine":
+            return cls
+    raise NotApplicable("no step class is quarantined by the matrix")
+
+
+@case("recovery.quarantine.visible", "until-operator")
+def _quarantine(h: Harness) -> None:
+    wid = _stale_with(h, "pending", _quarantine_class(h.spec))
+    _victim(h, wid)
+    listed = [w["work_id"] for w in h.do("list", quarantined=True).value]
+    check(wid in listed, "recovery.quarantine.visible", "quarantined work is not listed as quarantined", h)
+    out = h.do("claim", owner="worker-2")
+    check(out.value is None, "recovery.quarantine.visible", "quarantined work was picked up again", h)
+    h.advance(3600.0)
+    h.do("recover")
+    h.do("expire")
+    h.do("requeue", work_id=wid, reason="operator reviewed")
+    check(not h.item(wid)["quarantined"], "recovery.quarantine.visible", "requeue did not release quarantine", h)
+
+
+@cases("recovery.receipt_marking")
+def _marking(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for cls in spec.step_classes:
+        dec = spec.receipt_decision("pending", cls)
+        state = spec.decisions[dec].get("receipt_state")
+        if not state:
+            continue
+        def fn(h: Harness, cls: str = cls, state: str = state) -> None:
+            wid = _stale_with(h, "pending", cls)
+            _victim(h, wid)
+            rec = h.do("effect_list", work_id=wid).value
+            check(h.model.check_receipts(wid, rec) == [] and rec and rec[0]["state"] == state, "recovery.receipt_marking",
+                  f"{cls}: receipt is {rec[0]['state'] if rec else None!r}, expected {state!r}", h)
+        yield cls, fn
+
+
+@case("recovery.waiting_untouched", "old-wait")
+def _waiting(h: Harness) -> None:
+    h.need("set_waiting")
+    wid = h.create()
+    tok = h.claim(wid)
+    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=86400.0)
+    h.advance(40000.0)
+    out = h.do("recover")
+    check(all(v["work_id"] != wid for v in out.value), "recovery.waiting_untouched", "recovery took waiting work", h)
+
+
+@case("recovery.attempts_exhausted", "crash-loop")
+def _exhausted(h: Harness) -> None:
+    wid = h.create(retry_policy={"max_attempts": 2})
+    for attempt in (1, 2):
+        h.claim(wid)
+        h.advance_to(h.lapse_time(wid))
+        v = _victim(h, wid)
+        if attempt < 2:
+            check(v["decision"] != "quarantine", "recovery.attempts_exhausted", "quarantined with attempts left", h)
+    check(v["decision"] == "quarantine" and h.item(wid)["quarantined"], "recovery.attempts_exhausted",
+          f"a stale item at its last attempt got {v['decision']!r}", h)
+
+
+@case("recovery.marker_kept", "pending-until-classified")
+def _marker(h: Harness) -> None:
+    wid = _stale_with(h, "pending", "non_idempotent_with_lookup")
+    rec = h.do("effect_list", work_id=wid).value
+    check(bool(rec) and rec[0]["state"] == "pending", "recovery.marker_kept", "the in-flight marker vanished before recovery", h)
+    _victim(h, wid)
+    rec = h.do("effect_list", work_id=wid).value
+    check(bool(rec) and rec[0]["state"] != "completed", "recovery.marker_kept", "recovery marked an unknown effect completed", h)

@@ -1,0 +1,266 @@
+"""Clause tests of the waiting and retry profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ledgercheck.spec import Spec
+
+from ..clock import QUANTUM
+from ..harness import Harness, NotApplicable
+from . import CaseFn, case, cases, check
+
+
+def _running(h: Harness, src: str = "manual") -> tuple[str, str]:
+    wid = h.create(src)
+    return wid, h.claim(wid)
+
+
+# ---------------------------------------------------------------- waiting
+@cases("waiting.requires_ref")
+def _requires(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    kind = next(iter(spec.waiting_statuses))
+    bad = {"missing-ref": {"kind": kind}, "empty-ref": {"kind": kind, "ref": ""}, "blank-ref": {"kind": kind, "ref": "   "},
+           "unknown-kind": {"kind": "coffee", "ref": "r1"}, "terminal-kind": {"kind": "done", "ref": "r1"}}
+    for name, over in bad.items():
+        def fn(h: Harness, over: dict = over) -> None:
+            wid, tok = _running(h)
+            out = h.do("set_waiting", work_id=wid, token=tok, **over)
+            check(not out.ok and h.item(wid)["status"] == "running", "waiting.requires_ref", f"set_waiting with {over} was accepted", h)
+        yield name, fn
+
+
+@cases("waiting.deadline")
+def _deadline(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for kind in spec.waiting_statuses:
+        for src in spec.source_systems:
+            def default(h: Harness, kind: str = kind, src: str = src) -> None:
+                wid, tok = _running(h, src)
+                t = h.now()
+                out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref=f"{kind}-ref")
+                budget = h.spec.waiting_timeout(kind, src)
+                if not h.wall:
+                    check(out.value["waiting_deadline"] == t + budget, "waiting.deadline", f"deadline {out.value['waiting_deadline']} != now + {budget:g}", h)
+            yield f"{kind}-{src}-default", default
+        def explicit(h: Harness, kind: str = kind) -> None:
+            wid, tok = _running(h)
+            t = h.now()
+            out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=90.0)
+            if not h.wall:
+                check(out.value["waiting_deadline"] == t + 90.0, "waiting.deadline", "explicit timeout ignored", h)
+        yield f"{kind}-explicit", explicit
+
+
+@case("waiting.releases_lease", "token-dead")
+def _releases(h: Harness) -> None:
+    wid, tok = _running(h)
+    out = h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="callback-9")
+    check(out.value["owner"] is None and out.value["lease_token"] is None, "waiting.releases_lease", "waiting work still holds a lease", h)
+    for op, args in (("renew", {"work_id": wid, "token": tok}),
+                     ("close_out", {"work_id": wid, "token": tok, "status": "done"})):
+        if h.claims(op):
+            o = h.do(op, **args)
+            check(not o.ok, "waiting.releases_lease", f"the released token could still {op}", h)
+
+
+@cases("waiting.resume")
+def _resume(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for kind in spec.waiting_statuses:
+        def fn(h: Harness, kind: str = kind) -> None:
+            wid, tok = _running(h)
+            h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="reply-1")
+            h.advance(60.0)
+            out = h.do("resume", work_id=wid, owner="worker-2")
+            got = out.value
+            check(got["status"] == "running" and got["lease_token"] not in (None, tok) and got["lease_version"] == 2,
+                  "waiting.resume", f"resume gave {got['status']} token-changed={got['lease_token'] != tok} version {got['lease_version']}", h)
+            h.do("renew", work_id=wid, token=got["lease_token"]) if h.claims("renew") else None
+        yield kind, fn
+
+
+@cases("waiting.timeout")
+def _timeout(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for kind in spec.waiting_statuses:
+        def fn(h: Harness, kind: str = kind) -> None:
+            wid, tok = _running(h)
+            h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=600.0)
+            dl = h.item(wid)["waiting_deadline"]
+            h.advance_to(dl - 1.0)
+            h.do("expire")
+            if not h.wall:
+                h.advance_to(dl)
+                h.do("expire")
+            check(h.item(wid)["status"] != "timeout", "waiting.timeout", "waiting work timed out at or before its deadline", h)
+            h.advance_to(dl + QUANTUM)
+            h.do("expire")
+            check(h.item(wid)["status"] == "timeout", "waiting.timeout", "waiting work past its deadline was not timed out", h)
+        yield kind, fn
+
+
+@case("waiting.not_stale", "old-but-within-deadline")
+def _not_stale(h: Harness) -> None:
+    wid, tok = _running(h)
+    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=86400.0)
+    lt = h.spec.lease_for("manual")
+    for _ in range(4):
+        h.advance((lt.ttl + lt.grace) * 3)
+        h.do("expire")
+        if h.claims("recover"):
+            h.do("recover")
+        h.do("promote_due") if h.claims("promote_due") else None
+    check(h.item(wid)["status"] in h.spec.waiting_statuses.values(), "waiting.not_stale", "old waiting work was treated as stale", h)
+
+
+@cases("waiting.cancel")
+def _cancel(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for kind, status in spec.waiting_statuses.items():
+        def fn(h: Harness, kind: str = kind, status: str = status) -> None:
+            wid, tok = _running(h)
+            h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r")
+            out = h.do("cancel", work_id=wid)
+            check(out.ok and out.value["status"] == "cancelled" and out.value["waiting_ref"] is None, "waiting.cancel",
+                  f"cancel of {status} gave {out.value!r:.80}", h)
+        yield kind, fn
+
+
+# ---------------------------------------------------------------- retry
+def _retryable(spec: Spec) -> str:
+    return next(c for c, r in spec.error_classes.items() if r)
+
+
+@case("retry.schedule", "first-failure")
+def _schedule(h: Harness) -> None:
+    wid, tok = _running(h)
+    out = h.do("fail", work_id=wid, token=tok, error_class=_retryable(h.spec), message="503 from upstream")
+    check(out.value["status"] == "retry_scheduled" and out.value["lease_token"] is None, "retry.schedule",
+          f"retryable failure gave {out.value['status']} token {out.value['lease_token']!r}", h)
+
+
+def _fail_at_attempts(h: Harness, policy: dict | None, n: int) -> list[tuple[float, float]]:
+    """Fail with a retryable error at attempts 1..n; return (now, next_retry_at) per retry."""
+    wid = h.create(retry_policy=policy) if policy else h.create()
+    out: list[tuple[float, float]] = []
+    for _ in range(n):
+        tok = h.claim(wid)
+        t = h.now()
+        o = h.do("fail", work_id=wid, token=tok, error_class=_retryable(h.spec))
+        if o.value["status"] != "retry_scheduled":
+            break
+        out.append((t, o.value["next_retry_at"]))
+        h.advance_to(o.value["next_retry_at"])
+        h.do("promote_due")
+    return out
+
+
+@cases("retry.bounds")
+def _bounds(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for mode in spec.jitter_modes:
+        def fn(h: Harness, mode: str = mode) -> None:
+            pol = {"jitter": mode, "max_attempts": 6, "initial_backoff": 4.0, "multiplier": 2.0, "max_backoff": 40.0}
+            policy = h.spec.retry_default.merged(pol)
+            for sample in range(4 if mode != "none" else 1):
+                got = _fail_at_attempts(h, pol, policy.max_attempts)
+                check(len(got) == policy.max_attempts - 1, "retry.bounds", f"{len(got)} retries scheduled for {policy.max_attempts} attempts", h)
+                for n, (t, nra) in enumerate(got, start=1):
+                    lo, hi = h.spec.backoff_range(policy, n)
+                    tol = h.wall_tolerance if h.wall else 0.0
+                    check(t + lo - tol <= nra <= t + hi + tol, "retry.bounds",
+                          f"sample {sample}: retry after attempt {n} due in {nra - t:g}s, outside [{lo:g}, {hi:g}]", h)
+        yield mode, fn
+    def default(h: Harness) -> None:
+        policy = h.spec.retry_default
+        got = _fail_at_attempts(h, None, policy.max_attempts)
+        for n, (t, nra) in enumerate(got, start=1):
+            lo, hi = h.spec.backoff_range(policy, n)
+            check(t + lo <= nra <= t + hi, "retry.bounds", f"default policy: retry {n} due in {nra - t:g}s, outside [{lo:g}, {hi:g}]", h)
+    yield "default-policy", default
+
+
+@case("retry.cap", "many-attempts")
+def _cap(h: Harness) -> None:
+    pol = {"max_attempts": 12, "initial_backoff": 1.0, "multiplier": 3.0, "max_backoff": 30.0, "jitter": "none"}
+    got = _fail_at_attempts(h, pol, 12)
+    worst = max(nra - t for t, nra in got)
+    check(worst <= 30.0 + (h.wall_tolerance if h.wall else 0.0), "retry.cap", f"a retry was delayed {worst:g}s, above max_backoff 30s", h)
+
+
+@cases("retry.non_retryable")
+def _non_retryable(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for cls, retryable in spec.error_classes.items():
+        if retryable:
+            continue
+        def fn(h: Harness, cls: str = cls) -> None:
+            wid, tok = _running(h)
+            out = h.do("fail", work_id=wid, token=tok, error_class=cls)
+            check(out.value["status"] == "failed", "retry.non_retryable", f"{cls} gave {out.value['status']}", h)
+        yield cls, fn
+
+
+@cases("retry.exhausted")
+def _exhausted(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for n in sorted({1, 2, spec.retry_default.max_attempts}):
+        def fn(h: Harness, n: int = n) -> None:
+            pol = {"max_attempts": n} if n != h.spec.retry_default.max_attempts else None
+            got = _fail_at_attempts(h, pol, n + 1)
+            check(len(got) == n - 1, "retry.exhausted", f"max_attempts {n}: {len(got)} retries were scheduled, expected {n - 1}", h)
+        yield f"max-{n}", fn
+
+
+@case("retry.promote", "not-before-due")
+def _promote(h: Harness) -> None:
+    wid, tok = _running(h)
+    out = h.do("fail", work_id=wid, token=tok, error_class=_retryable(h.spec))
+    due = out.value["next_retry_at"]
+    if due - h.now() > 2 * QUANTUM:
+        h.advance_to(due - QUANTUM)
+        h.do("promote_due")
+        check(h.item(wid)["status"] == "retry_scheduled", "retry.promote", "promoted before next_retry_at", h)
+    h.advance_to(due)
+    h.do("promote_due")
+    check(h.item(wid)["status"] == "queued", "retry.promote", "not promoted at next_retry_at", h)
+
+
+@case("retry.unknown_class", "refused")
+def _unknown(h: Harness) -> None:
+    wid, tok = _running(h)
+    out = h.do("fail", work_id=wid, token=tok, error_class="gremlins")
+    check(not out.ok and out.code == "invalid_argument", "retry.unknown_class", f"unknown class answered {out.code or 'ok'}", h)
+
+
+@cases("retry.policy_override")
+def _override(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    def one_attempt(h: Harness) -> None:
+        got = _fail_at_attempts(h, {"max_attempts": 1}, 2)
+        check(not got, "retry.policy_override", "max_attempts 1 still scheduled a retry", h)
+
+    def exact_delay(h: Harness) -> None:
+        got = _fail_at_attempts(h, {"initial_backoff": 10.0, "jitter": "none"}, 1)
+        check(bool(got) and (h.wall or got[0][1] - got[0][0] == 10.0), "retry.policy_override", f"delay {got!r}", h)
+
+    def bad_policy(h: Harness) -> None:
+        out = h.do("create", source_system="manual", source_id="p", retry_policy={"max_attempts": 0})
+        check(not out.ok, "retry.policy_override", "a retry policy with max_attempts 0 was accepted", h)
+
+    yield "max-attempts-1", one_attempt
+    yield "fixed-delay", exact_delay
+    yield "invalid-policy", bad_policy
+
+
+@case("retry.execution_timeout", "renewed-but-too-long")
+def _exec_timeout(h: Harness) -> None:
+    h.need("renew")
+    limit = h.spec.phase_timeout("execution")
+    if limit is None:
+        raise NotApplicable("the contract has no execution phase timeout")
+    wid, tok = _running(h)
+    lt = h.spec.lease_for("manual")
+    start = h.now()
+    while h.now() + lt.renew_interval - start < limit:
+        h.advance(lt.renew_interval)
+        h.do("renew", work_id=wid, token=tok)
+        h.do("expire")
+        check(h.item(wid)["status"] == "running", "retry.execution_timeout", "expired before the execution budget ran out", h)
+    h.advance_to(start + limit + QUANTUM)
+    h.do("renew", work_id=wid, token=tok)
+    h.do("expire")
+    check(h.item(wid)["status"] == "timeout", "retry.execution_timeout", "a stint past the execution budget kept running", h)

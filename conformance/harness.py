@@ -1,0 +1,326 @@
+"""The harness: one adapter, the model, a clock, and the bookkeeping clause tests share.
+
+Every operation a test performs goes through :meth:`Harness.do`: the model says what the
+contract expects, the adapter answers, the model checks the answer and every item the
+operation touched is read back (snapshot, events, and the fold when the adapter claims the
+event-log profile) and compared.  Any divergence raises :class:`ClauseFailure` naming the
+clause; an adapter that misbehaves at the protocol level (timeout, crash, garbage, an
+indefinite error) raises :class:`AdapterFailure`, which the plugin reports as an error, never
+as a pass or a clause failure.
+
+Each call is also recorded as a step of a language-neutral trace (see ``trace.py``), with work
+ids, lease tokens and effect keys replaced by symbolic references, so any failure can be
+replayed against any adapter without hypothesis.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from ledgercheck.spec import Spec
+
+from .client import Client
+from .clock import QUANTUM, VIRTUAL_EPOCH, InjectedClock, WallClock, plain
+from .model import Model, Outcome, Refuse, Violation
+
+OWNER = "worker-1"
+
+
+class ClauseFailure(AssertionError):
+    """The implementation broke one or more clauses."""
+
+    def __init__(self, violations: Iterable[Violation], context: str = "") -> None:
+        self.violations = list(violations)
+        self.context = context
+        lines = [str(v) for v in self.violations]
+        super().__init__((context + "\n" if context else "") + "\n".join(lines))
+
+    @property
+    def clauses(self) -> list[str]:
+        return sorted({v.clause for v in self.violations})
+
+
+class AdapterFailure(Exception):
+    """The adapter failed at the protocol level (indefinite error): an error, not a verdict."""
+
+    def __init__(self, op: str, outcome: Outcome) -> None:
+        self.op = op
+        self.outcome = outcome
+        super().__init__(f"adapter error during {op}: {outcome.code}: {outcome.message}")
+
+
+class NotApplicable(Exception):
+    """The scenario needs an operation of a profile the adapter does not claim."""
+
+
+class Harness:
+    def __init__(self, client: Client, spec: Spec, profiles: Iterable[str], *, contract_doc: dict[str, Any] | None = None,
+                 timeout_scale: float = 1.0, wall_scale: float = 0.01, wall_tolerance: float = 0.05,
+                 record: bool = True) -> None:
+        self.client = client
+        self.spec = spec
+        self.profiles = set(profiles)
+        self.contract_doc = contract_doc if contract_doc is not None else plain(spec.document)
+        self.timeout_scale = timeout_scale
+        self.wall = client.clock == "wall"
+        self.wall_scale = wall_scale
+        self.wall_tolerance = wall_tolerance
+        self.record = record
+        self.model = Model(spec, self.profiles, tolerance=wall_tolerance if self.wall else 0.0)
+        self.clock: InjectedClock | WallClock = WallClock(wall_scale, wall_tolerance) if self.wall else InjectedClock()
+        self.trace: list[dict[str, Any]] = []
+        self.epoch = self.clock.now()
+        self.recent: deque[str] = deque(maxlen=12)
+
+    # ------------------------------------------------------------------ lifecycle
+    def fresh(self) -> None:
+        """A fresh, isolated ledger, a fresh model and a fresh clock."""
+        config: dict[str, Any] = {"contract": self.contract_doc}
+        if self.wall:
+            config["timeout_scale"] = self.wall_scale
+        out = self.client.reset(config)
+        if not out.ok:
+            raise AdapterFailure("reset", out)
+        self.model = Model(self.spec, self.profiles, tolerance=self.wall_tolerance if self.wall else 0.0)
+        self.clock = WallClock(self.wall_scale, self.wall_tolerance) if self.wall else InjectedClock(VIRTUAL_EPOCH)
+        self.epoch = self.clock.now()
+        self.trace = []
+        self.recent.clear()
+
+    def claims(self, op: str) -> bool:
+        prof = self.spec.operations[op].profile
+        return prof is None or prof in self.profiles
+
+    def need(self, *ops: str) -> None:
+        for op in ops:
+            if not self.claims(op):
+                raise NotApplicable(f"needs {op}, an operation of profile {self.spec.operations[op].profile!r}, which the adapter does not claim")
+
+    # ------------------------------------------------------------------ time
+    def now(self) -> float:
+        return self.clock.now()
+
+    def advance(self, seconds: float) -> float:
+        return self.clock.advance(seconds)
+
+    def advance_to(self, t: float) -> float:
+        if t > self.clock.now():
+            self.clock.set(t)
+        return self.clock.now()
+
+    # ------------------------------------------------------------------ calls
+    def raw(self, op: str, **args: Any) -> Outcome:
+        """Call the adapter without the model (for reads the model need not see)."""
+        out = self.client.call(op, **args)
+        if not out.ok and not out.definite:
+            raise AdapterFailure(op, out)
+        return out
+
+    def do(self, op: str, **args: Any) -> Outcome:
+        """Perform an operation, check it against the model, read back what it touched."""
+        self.need(op)
+        if "now" in self.spec.operations[op].args and args.get("now") is None:
+            args["now"] = self.clock.now()
+        if self.record:
+            self.trace.append({"op": op, "args": self.symbolize(args)})
+        self.recent.append(f"{op}({_short(args)})")
+        exp = self.model.expect(op, args)
+        out = self.client.call(op, **args)
+        if not out.ok and not out.definite:
+            raise AdapterFailure(op, out)
+        found = self.model.settle(op, exp, out)
+        if found:
+            raise ClauseFailure(found, self.context())
+        if isinstance(exp, Refuse) or not out.ok:
+            # refused: nothing may have changed
+            wid = args.get("work_id")
+            if isinstance(wid, str) and wid in self.model.items:
+                self.verify(wid, blame=exp.clause)
+        else:
+            self.verify(*sorted(self.model.touched))
+        return out
+
+    def context(self) -> str:
+        return "after: " + " -> ".join(self.recent)
+
+    def verify(self, *wids: str, blame: str | None = None) -> None:
+        """Read each item back and compare snapshot, events and (eventlog) fold with the model."""
+        found: list[Violation] = []
+        for wid in wids:
+            got = self.raw("get", work_id=wid)
+            if not got.ok:
+                found.append(Violation("core.not_found", f"get({wid}) failed with {got.code}: {got.message}"))
+                continue
+            found += self.model.check_work(got.value, wid, blame)
+            ev = self.raw("events", work_id=wid)
+            if not ev.ok:
+                found.append(Violation("core.event.append_only", f"events({wid}) failed with {ev.code}: {ev.message}"))
+                continue
+            found += self.model.check_events(wid, ev.value)
+            if "eventlog" in self.profiles:
+                found += self.model.check_fold(got.value, ev.value)
+        if found:
+            raise ClauseFailure(found, self.context())
+
+    def verify_all(self) -> None:
+        self.do("list")
+        self.verify(*self.model.items)
+
+    # ------------------------------------------------------------------ symbolic trace
+    def symbolize(self, args: dict[str, Any]) -> dict[str, Any]:
+        m = self.model
+        index = {wid: i for wid, i in m.order.items()}
+        out: dict[str, Any] = {}
+        for k, v in args.items():
+            if k == "now" and isinstance(v, int | float):
+                out[k] = {"$t": round(v - self.epoch, 6)}
+            elif k == "work_id" and isinstance(v, str) and v in index:
+                out[k] = {"$item": index[v]}
+            elif k == "token" and isinstance(v, str):
+                ref = None
+                for wid, toks in m.tokens.items():
+                    if v in toks:
+                        ref = {"$token": [index[wid], toks.index(v)]}
+                        break
+                out[k] = ref if ref is not None else v
+            elif k == "key" and isinstance(v, str) and v in m.receipts:
+                r = m.receipts[v]
+                out[k] = {"$key": [index.get(r["work_id"], -1), r["step_id"], r["tool"]]}
+            else:
+                out[k] = v
+        return out
+
+    # ------------------------------------------------------------------ conveniences
+    def item(self, wid: str) -> dict[str, Any]:
+        return self.model.items[wid]
+
+    def create(self, source_system: str = "manual", source_id: str | None = None, **kw: Any) -> str:
+        n = len(self.model.items)
+        if source_system in self.spec.run_id_required_for and "source_run_id" not in kw:
+            kw["source_run_id"] = f"run-{n}"
+        out = self.do("create", source_system=source_system, source_id=source_id or f"unit-{n}", **kw)
+        return out.value["work"]["work_id"]
+
+    def token(self, wid: str) -> str | None:
+        return self.model.items[wid]["lease_token"]
+
+    def claim(self, wid: str, owner: str = OWNER) -> str:
+        out = self.do("claim", owner=owner, work_id=wid)
+        if out.value is None or out.value.get("work_id") != wid:
+            raise ClauseFailure([Violation("core.transition.allowed", f"claim of {wid} returned {out.value!r:.80}")], self.context())
+        return out.value["lease_token"]
+
+    # ------------------------------------------------------------------ driving items along the table
+    def path_to(self, src: str, dst: str) -> list[tuple[str, str, str]]:
+        """Shortest path of (from, to, op) edges using operations of claimed profiles."""
+        if src == dst:
+            return []
+        frontier = [(src, [])]
+        seen = {src}
+        while frontier:
+            nxt = []
+            for status, path in frontier:
+                for t in self.spec.transitions:
+                    if t.src != status or t.dst in seen:
+                        continue
+                    op = next((o for o in t.ops if self.claims(o) and o in DRIVERS and not (t.guard and not self.claims("cancel"))), None)
+                    if op is None:
+                        continue
+                    p = path + [(t.src, t.dst, op)]
+                    if t.dst == dst:
+                        return p
+                    seen.add(t.dst)
+                    nxt.append((t.dst, p))
+            frontier = nxt
+        raise NotApplicable(f"no way from {src} to {dst} with the operations of the claimed profiles")
+
+    def drive(self, wid: str, status: str) -> None:
+        for src, dst, op in self.path_to(self.item(wid)["status"], status):
+            self.perform(wid, src, dst, op)
+
+    def perform(self, wid: str, src: str, dst: str, op: str) -> Outcome:
+        """Move ``wid`` along the edge src -> dst with ``op`` (preparing guards and time)."""
+        it = self.item(wid)
+        if it["status"] != src:
+            raise RuntimeError(f"{wid} is {it['status']}, not {src}")
+        out = DRIVERS[op](self, wid, src, dst)
+        if self.item(wid)["status"] != dst:
+            raise ClauseFailure([Violation("core.transition.allowed", f"{op} was expected to move {wid} {src} -> {dst}; it is {self.item(wid)['status']}")], self.context())
+        return out
+
+    def lapse_time(self, wid: str) -> float:
+        it = self.item(wid)
+        return it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace + QUANTUM
+
+
+def _short(args: dict[str, Any]) -> str:
+    parts = []
+    for k, v in args.items():
+        if k == "now":
+            continue
+        s = repr(v)
+        parts.append(f"{k}={s if len(s) <= 14 else s[:11] + '...'}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------- edge drivers
+def _claim(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    return h.do("claim", owner=OWNER, work_id=wid)
+
+
+def _resume(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    return h.do("resume", work_id=wid, owner=OWNER)
+
+
+def _set_waiting(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    kind = h.spec.statuses[dst].waiting_kind
+    return h.do("set_waiting", work_id=wid, token=h.token(wid), kind=kind, ref=f"ref-{kind}-{h.model.order[wid]}")
+
+
+def _close_out(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    edge = h.spec.edge(src, dst)
+    if edge is not None and edge.guard == "cancel_requested" and not h.item(wid)["cancel_requested"]:
+        h.do("cancel", work_id=wid)
+    return h.do("close_out", work_id=wid, token=h.token(wid), status=dst, result={"closed_as": dst})
+
+
+def _fail(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    retry = not h.spec.terminal(dst)
+    cls = next(c for c, r in h.spec.error_classes.items() if r == retry)
+    return h.do("fail", work_id=wid, token=h.token(wid), error_class=cls)
+
+
+def _expire(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    it = h.item(wid)
+    if h.spec.statuses[src].leased:
+        h.advance_to(h.lapse_time(wid))
+    elif it["waiting_deadline"] is not None:
+        h.advance_to(it["waiting_deadline"] + QUANTUM)
+    return h.do("expire")
+
+
+def _promote(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    h.advance_to(h.item(wid)["next_retry_at"])
+    return h.do("promote_due")
+
+
+def _recover(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    if h.spec.statuses[src].leased:
+        h.advance_to(h.lapse_time(wid))
+    return h.do("recover")
+
+
+def _cancel(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    return h.do("cancel", work_id=wid)
+
+
+def _requeue(h: Harness, wid: str, src: str, dst: str) -> Outcome:
+    return h.do("requeue", work_id=wid)
+
+
+DRIVERS = {
+    "claim": _claim, "resume": _resume, "set_waiting": _set_waiting, "close_out": _close_out, "fail": _fail,
+    "expire": _expire, "promote_due": _promote, "recover": _recover, "cancel": _cancel, "requeue": _requeue,
+}

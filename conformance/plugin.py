@@ -1,0 +1,368 @@
+"""The ledgercheck pytest plugin: the conformance suite against any adapter.
+
+Activated by ``--ledger-adapter ADDRESS``; without it the plugin does nothing.  Tests are
+generated from the contract, not collected from files: one item per clause case
+(``ledgercheck::<profile>::<clause>[<param>]``) plus the stateful model-based tests
+(``ledgercheck::stateful::<name>``).  Each item carries its clause id as a marker, in its node
+id and in its report's user properties, so CI output names the broken clause.
+
+Capability handling: clauses of profiles the adapter does not claim are skipped as "not
+claimed" (never passed, never failed); a clause the adapter declares as a known bug becomes a
+strict expected failure; an adapter failure (timeout, crash, garbage) is an error; a clause
+with no test is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ledgercheck.spec import Spec, SpecError, load_spec
+
+from .clauses import ClauseCase, NoCheck, all_cases
+from .client import AdapterError, Client, connect
+from .clock import plain, scaled_document, scaled_spec
+from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable
+
+STATEFUL = ("lifecycle", "messaging")
+MESSAGING_PROFILES = {"inbox", "outbox", "eventlog"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("ledgercheck", "work-ledger conformance (ledgercheck)")
+    g.addoption("--ledger-adapter", metavar="ADDRESS", help="adapter to test: reference, python:MODULE:FACTORY, exec:COMMAND, or an installed name")
+    g.addoption("--ledger-spec", metavar="FILE", action="append", default=[], help="contract file (repeat for overlays); default: the shipped contract")
+    g.addoption("--ledger-profile", metavar="NAMES", default=None, help="comma-separated profiles to test (default: all the adapter claims)")
+    g.addoption("--ledger-only", action="store_true", help="run only the ledger suite, deselect other collected tests")
+    g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=["ci", "dev", "thorough"], help="stateful test budget (ci, dev, thorough)")
+    g.addoption("--ledger-stateful-only", action="store_true", help="run only the stateful model-based tests")
+    g.addoption("--ledger-clauses-only", action="store_true", help="run only the clause tests")
+    g.addoption("--ledger-timeout", type=float, default=10.0, metavar="SECONDS", help="per-call timeout for the adapter (before scaling)")
+    g.addoption("--ledger-timeout-scale", type=float, default=1.0, metavar="FACTOR", help="multiply every timeout and wait by this factor (slow machines)")
+    g.addoption("--ledger-wall-scale", type=float, default=0.01, metavar="FACTOR", help="time scale for wall-clock adapters (contract timings x FACTOR)")
+    g.addoption("--ledger-shard", metavar="K/N", default=None, help="run the K-th of N deterministic shards of the suite")
+    g.addoption("--ledger-results", metavar="PATH", default=None, help="write the run's results (JSON) to PATH")
+    g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and the hypothesis example database live")
+    g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
+    parser.addini("ledger_adapter", "default --ledger-adapter", default=None)
+
+
+def _opt(config: pytest.Config, name: str) -> Any:
+    return config.getoption(name)
+
+
+class LedgerSession:
+    """Per-process state: the contract, the adapter connection and the harness."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.address: str = _opt(config, "ledger_adapter")
+        spec_files = _opt(config, "ledger_spec")
+        try:
+            base = load_spec(spec_files or None)
+        except SpecError as exc:
+            raise pytest.UsageError(f"ledgercheck: the contract does not validate:\n{exc}") from None
+        self.spec_files = spec_files
+        self.timeout_scale = float(_opt(config, "ledger_timeout_scale"))
+        self.wall_scale = float(_opt(config, "ledger_wall_scale"))
+        self.base_spec = base
+        self.client: Client | None = None
+        try:
+            self.client = connect(self.address, base, timeout=_opt(config, "ledger_timeout") * self.timeout_scale,
+                                  startup_timeout=30.0 * self.timeout_scale)
+        except AdapterError as exc:
+            raise pytest.UsageError(f"ledgercheck: {exc}") from None
+        self.wall = self.client.clock == "wall"
+        self.spec: Spec = scaled_spec(base, self.wall_scale) if self.wall else base
+        self.contract_doc = scaled_document(plain(base.document), self.wall_scale) if self.wall else plain(base.document)
+        self.claimed = [p for p in self.client.profiles if p in self.spec.profiles]
+        req = _opt(config, "ledger_profile")
+        if req:
+            names = [p.strip() for p in req.split(",") if p.strip()]
+            unknown = [p for p in names if p not in self.spec.profiles]
+            if unknown:
+                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {', '.join(unknown)}; the contract has {', '.join(self.spec.profiles)}")
+            self.requested = list(self.spec.profile_closure(names))
+        else:
+            self.requested = list(self.spec.profile_closure(self.claimed)) if self.claimed else []
+        self.artifacts = Path(_opt(config, "ledger_artifacts"))
+        self._harness: Harness | None = None
+        self.started = time.time()
+
+    @property
+    def harness(self) -> Harness:
+        if self._harness is None:
+            assert self.client is not None
+            self._harness = Harness(self.client, self.spec, self.claimed, contract_doc=self.contract_doc,
+                                    timeout_scale=self.timeout_scale, wall_scale=self.wall_scale)
+        return self._harness
+
+    @property
+    def slug(self) -> str:
+        name = self.client.handshake.get("name", "adapter") if self.client else "adapter"
+        digest = hashlib.sha256(self.address.encode()).hexdigest()[:8]
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:40] + "-" + digest
+
+    def replay_command(self, trace_file: Path) -> str:
+        cmd = ["ledgercheck", "replay", str(trace_file), "--adapter", self.address]
+        for f in self.spec_files:
+            cmd += ["--spec", f]
+        return " ".join(shlex.quote(c) for c in cmd)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ledger_clause(id, profile, kind): a ledgercheck conformance test of a contract clause")
+    if not _opt(config, "ledger_adapter"):
+        return
+    config._ledger = LedgerSession(config)  # type: ignore[attr-defined]
+    config._ledger_reports = []  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sess = getattr(config, "_ledger", None)
+    if sess is not None:
+        sess.close()
+
+
+class LedgerRoot(pytest.Collector):
+    def collect(self) -> list[pytest.Item]:  # pragma: no cover - items are created directly
+        return []
+
+
+def _not_claimed(sess: LedgerSession, profile: str) -> str | None:
+    if profile not in sess.claimed:
+        return f"not claimed: the adapter does not claim profile {profile!r}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    sess: LedgerSession | None = getattr(config, "_ledger", None)
+    if sess is None:
+        return
+    if _opt(config, "ledger_only"):
+        items.clear()
+    root = LedgerRoot.from_parent(session, name="ledgercheck")
+    new: list[pytest.Item] = []
+    profiles_of = {c.id: c.profile for c in sess.spec.clauses}
+    if not _opt(config, "ledger_stateful_only"):
+        for cs in all_cases(sess.spec):
+            prof = profiles_of[cs.clause]
+            if prof not in sess.requested:
+                continue
+            new.append(ClauseItem.from_parent(root, name=f"{prof}::{cs.name}", case=cs, profile=prof))
+    if not _opt(config, "ledger_clauses_only"):
+        for name in STATEFUL:
+            new.append(StatefulItem.from_parent(root, name=f"stateful::{name}", machine=name))
+    shard = _opt(config, "ledger_shard")
+    if shard:
+        m = re.fullmatch(r"(\d+)/(\d+)", shard)
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            raise pytest.UsageError(f"ledgercheck: --ledger-shard must be K/N with 1 <= K <= N, not {shard!r}")
+        k, n = int(m.group(1)), int(m.group(2))
+        new = [it for it in new if int(hashlib.sha256(it.nodeid.encode()).hexdigest(), 16) % n == k - 1]
+    known = sess.client.known_bugs if sess.client else {}
+    for it in new:
+        clause = getattr(it, "clause", None)
+        if clause in known:
+            it.add_marker(pytest.mark.xfail(reason=f"known bug declared by the adapter: {known[clause]}", strict=True))
+    items.extend(new)
+
+
+class LedgerItem(pytest.Item):
+    kind = "clause"
+    clause: str | None = None
+    profile: str | None = None
+
+    @property
+    def sess(self) -> LedgerSession:
+        return self.config._ledger  # type: ignore[attr-defined]
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return ("ledgercheck", None, self.name)
+
+    def _fail_report(self, failure: ClauseFailure) -> None:
+        h = self.sess.harness
+        from .trace import dump_trace
+
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)[:120]
+        path = self.sess.artifacts / "traces" / self.sess.slug / f"{slug}.json"
+        dump_trace(h, path, failure.violations, self.sess.address)
+        replay = self.sess.replay_command(path)
+        self.user_properties.append(("ledger_replay", replay))
+        self.user_properties.append(("ledger_blamed", failure.clauses))
+        self._replay = replay
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        exc = excinfo.value
+        replay = getattr(self, "_replay", None)
+        tail = f"\nreplay: {replay}" if replay else ""
+        if isinstance(exc, ClauseFailure):
+            notes = "\n".join(getattr(exc, "__notes__", []) or [])
+            return f"clause violated: {', '.join(exc.clauses)}\n{exc}{tail}" + (f"\n{notes}" if notes else "")
+        if isinstance(exc, AdapterFailure):
+            return f"ADAPTER ERROR: {exc}"
+        if isinstance(exc, NoCheck):
+            return f"ERROR: {exc}"
+        return super().repr_failure(excinfo)
+
+
+class ClauseItem(LedgerItem):
+    def __init__(self, *, case: ClauseCase, profile: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.case = case
+        self.clause = case.clause
+        self.profile = profile
+        self.add_marker(pytest.mark.ledger_clause(case.clause, profile, "clause"))
+        self.user_properties += [("ledger_clause", case.clause), ("ledger_kind", "clause"), ("ledger_profile", profile)]
+        reason = _not_claimed(self.sess, profile)
+        if reason:
+            self.user_properties.append(("ledger_not_claimed", True))
+            self.add_marker(pytest.mark.skip(reason=reason))
+
+    def runtest(self) -> None:
+        h = self.sess.harness
+        try:
+            h.fresh()
+            self.case.fn(h)
+        except NotApplicable as exc:
+            self.user_properties.append(("ledger_not_claimed", True))
+            pytest.skip(f"not claimed: {exc}")
+        except ClauseFailure as exc:
+            self._fail_report(exc)
+            raise
+        except (AdapterFailure, NoCheck) as exc:
+            self.user_properties.append(("ledger_error", str(exc)))
+            raise
+        except Exception as exc:
+            self.user_properties.append(("ledger_error", f"harness failure: {type(exc).__name__}: {exc}"))
+            raise
+
+
+class StatefulItem(LedgerItem):
+    kind = "stateful"
+
+    def __init__(self, *, machine: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.machine = machine
+        self.clause = None
+        self.profile = None
+        self.add_marker(pytest.mark.ledger_clause(None, None, "stateful"))
+        self.user_properties += [("ledger_kind", "stateful")]
+        profiles = set(self.sess.claimed) & set(self.sess.requested)
+        wanted = MESSAGING_PROFILES if machine == "messaging" else set(self.sess.spec.profiles) - {"inbox", "outbox"}
+        if not profiles & wanted:
+            self.user_properties.append(("ledger_not_claimed", True))
+            self.add_marker(pytest.mark.skip(reason=f"not claimed: none of {', '.join(sorted(wanted))}"))
+
+    def runtest(self) -> None:
+        from hypothesis.database import DirectoryBasedExampleDatabase
+        from hypothesis.stateful import run_state_machine_as_test
+
+        from .stateful import hypothesis_settings, make_machine
+
+        sess = self.sess
+        base = sess.harness
+        wanted = MESSAGING_PROFILES if self.machine == "messaging" else set(sess.spec.profiles) - {"inbox", "outbox"}
+        profiles = [p for p in sess.claimed if p in wanted and p in sess.requested]
+        h = Harness(base.client, sess.spec, profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
+                    wall_scale=sess.wall_scale)
+        machine = make_machine(h)
+        machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
+        db = DirectoryBasedExampleDatabase(str(sess.artifacts / "hypothesis" / sess.slug))
+        opts = hypothesis_settings(self.config.getoption("ledger_hypothesis_profile"), database=db)
+        try:
+            run_state_machine_as_test(machine, settings=opts)
+        except ClauseFailure as exc:
+            self.user_properties.append(("ledger_clause", exc.clauses[0]))
+            self.user_properties.append(("ledger_counterexample", "\n".join(getattr(exc, "__notes__", []) or []) or str(exc)))
+            sess._harness, keep = h, sess._harness
+            try:
+                self._fail_report(exc)
+            finally:
+                sess._harness = keep
+            raise
+        except AdapterFailure as exc:
+            self.user_properties.append(("ledger_error", str(exc)))
+            raise
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    if isinstance(item, LedgerItem):
+        rep = outcome.get_result()
+        rep.user_properties = list(item.user_properties)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    sess: LedgerSession | None = getattr(config, "_ledger", None)
+    if sess is None or sess.client is None:
+        return None
+    hs = sess.client.handshake
+    return [
+        f"ledgercheck: adapter {sess.address} = {hs.get('name')} {hs.get('version')} ({sess.client.kind}, clock {sess.client.clock})",
+        f"ledgercheck: contract {sess.spec.name} {sess.spec.version} sha256 {sess.spec.digest[:16]}; "
+        f"claimed {', '.join(sess.claimed) or 'nothing'}; testing {', '.join(sess.requested) or 'nothing'}",
+    ]
+
+
+# ------------------------------------------------------------------------- results
+def _collect_report(config: pytest.Config, report: pytest.TestReport) -> None:
+    store = getattr(config, "_ledger_reports", None)
+    if store is None:
+        return
+    props = dict(report.user_properties or [])
+    if "ledger_kind" not in props:
+        return
+    if report.when == "call" or (report.when == "setup" and (report.skipped or report.failed)) or (report.when == "teardown" and report.failed):
+        store.append((report, props))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    sess: LedgerSession | None = getattr(config, "_ledger", None)
+    if sess is None or hasattr(config, "workerinput"):
+        return
+    path = _opt(config, "ledger_results")
+    if not path:
+        return
+    from .results_bridge import write_run_results
+
+    write_run_results(config, sess, Path(path))
+
+
+class _Collector:
+    """Registered as a plugin object so it sees reports from xdist workers too."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        _collect_report(self.config, report)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if getattr(config, "_ledger", None) is not None and not config.pluginmanager.has_plugin("ledgercheck-collector"):
+        config.pluginmanager.register(_Collector(config), "ledgercheck-collector")
+
+
+def artifact_sha256(path: str | None) -> str | None:
+    if not path:
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
