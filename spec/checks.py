@@ -245,7 +245,8 @@ def _dur(c: _Ctx, path: tuple[Any, ...], value: Any) -> float | None:
     try:
         return parse_duration(value)
     except ValueError as exc:
-        c.add(path, str(exc))
+        if not (isinstance(value, float) and not math.isfinite(value)):  # _finite_numbers reports those
+            c.add(path, str(exc))
         return None
 
 
@@ -266,7 +267,8 @@ def _lease(c: _Ctx) -> None:
         if t is not None and t <= 0:
             c.add(path + ("ttl",), "lease ttl must be greater than 0")
         if t is not None and r is not None and r >= t:
-            c.add(path + ("renew_interval",), f"renew_interval ({r:g}s) must be shorter than ttl ({t:g}s)")
+            at = c.pos.newest([path + ("renew_interval",), path + ("ttl",)])
+            c.add(at, f"renew_interval ({r:g}s) must be shorter than ttl ({t:g}s)")
         if r is not None and r <= 0:
             c.add(path + ("renew_interval",), "renew_interval must be greater than 0")
 
@@ -318,9 +320,9 @@ def _retry(c: _Ctx) -> None:
         for k in ("initial_backoff", "max_backoff"):
             if k in p:
                 _dur(c, path + (k,), p[k])
-        if ib is not None and mb is not None and mb < ib:
-            at = "max_backoff" if "max_backoff" in p or "initial_backoff" not in p else "initial_backoff"
-            c.add(path + (at,), f"max_backoff ({mb:g}s) is below initial_backoff ({ib:g}s)")
+        written = [path + (k,) for k in ("max_backoff", "initial_backoff") if k in p]
+        if ib is not None and mb is not None and mb < ib and written:
+            c.add(c.pos.newest(written), f"max_backoff ({mb:g}s) is below initial_backoff ({ib:g}s)")
 
     one(("retry", "policy"), r["policy"])
     for src, o in r["by_source"].items():

@@ -15,26 +15,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("spec", help="validate, show or draw the work-ledger contract")
     ssub = p.add_subparsers(dest="spec_cmd", required=True)
     v = ssub.add_parser("validate", help="check contract files; exit 1 with file:line:col lines on problems")
-    v.add_argument("files", nargs="*", help="manifests or overlays (extends: default); default: the shipped contract")
-    v.add_argument("--json", action="store_true", help="print a JSON summary")
+    v.add_argument("files", nargs="*", help="manifests or overlays (extends: default), each checked on its own; "
+                                            "default: the shipped contract")
+    v.add_argument("--json", action="store_true", help="print a JSON summary on stdout (problems still go to stderr)")
     v.set_defaults(func=cmd_validate)
     s = ssub.add_parser("show", help="print statuses, transitions, timings and clauses")
     s.add_argument("--spec", action="append", default=[], help="contract file (repeat for overlays)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--format", choices=["text", "markdown", "json"], default="text",
+                   help="text: everything, for people; markdown: the clause table; json: a summary")
+    s.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
     s.set_defaults(func=cmd_show)
     g = ssub.add_parser("graph", help="print the state machine as a diagram")
-    g.add_argument("--spec", action="append", default=[])
+    g.add_argument("--spec", action="append", default=[], help="contract file (repeat for overlays)")
     g.add_argument("--format", choices=["mermaid", "dot"], default="mermaid")
     g.set_defaults(func=cmd_graph)
 
 
-def _load_or_exit(files: list[str]) -> Spec:
+def _load(files: list[str]) -> Spec | None:
+    """The contract, or None after printing its problems to stderr."""
     try:
         return load_spec(files or None)
     except SpecError as exc:
         for p in exc.problems:
             print(p, file=sys.stderr)
-        raise SystemExit(1) from None
+        return None
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -48,10 +52,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             failed += 1
             for p in exc.problems:
                 print(p, file=sys.stderr)
-            summary.append({"file": f, "ok": False, "problems": [str(p) for p in exc.problems]})
+            summary.append({"file": f, "ok": False, "problems": [{**p.as_dict(), "text": str(p)} for p in exc.problems]})
             continue
         summary.append({"file": f, "ok": True, "spec": spec.name, "version": spec.version,
-                        "clauses": len(spec.clauses), "digest": spec.digest})
+                        "clauses": len(spec.clauses), "transitions": len(spec.transitions), "digest": spec.digest})
         if not args.json:
             print(f"ok: {f}: {spec.name} {spec.version}, {len(spec.clauses)} clauses, "
                   f"{len(spec.transitions)} transitions, sha256 {spec.digest[:16]}")
@@ -80,21 +84,26 @@ def spec_summary(spec: Spec) -> dict[str, Any]:
     }
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    spec = _load_or_exit(args.spec)
-    if args.json:
-        print(json.dumps(spec_summary(spec), indent=2))
-        return 0
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("\\", "\\\\").replace("|", "\\|")
+
+
+def clause_table(spec: Spec) -> str:
+    """Every clause as a Markdown table (the generated part of docs/contract.md)."""
+    lines = ["| Clause | Level | Profile | Source | Statement |", "|---|---|---|---|---|"]
+    for c in spec.clauses:
+        lines.append(f"| `{c.id}` | {c.level} | {c.profile} | {_cell(c.source)} | {_cell(c.statement)} |")
+    return "\n".join(lines)
+
+
+def render_text(spec: Spec) -> str:
     out = [f"{spec.title}", f"{spec.name} {spec.version}  sha256 {spec.digest}", ""]
     names = list(spec.statuses)
     width = max(len(n) for n in names)
     out.append("Statuses (T = terminal) and transitions, by operation:")
     out.append(" " * (width + 3) + " ".join(f"{n[:4]:>4}" for n in names))
     for a in names:
-        cells = []
-        for b in names:
-            t = spec.edge(a, b)
-            cells.append(f"{'x':>4}" if t else f"{'.':>4}")
+        cells = [f"{'x' if spec.edge(a, b) else '.':>4}" for b in names]
         flag = "T" if spec.terminal(a) else " "
         out.append(f"{a:<{width}} {flag} " + " ".join(cells))
     out.append("")
@@ -111,21 +120,37 @@ def cmd_show(args: argparse.Namespace) -> int:
     out += ["", f"Clauses ({len(spec.clauses)}):"]
     for c in spec.clauses:
         out.append(f"  {c.id:<34} {c.level:<6} {c.profile:<11} {c.statement}")
-    print("\n".join(out))
+    return "\n".join(out)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    spec = _load(args.spec)
+    if spec is None:
+        return 1
+    if args.format == "json":
+        print(json.dumps(spec_summary(spec), indent=2))
+    elif args.format == "markdown":
+        print(clause_table(spec))
+    else:
+        print(render_text(spec))
     return 0
+
+
+def _dot_id(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def render_graph(spec: Spec, fmt: str = "mermaid") -> str:
     if fmt == "dot":
         lines = ["digraph ledger {", "  rankdir=LR;", '  node [shape=box, style=rounded, fontname="sans-serif"];']
         for n, s in spec.statuses.items():
-            shape = ', peripheries=2' if s.terminal else ""
-            lines.append(f'  {n} [label="{n}"{shape}];')
-        lines.append(f"  __start [shape=point]; __start -> {spec.initial_status};")
+            shape = ", peripheries=2" if s.terminal else ""
+            lines.append(f"  {_dot_id(n)} [label={_dot_id(n)}{shape}];")
+        lines.append(f"  __start [shape=point]; __start -> {_dot_id(spec.initial_status)};")
         for t in spec.transitions:
             label = ", ".join(t.ops) + (f" [{t.guard}]" if t.guard else "")
             style = ", style=dashed" if t.requeue else ""
-            lines.append(f'  {t.src} -> {t.dst} [label="{label}"{style}];')
+            lines.append(f"  {_dot_id(t.src)} -> {_dot_id(t.dst)} [label={_dot_id(label)}{style}];")
         lines.append("}")
         return "\n".join(lines)
     lines = ["stateDiagram-v2", f"    [*] --> {spec.initial_status}"]
@@ -140,7 +165,8 @@ def render_graph(spec: Spec, fmt: str = "mermaid") -> str:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    print(render_graph(_load_or_exit(args.spec), args.format))
+    spec = _load(args.spec)
+    if spec is None:
+        return 1
+    print(render_graph(spec, args.format))
     return 0
-
-
