@@ -1,0 +1,409 @@
+"""The HTML compliance report: one self-contained file (inline CSS, JS and SVG; nothing fetched).
+
+Every value that reaches the page goes through :func:`~ledgercheck.reports.text.h`.  A
+Content-Security-Policy forbids every network request and allows only the report's own script
+(by its hash), so even text that slipped past escaping could not run.  The page reads completely
+without JavaScript; the script only adds the clause filter, expand/collapse and copy buttons.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from .diagram import render_state_svg
+from .summary import (
+    blocking_clauses,
+    error_clauses,
+    fmt_seconds,
+    in_scope,
+    verdict_parts,
+    warning_clauses,
+)
+from .text import h, one_line
+from .verdicts import window_nodeid
+
+OUTCOME_LABEL = {"pass": "pass", "fail": "fail", "error": "error", "xfail": "expected failure",
+                 "not_claimed": "not claimed", "not_requested": "not requested"}
+TEST_LABEL = {"passed": "passed", "failed": "failed", "error": "error", "skipped": "skipped",
+              "xfailed": "expected failure", "xpassed": "unexpectedly passed"}
+TEST_CLASS = {"passed": "o-pass", "failed": "o-fail", "error": "o-error", "skipped": "o-skipped",
+              "xfailed": "o-xfail", "xpassed": "o-fail"}
+VERDICT_LABEL = {"certified": "certified", "failed": "failed", "error": "error", "not_claimed": "not claimed",
+                 "not_requested": "not requested"}
+BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error"}
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("ledgercheck.reports").joinpath(f"templates/{name}").read_text("utf-8")
+
+
+def _csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return (f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; img-src data:; "
+            "base-uri 'none'; form-action 'none'")
+
+
+def _badge(label: str, cls: str) -> str:
+    return f'<span class="badge {cls}">{h(label)}</span>'
+
+
+def _code(value: Any) -> str:
+    return f"<code>{h(value)}</code>"
+
+
+def _kv(pairs: Sequence[tuple[str, str]]) -> str:
+    """A definition list; values are HTML already escaped by the caller."""
+    return '<dl class="kv">' + "".join(f"<dt>{h(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
+
+
+def _opt(value: Any, fmt: Any = None) -> str:
+    if value is None or value == "":
+        return '<span class="none">none</span>'
+    return fmt(value) if fmt else h(value)
+
+
+def _cmd(text: str) -> str:
+    return f'<div class="cmd-wrap"><pre class="cmd">{h(text)}</pre></div>'
+
+
+# ---- sections ------------------------------------------------------------------------------------
+
+
+def _banner(doc: Mapping[str, Any]) -> str:
+    a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    line, detail = verdict_parts(doc)
+    if detail is not None:
+        line = f"ERROR: {one_line(detail, 300)}" if line == "ERROR" else f"{line} (first: {one_line(detail, 200)})"
+    return (f'<header class="banner {BANNER[doc["verdict"]]}"><div class="wrap">'
+            f'<p class="eyebrow">ledgercheck compliance report</p>'
+            f'<h1><span class="name">{h(a["name"])}</span> <span class="ver">{h(a["version"])}</span></h1>'
+            f'<p class="verdict" id="verdict" data-verdict="{h(doc["verdict"])}">{h(line)}</p>'
+            f'<p class="sub">against contract {_code(s["name"])} {h(s["version"])} · {h(r["kind"])} run '
+            f'{_code(r["id"])} · finished {h(r["finished_at"])} · {h(fmt_seconds(r["duration_s"]))}</p>'
+            "</div></header>")
+
+
+def _nav(doc: Mapping[str, Any]) -> str:
+    links = [("profiles", "Profiles"), ("reproduce", "Reproduce"), ("problems", "Problems"), ("clauses", "Clauses")]
+    if doc["crash_windows"]:
+        links.append(("crash-windows", "Crash windows"))
+    links += [("state-machine", "State machine"), ("identity", "Contract, adapter, environment"), ("timings", "Timings")]
+    return ('<nav class="toc"><div class="wrap">' + "".join(f'<a href="#{i}">{h(t)}</a>' for i, t in links)
+            + "</div></nav>")
+
+
+def _profiles(doc: Mapping[str, Any]) -> str:
+    cards = []
+    requires = doc["profiles"]["requires"]
+    for p in doc["profiles"]["defined"]:
+        v = doc["profiles"]["verdicts"][p]
+        parts = [f"{v['clauses']} clauses", f"{v['passed']} pass"]
+        for key, label in (("failed", "fail"), ("errors", "error"), ("xfailed", "known bug"),
+                           ("not_claimed", "not claimed")):
+            if v[key]:
+                parts.append(f"{v[key]} {label}")
+        warn = f'<p class="req">{len(v["warnings"])} SHOULD clause(s) not met</p>' if v["warnings"] else ""
+        req = f'<p class="req">requires {h(", ".join(requires.get(p, [])))}</p>' if requires.get(p) else ""
+        cards.append(f'<div class="card v-{v["verdict"]}" data-profile="{h(p)}" data-verdict="{v["verdict"]}">'
+                     f'<h3><span>{h(p)}</span>{_badge(VERDICT_LABEL[v["verdict"]], "v-" + v["verdict"] + "-badge")}</h3>'
+                     f'<p class="counts">{h(" · ".join(parts))}</p>{warn}{req}</div>')
+    scope = in_scope(doc)
+    note = (f'<p>Requested: {h(", ".join(doc["profiles"]["requested"]) or "none")}. '
+            f'Claimed by the adapter: {h(", ".join(doc["profiles"]["claimed"]) or "none")}. '
+            f'Certification covers {h(", ".join(scope) or "no profile")}.</p>')
+    return f'<section id="profiles"><h2>Profiles</h2>{note}<div class="cards">{"".join(cards)}</div></section>'
+
+
+def _reproduce(doc: Mapping[str, Any], results_sha256: str) -> str:
+    r = doc["run"]
+    shard = f'{r["shard"]["index"]}/{r["shard"]["count"]}' if r["shard"] else None
+    pairs = [
+        ("results.json SHA-256", f'<code id="results-sha256">{h(results_sha256)}</code>'),
+        ("integrity (canonical)", _code(doc.get("integrity", {}).get("sha256", ""))),
+        ("seed", _opt(r["seed"], _code)),
+        ("hypothesis profile", _opt(r["hypothesis_profile"], _code)),
+        ("timeout scale", h(f'{r["timeout_scale"]:g}×')),
+        ("shard", _opt(shard)),
+        ("workers", h(r["workers"])),
+        ("working directory", _code(r["cwd"])),
+        ("started / finished", f'{h(r["started_at"])} → {h(r["finished_at"])}'),
+    ]
+    if r.get("error"):
+        pairs.insert(0, ("run error", f'<strong class="mismatch">{h(r["error"])}</strong>'))
+    parts = ""
+    if r.get("parts"):
+        rows = "".join(
+            f'<tr><td>{_code(p["id"])}</td><td>{h(p["kind"])}</td>'
+            f'<td>{h(str(p["shard"]["index"]) + "/" + str(p["shard"]["count"])) if p.get("shard") else "–"}</td>'
+            f'<td>{_opt(p.get("seed"), _code)}</td><td class="num">{h(fmt_seconds(p["duration_s"]))}</td>'
+            f'<td><code>{h(p["command"])}</code></td></tr>' for p in r["parts"])
+        parts = ('<h3>Merged from</h3><table><thead><tr><th>run</th><th>kind</th><th>shard</th><th>seed</th>'
+                 f'<th class="num">time</th><th>command</th></tr></thead><tbody>{rows}</tbody></table>')
+    return (f'<section id="reproduce"><h2>Reproduce</h2><p>Run this to reproduce the results '
+            f'(same adapter, contract, seed and settings):</p>{_cmd(r["command"])}'
+            f'<div class="panel">{_kv(pairs)}</div>{parts}</section>')
+
+
+def _evidence(doc: Mapping[str, Any], clause_id: str) -> list[dict[str, Any]]:
+    out = []
+    for t in doc["tests"]:
+        if t["clause"] == clause_id and t["outcome"] != "passed":
+            out.append({"who": t["nodeid"], "outcome": t["outcome"], "message": t["message"],
+                        "counterexample": t["counterexample"], "replay": t["replay"], "file": None,
+                        "seconds": t["duration_s"]})
+    for w in doc["crash_windows"]:
+        if clause_id in w["clauses"] and w["verdict"] != "pass":
+            out.append({"who": window_nodeid(w), "outcome": "failed" if w["verdict"] == "fail" else "error",
+                        "message": w["message"], "counterexample": None, "replay": w["replay"],
+                        "file": w["replay_file"], "seconds": w["duration_s"]})
+    return out
+
+
+def _problem(doc: Mapping[str, Any], c: Mapping[str, Any]) -> str:
+    known = doc["adapter"]["known_bugs"].get(c["id"])
+    level = '<span class="should">SHOULD</span>' if c["level"] != "MUST" else "MUST"
+    out = [f'<article class="problem p-{c["outcome"]}" id="f-{h(c["id"])}" data-clause="{h(c["id"])}">',
+           f'<h3>{_badge(OUTCOME_LABEL[c["outcome"]], "o-" + c["outcome"])} {_code(c["id"])}'
+           f'<span class="meta">{level} · {h(c["profile"])} · source {h(c["source"])}</span></h3>',
+           f'<p class="stmt">{h(c["statement"])}</p>']
+    if known:
+        out.append(f'<p class="known">Declared by the adapter as a known bug: {h(known)}</p>')
+    evs = _evidence(doc, c["id"])
+    if not evs or c["outcome"] == "error" and not any(e["outcome"] == "error" for e in evs):
+        out.append(f'<pre class="message">{h(c["message"] or "")}</pre>')
+    for e in evs:
+        out.append('<div class="evidence">'
+                   f'<p class="who">{_code(e["who"])} {_badge(TEST_LABEL[e["outcome"]], TEST_CLASS[e["outcome"]])} '
+                   f'<span class="none">{h(fmt_seconds(e["seconds"]))}</span></p>')
+        if e["message"]:
+            out.append(f'<pre class="message">{h(e["message"])}</pre>')
+        if e["counterexample"]:
+            out.append(f'<p class="lbl">Shrunk counterexample</p><pre class="counterexample">{h(e["counterexample"])}</pre>')
+        if e["replay"]:
+            out.append(f'<p class="lbl">Replay</p>{_cmd(e["replay"])}')
+        if e["file"]:
+            out.append(f'<p class="lbl">Replay file</p><p>{_code(e["file"])}</p>')
+        out.append("</div>")
+    out.append("</article>")
+    return "".join(out)
+
+
+def _problems(doc: Mapping[str, Any]) -> str:
+    groups = [("Could not be decided", error_clauses(doc)),
+              ("Failed", [c for c in blocking_clauses(doc) if c["outcome"] == "fail"]),
+              ("Known bugs (block certification)", [c for c in blocking_clauses(doc) if c["outcome"] == "xfail"]),
+              ("SHOULD clauses not met (do not block)", warning_clauses(doc))]
+    body = []
+    for title, clauses in groups:
+        if clauses:
+            body.append(f"<h3>{h(title)} ({len(clauses)})</h3>")
+            body += [_problem(doc, c) for c in clauses]
+    if not body:
+        body.append("<p>No clause in the certified profiles failed, errored or is a declared known bug.</p>")
+    return f'<section id="problems"><h2>Problems</h2>{"".join(body)}</section>'
+
+
+def _clause_row(doc: Mapping[str, Any], c: Mapping[str, Any], tests: Sequence[tuple[str, str, float]]) -> str:
+    level = '<span class="should" title="SHOULD: reported, does not block certification">SHOULD</span>' \
+        if c["level"] != "MUST" else '<span class="must">MUST</span>'
+    counts = [f"{c[k]} {label}" for k, label in (("passed", "passed"), ("failed", "failed"), ("errors", "error"),
+                                                 ("xfailed", "expected failure"), ("xpassed", "unexpectedly passed"),
+                                                 ("skipped", "skipped")) if c[k]]
+    if c["tests"] and c["passed"] == c["tests"]:
+        ev = h(f"{c['tests']} passed")
+    else:
+        ev = h(", ".join(counts) if counts else "no test")
+    if c["outcome"] in ("fail", "error", "xfail") and c["profile"] in in_scope(doc):
+        ev += f' · <a href="#f-{h(c["id"])}">details</a>'
+    elif c["message"]:
+        ev += f'<div>{h(one_line(c["message"], 160))}</div>'
+    if tests:
+        items = "".join(f'<li>{_code(n)} {_badge(TEST_LABEL[o], TEST_CLASS[o])} {h(fmt_seconds(d))}</li>'
+                        for n, o, d in tests)
+        ev += f"<details><summary>tests</summary><ul>{items}</ul></details>"
+    return (f'<tr class="clause o-row-{c["outcome"]}" id="c-{h(c["id"])}" data-clause="{h(c["id"])}" '
+            f'data-outcome="{c["outcome"]}" data-level="{h(c["level"])}" data-profile="{h(c["profile"])}">'
+            f'<td class="cid">{_code(c["id"])}<div class="stmt">{h(c["statement"])}</div></td>'
+            f'<td>{level}</td><td>{_badge(OUTCOME_LABEL[c["outcome"]], "o-" + c["outcome"])}</td>'
+            f'<td class="ev">{ev}</td></tr>')
+
+
+def _matrix(doc: Mapping[str, Any]) -> str:
+    tests: dict[str, list[tuple[str, str, float]]] = {}
+    for t in doc["tests"]:
+        tests.setdefault(t["clause"], []).append((t["nodeid"], t["outcome"], t["duration_s"]))
+    for w in doc["crash_windows"]:
+        for cid in w["clauses"]:
+            outcome = {"pass": "passed", "fail": "failed", "error": "error"}[w["verdict"]]
+            tests.setdefault(cid, []).append((window_nodeid(w), outcome, w["duration_s"]))
+    options = "".join(f'<option value="{v}">{h(label)}</option>' for v, label in (
+        ("all", "all outcomes"), ("problems", "problems only"), ("pass", "pass"), ("fail", "fail"), ("error", "error"),
+        ("xfail", "expected failure"), ("not_claimed", "not claimed"), ("not_requested", "not requested")))
+    controls = ('<div class="controls" id="matrix-controls" hidden>'
+                f'<label>Show <select id="filter-outcome">{options}</select></label>'
+                '<input id="filter-text" type="search" placeholder="filter by clause id or text" aria-label="filter">'
+                '<button type="button" id="expand-all">Expand tests</button><span class="count" id="filter-count"></span>'
+                "</div>")
+    groups = []
+    for p in doc["profiles"]["defined"]:
+        v = doc["profiles"]["verdicts"][p]
+        rows = [_clause_row(doc, c, tests.get(c["id"], [])) for c in doc["clauses"] if c["profile"] == p]
+        groups.append(f'<tbody class="profile-group" data-profile="{h(p)}"><tr class="group"><th colspan="4">{h(p)}'
+                      f'{_badge(VERDICT_LABEL[v["verdict"]], "v-" + v["verdict"] + "-badge")}'
+                      f'<span class="gmeta">{v["clauses"]} clauses</span></th></tr>{"".join(rows)}</tbody>')
+    total = len(doc["clauses"])
+    return (f'<section id="clauses"><h2>Clauses ({total})</h2>{controls}'
+            '<table class="matrix"><thead><tr><th>Clause</th><th>Level</th><th>Outcome</th><th>Evidence</th></tr>'
+            f'</thead>{"".join(groups)}</table></section>')
+
+
+def _breakable(name: str) -> str:
+    """Escaped identifier that may wrap after its underscores (long crash point names in headers)."""
+    return h(name).replace("_", "_<wbr>")
+
+
+def _window_rows(ws: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for w in ws:
+        dec_ok = w["decision_observed"] == w["decision_expected"]
+        n, lo, hi = w["effects_observed"], w["effects_min"], w["effects_max"]
+        eff_ok = n is not None and n >= lo and (hi is None or n <= hi)
+        allowed = f"{w['effects_expected']} ({lo}..{'∞' if hi is None else hi})"
+        verdict_cls = {"pass": "o-pass", "fail": "o-fail", "error": "o-error"}[w["verdict"]]
+        observed_dec = f'<span class="{"" if dec_ok else "mismatch"}">{_opt(w["decision_observed"])}</span>'
+        observed_eff = f'<span class="{"" if eff_ok else "mismatch"}">{_opt(n)}</span>'
+        rows.append(
+            f'<tr class="w-{w["verdict"]}" data-window="{h(window_nodeid(w))}" data-verdict="{w["verdict"]}">'
+            f'<td>{_code(w["point"])}</td><td>{_code(w["step_class"])}</td><td class="num">{h(w["occurrence"])}</td>'
+            f'<td>{h(w["decision_expected"])} → {observed_dec}</td><td>{h(allowed)} → {observed_eff}</td>'
+            f'<td>{_opt(w["final_status"])}</td><td>{_badge(w["verdict"], verdict_cls)}</td></tr>')
+        if w["verdict"] != "pass":
+            extra = f'<p class="who">counts against {", ".join(_code(c) for c in w["clauses"])}</p>'
+            extra += f'<pre class="message">{h(w["message"])}</pre>' if w["message"] else ""
+            extra += _cmd(w["replay"]) if w["replay"] else ""
+            extra += f'<p class="who">replay file {_code(w["replay_file"])}</p>' if w["replay_file"] else ""
+            rows.append(f'<tr class="wmsg w-{w["verdict"]}"><td colspan="7">{extra}</td></tr>')
+    return ('<div class="scroll"><table class="windows"><thead><tr><th>point</th><th>step class</th><th class="num">#</th>'
+            '<th>decision: expected → observed</th><th>effects: allowed → observed</th><th>final status</th>'
+            f'<th>verdict</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _windows(doc: Mapping[str, Any]) -> str:
+    ws = doc["crash_windows"]
+    if not ws:
+        return ""
+    points = list(dict.fromkeys(w["point"] for w in ws))
+    classes = list(dict.fromkeys(w["step_class"] for w in ws))
+    head = "".join(f"<th>{_breakable(p)}</th>" for p in points)
+    grid_rows = []
+    for cls in classes:
+        cells = []
+        for p in points:
+            mine = [w for w in ws if w["point"] == p and w["step_class"] == cls]
+            if not mine:
+                cells.append('<td class="cell empty">–</td>')
+                continue
+            bad = [w for w in mine if w["verdict"] == "fail"]
+            err = [w for w in mine if w["verdict"] == "error"]
+            ok = len(mine) - len(bad) - len(err)
+            kind = "some-fail" if bad else "some-error" if err else "all-pass"
+            text = f"{ok}/{len(mine)} pass" if (bad or err) else f"{ok} pass"
+            cells.append(f'<td class="cell {kind}" title="{h(cls)} × {h(p)}">{h(text)}</td>')
+        grid_rows.append(f"<tr><th>{h(cls)}</th>{''.join(cells)}</tr>")
+    bad = [w for w in ws if w["verdict"] != "pass"]
+    named = list(dict.fromkeys(c for w in ws for c in w["clauses"]))
+    failing = f"<h3>Failed or errored ({len(bad)})</h3>{_window_rows(bad)}" if bad else ""
+    return (f'<section id="crash-windows"><h2>Crash windows ({len(ws)})</h2>'
+            f'<p>{len(ws) - len(bad)} of {len(ws)} windows recovered as the contract\'s matrix requires. Each window '
+            f'counts as a test of the clauses it names ({", ".join(_code(c) for c in named)}).</p>'
+            f'<div class="scroll"><table class="grid"><thead><tr><th>step class \\ crash point</th>{head}</tr></thead>'
+            f'<tbody>{"".join(grid_rows)}</tbody></table></div>{failing}'
+            f'<details class="all-windows"><summary>All {len(ws)} windows</summary>{_window_rows(ws)}</details>'
+            "</section>")
+
+
+def _state_machine(doc: Mapping[str, Any]) -> str:
+    s = doc["spec"]
+    rows = "".join(f'<tr><td>{_code(t["from"])}</td><td>{_code(t["to"])}</td><td>{h(", ".join(t["ops"]))}</td>'
+                   f'<td>{_opt(t["guard"])}</td><td>{"yes" if t["requeue"] else ""}</td></tr>' for t in s["transitions"])
+    return (f'<section id="state-machine"><h2>State machine</h2><p>{len(s["statuses"])} statuses and '
+            f'{len(s["transitions"])} allowed transitions of {_code(s["name"])} {h(s["version"])}; every other move '
+            f'is refused.</p><div class="diagram">{render_state_svg(s)}</div>'
+            '<details><summary>The transitions as a table</summary><table><thead><tr><th>from</th><th>to</th>'
+            f'<th>operations</th><th>guard</th><th>requeue</th></tr></thead><tbody>{rows}</tbody></table></details>'
+            "</section>")
+
+
+def _identity(doc: Mapping[str, Any]) -> str:
+    s, a, hs, env = doc["spec"], doc["adapter"], doc["harness"], doc["environment"]
+    files = "".join(f"<tr><td>{_code(name)}</td><td>{_code(sha)}</td></tr>" for name, sha in sorted(s["files"].items()))
+    spec_panel = _kv([("name", _code(s["name"])), ("version", h(s["version"])), ("title", h(s["title"])),
+                      ("digest (SHA-256)", _code(s["digest"]))])
+    caps = ", ".join(f"{k}={v}" for k, v in sorted(a["capabilities"].items()))
+    bugs = "".join(f"<li>{_code(k)}: {h(v)}</li>" for k, v in sorted(a["known_bugs"].items()))
+    adapter_panel = _kv([
+        ("name", _code(a["name"])), ("version", _code(a["version"])), ("address", _code(a["address"])),
+        ("transport", h(a["transport"])), ("protocol", h(a["protocol"])),
+        ("artifact SHA-256", _opt(a["artifact_sha256"], _code)),
+        ("claims", h(", ".join(a["profiles"]) or "no profile")), ("capabilities", _opt(caps)),
+        ("crash points", _opt(", ".join(a["crash_points"]))),
+        ("known bugs", f"<ul>{bugs}</ul>" if bugs else '<span class="none">none declared</span>'),
+    ])
+    harness_panel = _kv([("harness", h(f'{hs["name"]} {hs["version"]}')), ("protocol", h(hs["protocol"])),
+                         ("results format", h(f'{doc["format"]} v{doc["format_version"]}'))])
+    env_panel = _kv([(str(k), _opt(v)) for k, v in sorted(env.items())])
+    return ('<section id="identity"><h2>Contract, adapter, environment</h2><div class="grid2">'
+            f'<div class="panel"><h3>Contract</h3>{spec_panel}</div>'
+            f'<div class="panel"><h3>Adapter</h3>{adapter_panel}</div>'
+            f'<div class="panel"><h3>Harness</h3>{harness_panel}</div>'
+            f'<div class="panel"><h3>Environment</h3>{env_panel}</div></div>'
+            f'<h3 style="margin-top:18px">Contract files</h3><table><thead><tr><th>file</th><th>SHA-256</th></tr></thead>'
+            f"<tbody>{files}</tbody></table></section>")
+
+
+def _timings(doc: Mapping[str, Any]) -> str:
+    t = doc["timings"]
+    kinds = "".join(f'<tr><td>{h(k)}</td><td class="num">{v["count"]}</td>'
+                    f'<td class="num">{h(fmt_seconds(v["duration_s"]))}</td></tr>' for k, v in sorted(t["by_kind"].items()))
+    top = max((s["duration_s"] for s in t["slowest"]), default=0.0) or 1.0
+    slow = "".join(f'<tr><td>{_code(s["nodeid"])}</td><td class="num">{h(fmt_seconds(s["duration_s"]))}</td>'
+                   f'<td style="width:30%"><div class="bar" style="width:{100 * s["duration_s"] / top:.1f}%"></div></td></tr>'
+                   for s in t["slowest"])
+    return (f'<section id="timings"><h2>Timings</h2><p>Wall time {h(fmt_seconds(t["total_s"]))}; '
+            f'time spent in tests and crash windows {h(fmt_seconds(t["tests_s"]))} '
+            f'(on {h(doc["run"]["workers"])} worker(s)).</p><div class="grid2"><div>'
+            '<table><thead><tr><th>kind</th><th class="num">count</th><th class="num">time</th></tr></thead>'
+            f'<tbody>{kinds}</tbody></table></div><div><table><thead><tr><th>slowest</th><th class="num">time</th><th></th>'
+            f'</tr></thead><tbody>{slow}</tbody></table></div></div></section>')
+
+
+def render_html(doc: Mapping[str, Any], results_sha256: str | None = None) -> str:
+    """The report for ``doc``.  ``results_sha256`` is the SHA-256 of the results.json the page was
+    made from; by default, that of the file :func:`write_results` writes for ``doc``."""
+    from .results import results_file_sha256
+
+    sha = results_sha256 or results_file_sha256(doc)
+    script = _asset("report.js")
+    a = doc["adapter"]
+    title = f"ledgercheck: {doc['verdict']} — {one_line(a['name'], 80)} {one_line(a['version'], 40)}"
+    body = "".join([
+        _banner(doc), _nav(doc), '<main class="wrap">', _profiles(doc), _reproduce(doc, sha), _problems(doc),
+        _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
+        f'<footer><div class="wrap">Made by {h(doc["harness"]["name"])} {h(doc["harness"]["version"])} from results '
+        f'{_code(sha)} (format {h(doc["format"])} v{h(doc["format_version"])}). Self-contained: this page loads '
+        "nothing from the network.</div></footer>",
+    ])
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{h(_csp(script))}">\n'
+            f'<meta name="generator" content="ledgercheck {h(doc["harness"]["version"])}">\n'
+            f'<meta name="ledgercheck-verdict" content="{h(doc["verdict"])}">\n'
+            f'<meta name="ledgercheck-results-sha256" content="{h(sha)}">\n'
+            f"<title>{h(title)}</title>\n<style>\n{_asset('report.css')}</style>\n</head>\n"
+            f"<body>\n{body}\n<script>{script}</script>\n</body>\n</html>\n")

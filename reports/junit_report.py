@@ -1,0 +1,111 @@
+"""JUnit XML: one testsuite per profile, one testcase per (test or crash window, clause).
+
+A testcase's ``name`` is the clause id and its ``classname`` the test's node id, so several tests
+of one clause stay apart.  A clause that could not be decided without any failing test (no test
+at all, or every test skipped) gets a testcase of its own with an ``error``, so a CI summary never
+shows green for a run whose verdict is ERROR.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from typing import Any
+
+from .summary import verdict_line
+from .text import one_line, visible
+from .verdicts import window_nodeid
+
+
+def _detail(message: str | None, counterexample: str | None = None, replay: str | None = None) -> str:
+    parts = [visible(message or "")]
+    if counterexample:
+        parts.append("Counterexample:\n" + visible(counterexample))
+    if replay:
+        parts.append("Replay: " + visible(replay))
+    return "\n\n".join(p for p in parts if p)
+
+
+def _case(suite: ET.Element, clause: str, classname: str, seconds: float) -> ET.Element:
+    return ET.SubElement(suite, "testcase", name=clause, classname=visible(classname), time=f"{seconds:.3f}")
+
+
+def _mark(case: ET.Element, tag: str, kind: str, message: str, text: str = "") -> None:
+    el = ET.SubElement(case, tag, type=kind, message=one_line(message, 240))
+    if text:
+        el.text = text
+
+
+def _test_case(suite: ET.Element, t: Mapping[str, Any], profile: str, known: Mapping[str, str]) -> None:
+    case = _case(suite, t["clause"], t["nodeid"], t["duration_s"])
+    o, msg = t["outcome"], t["message"]
+    detail = _detail(msg, t["counterexample"], t["replay"])
+    if o == "failed":
+        _mark(case, "failure", "failed", msg or "failed", detail)
+    elif o == "error":
+        _mark(case, "error", "error", msg or "error", detail)
+    elif o == "xpassed":
+        why = known.get(t["clause"], "")
+        _mark(case, "failure", "xpassed", f"passed although declared a known bug: {why}", detail)
+    elif o == "xfailed":
+        why = known.get(t["clause"]) or msg or "expected failure"
+        _mark(case, "skipped", "xfail", f"known bug, blocks certification: {why}")
+    elif o == "skipped":
+        if t["not_claimed"]:
+            _mark(case, "skipped", "not_claimed", f"profile {profile} is not claimed by the adapter")
+        else:
+            _mark(case, "skipped", "skipped", msg or "skipped")
+
+
+def render_junit(doc: Mapping[str, Any]) -> str:
+    a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    known = a["known_bugs"]
+    by_id = {c["id"]: c for c in doc["clauses"]}
+    root = ET.Element("testsuites", name=visible(f"ledgercheck {a['name']} {a['version']}"))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+    for profile in doc["profiles"]["defined"]:
+        pv = doc["profiles"]["verdicts"][profile]
+        suite = ET.SubElement(root, "testsuite", name=profile, timestamp=r["started_at"])
+        props = ET.SubElement(suite, "properties")
+        for k, v in (("profile.verdict", pv["verdict"]), ("verdict", verdict_line(doc)), ("spec.name", s["name"]),
+                     ("spec.version", s["version"]), ("spec.digest", s["digest"]), ("adapter.name", a["name"]),
+                     ("adapter.version", a["version"]), ("adapter.address", a["address"]),
+                     ("harness.version", doc["harness"]["version"]), ("run.id", r["id"]),
+                     ("run.command", r["command"]), ("run.seed", "" if r["seed"] is None else r["seed"])):
+            ET.SubElement(props, "property", name=k, value=visible(v))
+        mine = [c for c in doc["clauses"] if c["profile"] == profile]
+        ids = {c["id"] for c in mine}
+        shown: dict[str, bool] = {c["id"]: False for c in mine}  # clause id -> a failing/error case shown
+        for t in doc["tests"]:
+            if t["clause"] in ids:
+                _test_case(suite, t, profile, known)
+                shown[t["clause"]] |= t["outcome"] in ("failed", "error", "xpassed")
+        for w in doc["crash_windows"]:
+            for cid in w["clauses"]:
+                if cid not in ids:
+                    continue
+                case = _case(suite, cid, window_nodeid(w), w["duration_s"])
+                if w["verdict"] != "pass":
+                    tag = "failure" if w["verdict"] == "fail" else "error"
+                    text = _detail(w["message"], None, w["replay"])
+                    _mark(case, tag, f"crash_window_{w['verdict']}", w["message"] or w["verdict"], text)
+                    shown[cid] = True
+        for c in mine:
+            o = by_id[c["id"]]["outcome"]
+            if o == "error" and not shown[c["id"]]:
+                _mark(_case(suite, c["id"], "ledgercheck.clause", 0.0), "error", "undecided", c["message"] or "error")
+            elif o in ("not_requested", "not_claimed") and c["tests"] == 0:
+                why = "profile not requested" if o == "not_requested" else "profile not claimed by the adapter"
+                _mark(_case(suite, c["id"], f"ledgercheck.{o}", 0.0), "skipped", o, why)
+        counts = {"tests": len(suite.findall("testcase")), "failures": len(suite.findall("testcase/failure")),
+                  "errors": len(suite.findall("testcase/error")), "skipped": len(suite.findall("testcase/skipped"))}
+        seconds = sum(float(c.get("time", "0")) for c in suite.findall("testcase"))
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+        suite.set("time", f"{seconds:.3f}")
+        totals["time"] += seconds
+    for k, v in totals.items():
+        root.set(k, f"{v:.3f}" if k == "time" else str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

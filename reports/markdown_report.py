@@ -1,0 +1,76 @@
+"""The short Markdown summary CI posts on a pull request.
+
+Link-free, and every adapter-supplied string sits in a code span (so it can be neither markup,
+nor a link, nor break the table it is in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .summary import (
+    blocking_clauses,
+    error_clauses,
+    first_problem,
+    fmt_seconds,
+    verdict_parts,
+    warning_clauses,
+)
+from .text import md_code, md_text
+
+ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️"}
+PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "error": "⚠️ error",
+                "not_claimed": "➖ not claimed", "not_requested": "➖ not requested"}
+MAX_ROWS = 25
+
+
+def _clause_table(doc: Mapping[str, Any], clauses: list[dict[str, Any]]) -> list[str]:
+    rows = ["| Clause | Level | Outcome | Why | Replay |", "|---|---|---|---|---|"]
+    for c in clauses[:MAX_ROWS]:
+        p = first_problem(doc, c["id"])
+        replay = md_code(p["replay"], table=True, limit=200) if p and p["replay"] else "–"
+        text = p["message"] if p and p["message"] and c["outcome"] != "xfail" else c["message"]
+        why = md_code(text, table=True, limit=160) if text else "–"
+        outcome = "known bug" if c["outcome"] == "xfail" else c["outcome"]
+        rows.append(f"| {md_code(c['id'], table=True)} | {c['level']} | {md_text(outcome)} | {why} | {replay} |")
+    if len(clauses) > MAX_ROWS:
+        rows.append(f"\n…and {len(clauses) - MAX_ROWS} more in the HTML report.")
+    return rows
+
+
+def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None) -> str:
+    from .results import results_file_sha256
+
+    sha = results_sha256 or results_file_sha256(doc)
+    a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    line, detail = verdict_parts(doc)
+    head = f"**{md_text(line)}**"
+    if detail is not None:
+        head += f" {md_code(detail, limit=200)}" if line == "ERROR" else f" (first: {md_code(detail, limit=160)})"
+    out = [
+        f"### {ICON[doc['verdict']]} ledgercheck: {md_text(doc['verdict'])} — {md_code(a['name'])} {md_code(a['version'])}",
+        "",
+        head,
+        "",
+        f"Contract {md_code(s['name'])} {md_code(s['version'])} (sha256 {md_code(s['digest'][:16])}) · "
+        f"{md_text(r['kind'])} run {md_code(r['id'])} in {md_text(fmt_seconds(r['duration_s']))} · "
+        f"results.json sha256 {md_code(sha[:16])}",
+        "",
+        "| Profile | Verdict | Pass | Fail | Error | Known bug | Not claimed |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for p in doc["profiles"]["defined"]:
+        v = doc["profiles"]["verdicts"][p]
+        out.append(f"| {md_text(p)} | {PROFILE_ICON[v['verdict']]} | {v['passed']} | {v['failed']} | {v['errors']} "
+                   f"| {v['xfailed']} | {v['not_claimed']} |")
+    for title, clauses in (("Undecided clauses", error_clauses(doc)), ("Failing clauses", blocking_clauses(doc)),
+                           ("SHOULD clauses not met (not blocking)", warning_clauses(doc))):
+        if clauses:
+            out += ["", f"**{title}** ({len(clauses)})", "", *_clause_table(doc, clauses)]
+    windows = doc["crash_windows"]
+    if windows:
+        bad = sum(1 for w in windows if w["verdict"] != "pass")
+        out += ["", f"Crash windows: {len(windows)} run, {len(windows) - bad} passed, {bad} failed or errored."]
+    out += ["", f"Reproduce: {md_code(r['command'], limit=400)}", ""]
+    return "\n".join(out)

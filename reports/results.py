@@ -1,0 +1,573 @@
+"""The results document: one JSON format for every run, built, checked, written, read and merged here.
+
+The conformance plugin and the chaos runner hand their raw facts (what ran, against which
+adapter and contract, each test's outcome, each crash window) to :func:`build_results`, which
+adds the derived verdicts (rules in :mod:`ledgercheck.reports.verdicts`, prose in
+docs/results.md).  :func:`write_results` puts it on disk with two hashes; :func:`load_results`
+refuses anything truncated, edited or of another format with a one-line :class:`ResultsError`
+that names the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import jsonschema.exceptions
+from ledgercheck.spec import Spec
+
+from ledgercheck import PROTOCOL_VERSION, __version__
+
+from . import verdicts
+from .environment import environment_info
+from .integrity import (
+    SIDECAR_SUFFIX,
+    bytes_sha256,
+    content_sha256,
+    file_bytes,
+    parse_sidecar,
+    sidecar_text,
+    with_integrity,
+)
+
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "Loaded", "ResultsError", "build_results", "environment_info", "load_results",
+    "merge_results", "read_results", "results_file_sha256", "schema", "utc_now", "validate_results",
+    "write_results",
+]
+
+FORMAT = "ledgercheck-results"
+FORMAT_VERSION = 1
+RUN_KINDS = ("certify", "conformance", "chaos")
+TEST_KINDS = ("clause", "stateful", "chaos")
+MAX_MESSAGE = 240
+
+
+class ResultsError(ValueError):
+    """A results document is malformed, inconsistent or unreadable.  The message is one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+def _short(text: str, limit: int = MAX_MESSAGE) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def utc_now() -> str:
+    """The current time as the document writes timestamps: ISO 8601, UTC, milliseconds, ``Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(value: str, what: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ResultsError(f"{what}: {value!r} is not an ISO 8601 timestamp") from None
+
+
+# ---- schema ---------------------------------------------------------------------------------------
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of format version 1, as shipped in the package."""
+    text = resources.files("ledgercheck.reports").joinpath("schema/results.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator(schema())
+
+
+@cache
+def _part_validator(name: str) -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": schema()["$defs"]})
+
+
+def _check_part(value: Any, name: str, where: str) -> None:
+    """Check one input record (a test, a crash window, the run, the adapter) against its definition."""
+    err = jsonschema.exceptions.best_match(_part_validator(name).iter_errors(value))
+    if err is not None:
+        at = _where(err.absolute_path)
+        raise ResultsError(f"{where}{'' if at == 'document' else '.' + at}: {_short(err.message, 160)}")
+
+
+def _where(path: Iterable[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "document"
+
+
+# ---- building ------------------------------------------------------------------------------------
+
+
+def _spec_info(spec: Spec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "version": spec.version,
+        "title": spec.title,
+        "digest": spec.digest,
+        "files": dict(spec.files),
+        "statuses": [{"name": n, "initial": s.initial, "terminal": s.terminal, "waiting": s.waiting_kind is not None,
+                      "leased": s.leased, "description": s.description} for n, s in spec.statuses.items()],
+        "transitions": [{"from": t.src, "to": t.dst, "ops": list(t.ops), "guard": t.guard, "requeue": t.requeue}
+                        for t in spec.transitions],
+    }
+
+
+def _need(d: Mapping[str, Any], keys: Sequence[str], what: str) -> None:
+    missing = [k for k in keys if k not in d or d[k] is None]
+    if missing:
+        raise ResultsError(f"{what}: missing {', '.join(missing)}")
+
+
+def _run(run: Mapping[str, Any]) -> dict[str, Any]:
+    _need(run, ("kind", "started_at", "finished_at", "command"), "run")
+    r = dict(run)
+    r.setdefault("id", uuid.uuid4().hex[:12])
+    if "duration_s" not in r or r["duration_s"] is None:
+        span = _parse_time(r["finished_at"], "run.finished_at") - _parse_time(r["started_at"], "run.started_at")
+        r["duration_s"] = max(0.0, round(span.total_seconds(), 6))
+    r.setdefault("argv", shlex.split(r["command"]) if isinstance(r["command"], str) else [])
+    r.setdefault("cwd", os.getcwd())
+    for key in ("seed", "hypothesis_profile", "shard", "error"):
+        r.setdefault(key, None)
+    r.setdefault("timeout_scale", 1.0)
+    r.setdefault("workers", 1)
+    return r
+
+
+def _adapter(adapter: Mapping[str, Any], run_error: str | None) -> dict[str, Any]:
+    _need(adapter, ("address",), "adapter")
+    if not run_error:  # without a handshake (the adapter never started) identity may be unknown
+        _need(adapter, ("name", "version", "protocol"), "adapter")
+    a = dict(adapter)
+    a.setdefault("transport", "wire" if str(a["address"]).startswith("exec:") else "in-process")
+    for key in ("name", "version", "protocol"):
+        a.setdefault(key, "unknown")
+    a["profiles"] = list(a.get("profiles") or [])
+    a["capabilities"] = dict(a.get("capabilities") or {})
+    a["crash_points"] = list(a.get("crash_points") or [])
+    a["known_bugs"] = dict(a.get("known_bugs") or {})
+    a.setdefault("artifact_sha256", None)
+    return a
+
+
+def _tests(tests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, t in enumerate(tests):
+        _need(t, ("nodeid", "clause", "outcome"), f"tests[{i}]")
+        rec = dict(t)
+        rec.setdefault("kind", "clause")
+        rec["not_claimed"] = bool(rec.get("not_claimed", False))
+        rec["duration_s"] = float(rec.get("duration_s") or 0.0)
+        for key in ("message", "counterexample", "replay"):
+            rec.setdefault(key, None)
+        out.append(rec)
+    return out
+
+
+def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec) -> list[dict[str, Any]]:
+    out = []
+    for i, w in enumerate(windows):
+        where = f"crash_windows[{i}]"
+        _need(w, ("point", "step_class", "occurrence", "verdict", "clauses"), where)
+        rec = dict(w)
+        point, cls = rec["point"], rec["step_class"]
+        if point not in spec.crash_points:
+            raise ResultsError(f"{where}: unknown crash point {point!r}")
+        if cls not in spec.step_classes:
+            raise ResultsError(f"{where}: unknown step class {cls!r}")
+        entry = spec.matrix[cls][point]
+        for key, want in (("decision_expected", entry.decision), ("effects_expected", entry.effects)):
+            if rec.get(key) is None:
+                rec[key] = want
+            elif rec[key] != want:
+                raise ResultsError(f"{where}: {key} {rec[key]!r} contradicts the contract's matrix ({cls} x {point}: {want!r})")
+        allowance = spec.allowances[entry.effects]
+        rec["effects_min"], rec["effects_max"] = allowance.min, allowance.max
+        rec["clauses"] = list(rec["clauses"])
+        for key in ("decision_observed", "effects_observed", "final_status", "message", "replay", "replay_file"):
+            rec.setdefault(key, None)
+        rec["duration_s"] = float(rec.get("duration_s") or 0.0)
+        out.append(rec)
+    return out
+
+
+def _profiles(names: Iterable[str] | None, defined: Sequence[str], what: str) -> list[str]:
+    if names is None:
+        return list(defined)
+    names = list(names)
+    unknown = [p for p in names if p not in defined]
+    if unknown:
+        raise ResultsError(f"{what}: unknown profile(s) {', '.join(map(str, unknown))} (the contract defines {', '.join(defined)})")
+    return [p for p in defined if p in names]
+
+
+def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, Any], environment: Mapping[str, Any],
+                  tests: Iterable[Mapping[str, Any]], crash_windows: Iterable[Mapping[str, Any]] = (),
+                  requested_profiles: Iterable[str] | None = None) -> dict[str, Any]:
+    """Assemble a complete, checked results document (with its integrity hash).
+
+    ``requested_profiles`` of None means every profile of the contract: profiles the adapter
+    does not claim then show as "not claimed".  Missing optional fields get their defaults
+    (docs/results.md); crash windows may leave ``decision_expected``/``effects_expected`` out, and
+    get them from the contract's matrix.  Raises :class:`ResultsError` on anything inconsistent.
+    """
+    r = _run(run)
+    a = _adapter(adapter, r.get("error"))
+    defined = list(spec.profiles)
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "run": r,
+        "harness": {"name": "ledgercheck", "version": __version__, "protocol": PROTOCOL_VERSION},
+        "spec": _spec_info(spec),
+        "adapter": a,
+        "environment": dict(environment),
+        "profiles": {
+            "defined": defined,
+            "requires": {n: list(p.requires) for n, p in spec.profiles.items()},
+            "requested": _profiles(requested_profiles, defined, "requested profiles"),
+            "claimed": _profiles(a["profiles"], defined, "adapter profiles"),
+            "verdicts": {},
+        },
+        "clauses": [{"id": c.id, "profile": c.profile, "level": c.level, "statement": c.statement, "source": c.source}
+                    for c in spec.clauses],
+        "tests": _tests(tests),
+        "crash_windows": _windows(crash_windows, spec),
+    }
+    _check_part(r, "run", "run")
+    _check_part(a, "adapter", "adapter")
+    for i, t in enumerate(doc["tests"]):
+        _check_part(t, "test", f"tests[{i}]")
+    for i, w in enumerate(doc["crash_windows"]):
+        _check_part(w, "crash_window", f"crash_windows[{i}]")
+    _check_facts(doc, "results")
+    doc = with_integrity(verdicts.apply(doc))
+    validate_results(doc)
+    return doc
+
+
+# ---- validation ----------------------------------------------------------------------------------
+
+
+def _check_facts(doc: Mapping[str, Any], source: str) -> None:
+    """Consistency of the recorded facts (before anything is derived from them)."""
+    ids = [c["id"] for c in doc["clauses"]]
+    known = set(ids)
+    if len(known) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ResultsError(f"{source}: clause {dup} is listed twice")
+    defined = doc["profiles"]["defined"]
+    for c in doc["clauses"]:
+        if c["profile"] not in defined:
+            raise ResultsError(f"{source}: clause {c['id']} belongs to undefined profile {c['profile']!r}")
+    for key in ("requested", "claimed"):
+        bad = [p for p in doc["profiles"][key] if p not in defined]
+        if bad:
+            raise ResultsError(f"{source}: profiles.{key} names undefined profile(s) {', '.join(bad)}")
+    seen: set[str] = set()
+    for i, t in enumerate(doc["tests"]):
+        if t["clause"] not in known:
+            raise ResultsError(f"{source}: tests[{i}] ({t['nodeid']}) names unknown clause {t['clause']!r}")
+        if t["nodeid"] in seen:
+            raise ResultsError(f"{source}: test {t['nodeid']} appears twice")
+        seen.add(t["nodeid"])
+    keys: set[tuple[str, str, int]] = set()
+    for w in doc["crash_windows"]:
+        where = f"{source}: crash window {verdicts.window_nodeid(w)}"
+        bad = [c for c in w["clauses"] if c not in known]
+        if bad:
+            raise ResultsError(f"{where} names unknown clause(s) {', '.join(map(str, bad))}")
+        k = verdicts.window_key(w)
+        if k in keys:
+            raise ResultsError(f"{where} appears twice")
+        keys.add(k)
+        if w["verdict"] == "pass":
+            if w["decision_observed"] != w["decision_expected"]:
+                raise ResultsError(f"{where}: verdict pass, but decision {w['decision_observed']!r} "
+                                   f"is not the expected {w['decision_expected']!r}")
+            n, lo, hi = w["effects_observed"], w["effects_min"], w["effects_max"]
+            if n is None or n < lo or (hi is not None and n > hi):
+                raise ResultsError(f"{where}: verdict pass, but {n} effect(s) is outside {w['effects_expected']} "
+                                   f"({lo}..{'' if hi is None else hi})")
+
+
+def _compare_derived(doc: Mapping[str, Any], source: str) -> None:
+    want = verdicts.derive(doc)
+    stored = {c["id"]: c for c in doc["clauses"]}
+    for c in want["clauses"]:
+        s = stored[c["id"]]
+        if s["outcome"] != c["outcome"]:
+            raise ResultsError(f"{source}: clause {c['id']}: recorded outcome {s['outcome']!r} does not follow "
+                               f"from its tests ({c['outcome']!r})")
+        for k, v in c.items():
+            if s.get(k) != v:
+                raise ResultsError(f"{source}: clause {c['id']}: recorded {k} {_short(repr(s.get(k)), 60)} does not "
+                                   f"follow from its tests ({_short(repr(v), 60)})")
+    got = doc["profiles"]["verdicts"]
+    if set(got) != set(want["verdicts"]):
+        raise ResultsError(f"{source}: profiles.verdicts must name exactly the defined profiles")
+    for p, v in want["verdicts"].items():
+        if got[p] != v:
+            field = next(k for k in v if got[p].get(k) != v[k])
+            raise ResultsError(f"{source}: profile {p}: recorded {field} {got[p].get(field)!r} does not follow "
+                               f"from its clauses ({v[field]!r})")
+    for key in ("verdict", "certified_profiles", "exit_code"):
+        if doc[key] != want[key]:
+            raise ResultsError(f"{source}: recorded {key} {doc[key]!r} does not follow from the profile verdicts "
+                               f"({want[key]!r})")
+    if doc["timings"] != want["timings"]:
+        raise ResultsError(f"{source}: recorded timings do not follow from the test durations")
+
+
+def validate_results(doc: Any, source: str = "results") -> None:
+    """Check a document against the schema, its integrity hash (when present) and the rules.
+
+    Raises :class:`ResultsError` with one line starting with ``source`` (a file name, say).
+    """
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{source}: the document is a JSON {type(doc).__name__}, not an object")
+    if doc.get("format") != FORMAT:
+        raise ResultsError(f"{source}: not a ledgercheck results document (format {doc.get('format')!r}, "
+                           f"expected {FORMAT!r})")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ResultsError(f"{source}: format_version {doc.get('format_version')!r} is not supported "
+                           f"(this ledgercheck reads version {FORMAT_VERSION})")
+    err = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
+    if err is not None:
+        raise ResultsError(f"{source}: {_where(err.absolute_path)}: {_short(err.message, 160)}")
+    if "integrity" in doc and doc["integrity"]["sha256"] != content_sha256(doc):
+        raise ResultsError(f"{source}: content does not match its integrity hash (edited after it was written?)")
+    _check_facts(doc, source)
+    _compare_derived(doc, source)
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+
+def results_file_sha256(doc: Mapping[str, Any]) -> str:
+    """SHA-256 of the file :func:`write_results` writes for ``doc``, without writing it."""
+    return bytes_sha256(file_bytes(with_integrity(doc)))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_results(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
+    """Write ``doc`` (re-hashed) as pretty, deterministic JSON plus a ``sha256sum`` sidecar.
+
+    Returns the SHA-256 of the file's bytes.  Refuses (ResultsError) a document that fails
+    validation, so nothing inconsistent reaches the disk.
+    """
+    p = Path(path)
+    full = with_integrity(doc)
+    validate_results(full, str(p))
+    data = file_bytes(full)
+    sha = bytes_sha256(data)
+    _atomic_write(p, data)
+    _atomic_write(p.with_name(p.name + SIDECAR_SUFFIX), sidecar_text(sha, p.name).encode("utf-8"))
+    return sha
+
+
+@dataclass(frozen=True)
+class Loaded:
+    doc: dict[str, Any]
+    sha256: str  # of the file's bytes
+    path: str
+    sidecar: bool  # whether a sidecar was present (and matched)
+
+
+def read_results(path: str | os.PathLike[str]) -> Loaded:
+    """Read, verify and validate a results file; see :func:`load_results`."""
+    name = str(path)
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise ResultsError(f"{name}: the file is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = " (the file looks truncated)" if exc.pos >= len(text.rstrip()) else ""
+        raise ResultsError(f"{name}: not valid JSON{hint}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION:
+        if not isinstance(doc.get("integrity"), dict):
+            raise ResultsError(f"{name}: has no integrity hash; only files written by ledgercheck can be read")
+    validate_results(doc, name)
+    sha = bytes_sha256(data)
+    side = p.with_name(p.name + SIDECAR_SUFFIX)
+    has_side = side.exists()
+    if has_side:
+        try:
+            want = parse_sidecar(side.read_text("utf-8", errors="replace"))
+        except OSError as exc:
+            raise ResultsError(f"{side}: cannot read: {exc.strerror or exc}") from None
+        if want is None:
+            raise ResultsError(f"{side}: not a sha256sum line")
+        if want != sha:
+            raise ResultsError(f"{name}: the file's SHA-256 {sha[:16]}… does not match {side.name} "
+                               f"({want[:16]}…): changed after it was written")
+    return Loaded(doc=doc, sha256=sha, path=name, sidecar=has_side)
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The document in a results file, refusing (one-line ResultsError naming the file) anything
+    that is not valid JSON, of another format or version, fails the schema or the rules, does not
+    match its integrity hash, or does not match its sidecar checksum when one is present."""
+    return read_results(path).doc
+
+
+# ---- merging -------------------------------------------------------------------------------------
+
+
+def _strip_shard(argv: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok == "--ledger-shard":
+            skip = True
+            continue
+        if tok.startswith("--ledger-shard="):
+            continue
+        out.append(tok)
+    return out
+
+
+def _part(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if run.get("parts"):
+        return [dict(p) for p in run["parts"]]
+    return [{k: run[k] for k in ("id", "kind", "command", "seed", "shard", "started_at", "finished_at", "duration_s")}]
+
+
+def _common(values: Sequence[Any]) -> Any:
+    return values[0] if all(v == values[0] for v in values) else None
+
+
+def _merged_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    parts = [p for r in runs for p in _part(r)]
+    starts = [_parse_time(r["started_at"], "run.started_at") for r in runs]
+    ends = [_parse_time(r["finished_at"], "run.finished_at") for r in runs]
+    first, last = min(range(len(runs)), key=lambda i: starts[i]), max(range(len(runs)), key=lambda i: ends[i])
+    argvs = [_strip_shard(r["argv"]) for r in runs]
+    same_cmd = _common([tuple(a) for a in argvs]) is not None and argvs[0]
+    commands = list(dict.fromkeys(r["command"] for r in runs))
+    errors = [r["error"] for r in runs if r.get("error")]
+    shards = [p["shard"] for p in parts if p.get("shard")]
+    if shards:
+        counts = {s["count"] for s in shards}
+        if len(counts) > 1:
+            raise ResultsError(f"cannot merge shards of different splits ({', '.join(str(c) for c in sorted(counts))} shards)")
+        idx = [s["index"] for s in shards]
+        dup = next((i for i in idx if idx.count(i) > 1), None)
+        if dup is not None:
+            raise ResultsError(f"cannot merge: shard {dup}/{shards[0]['count']} appears twice")
+        missing = sorted(set(range(1, shards[0]["count"] + 1)) - set(idx))
+        if missing:
+            n = shards[0]["count"]
+            errors.append(f"shard(s) {', '.join(f'{m}/{n}' for m in missing)} missing from the merge")
+    kinds = [r["kind"] for r in runs]
+    return {
+        "id": "merged-" + bytes_sha256("\n".join(p["id"] for p in parts).encode())[:12],
+        "kind": _common(kinds) or "certify",
+        "started_at": runs[first]["started_at"],
+        "finished_at": runs[last]["finished_at"],
+        "duration_s": round(max(0.0, (ends[last] - starts[first]).total_seconds()), 6),
+        "command": shlex.join(argvs[0]) if same_cmd else " && ".join(commands),
+        "argv": list(argvs[0]) if same_cmd else [],
+        "cwd": runs[0]["cwd"],
+        "seed": _common([r["seed"] for r in runs]),
+        "hypothesis_profile": _common([r["hypothesis_profile"] for r in runs]),
+        "timeout_scale": max(float(r["timeout_scale"]) for r in runs),
+        "shard": None,
+        "workers": sum(int(r["workers"]) for r in runs),
+        "error": "; ".join(errors) or None,
+        "parts": parts,
+    }
+
+
+ADAPTER_IDENTITY = ("name", "version", "protocol", "transport", "artifact_sha256", "profiles", "known_bugs")
+
+
+def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One document from the results of shards or of several runs of one adapter against one contract.
+
+    Tests and crash windows are concatenated (a node id or a crash window appearing twice is an
+    error), requested profiles are united, and every derived member is recomputed.  A missing shard
+    makes the merged run an error rather than a smaller certification.
+    """
+    docs = list(docs)
+    if not docs:
+        raise ResultsError("nothing to merge")
+    for i, d in enumerate(docs, 1):
+        validate_results(d, f"part {i}")
+    first = docs[0]
+    for i, d in enumerate(docs[1:], 2):
+        if d["spec"]["digest"] != first["spec"]["digest"]:
+            raise ResultsError(f"cannot merge: part {i} was run against contract {d['spec']['name']} "
+                               f"{d['spec']['version']} ({d['spec']['digest'][:12]}), part 1 against "
+                               f"{first['spec']['name']} {first['spec']['version']} ({first['spec']['digest'][:12]})")
+        for key in ADAPTER_IDENTITY:
+            a, b = first["adapter"].get(key), d["adapter"].get(key)
+            if key == "profiles":
+                a, b = sorted(a), sorted(b)
+            if a != b:
+                raise ResultsError(f"cannot merge: adapter {key} differs ({_short(repr(a), 60)} in part 1, "
+                                   f"{_short(repr(b), 60)} in part {i})")
+    defined = first["profiles"]["defined"]
+    requested = {p for d in docs for p in d["profiles"]["requested"]}
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "run": _merged_run([d["run"] for d in docs]),
+        "harness": copy.deepcopy(first["harness"]),
+        "spec": copy.deepcopy(first["spec"]),
+        "adapter": copy.deepcopy(first["adapter"]),
+        "environment": copy.deepcopy(first["environment"]),
+        "profiles": {"defined": list(defined), "requires": copy.deepcopy(first["profiles"]["requires"]),
+                     "requested": [p for p in defined if p in requested],
+                     "claimed": list(first["profiles"]["claimed"]), "verdicts": {}},
+        "clauses": [{k: c[k] for k in ("id", "profile", "level", "statement", "source")} for c in first["clauses"]],
+        "tests": [copy.deepcopy(t) for d in docs for t in d["tests"]],
+        "crash_windows": [copy.deepcopy(w) for d in docs for w in d["crash_windows"]],
+    }
+    _check_facts(doc, "merged results")
+    doc = with_integrity(verdicts.apply(doc))
+    validate_results(doc, "merged results")
+    return doc

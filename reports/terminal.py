@@ -1,0 +1,78 @@
+"""`ledgercheck report show`: the results in a terminal, and the same summary as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .summary import (
+    blocking_clauses,
+    error_clauses,
+    first_problem,
+    fmt_seconds,
+    verdict_line,
+    warning_clauses,
+)
+from .text import one_line, terminal
+
+
+def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, Any]:
+    def brief(c: Mapping[str, Any]) -> dict[str, Any]:
+        p = first_problem(doc, c["id"])
+        return {"id": c["id"], "profile": c["profile"], "level": c["level"], "outcome": c["outcome"],
+                "message": c["message"], "replay": p["replay"] if p else None}
+
+    windows = doc["crash_windows"]
+    return {
+        "file": path,
+        "sha256": sha256,
+        "verdict": doc["verdict"],
+        "verdict_line": verdict_line(doc),
+        "exit_code": doc["exit_code"],
+        "certified_profiles": doc["certified_profiles"],
+        "profiles": {p: v["verdict"] for p, v in doc["profiles"]["verdicts"].items()},
+        "adapter": {k: doc["adapter"][k] for k in ("name", "version", "address", "artifact_sha256")},
+        "spec": {k: doc["spec"][k] for k in ("name", "version", "digest")},
+        "run": {k: doc["run"][k] for k in ("id", "kind", "command", "seed", "duration_s")},
+        "errors": [brief(c) for c in error_clauses(doc)],
+        "failures": [brief(c) for c in blocking_clauses(doc)],
+        "warnings": [brief(c) for c in warning_clauses(doc)],
+        "crash_windows": {"total": len(windows), "failed": sum(1 for w in windows if w["verdict"] == "fail"),
+                          "errors": sum(1 for w in windows if w["verdict"] == "error")},
+    }
+
+
+def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
+    a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    t = terminal
+    lines = [
+        t(verdict_line(doc)),
+        "",
+        f"results   {t(path)}  sha256 {sha256}",
+        f"adapter   {t(one_line(a['name'], 60))} {t(one_line(a['version'], 30))}  ({a['transport']}, {t(one_line(a['address'], 80))})",
+        f"contract  {t(s['name'])} {t(s['version'])}  sha256 {s['digest']}",
+        f"run       {r['kind']} {t(r['id'])}, {fmt_seconds(r['duration_s'])}, seed {r['seed']}, "
+        f"timeout scale {r['timeout_scale']:g}",
+        "",
+        f"{'profile':<14}{'verdict':<15}{'clauses':>8}{'pass':>6}{'fail':>6}{'error':>7}{'known':>7}{'n/c':>5}",
+    ]
+    for p in doc["profiles"]["defined"]:
+        v = doc["profiles"]["verdicts"][p]
+        lines.append(f"{p:<14}{v['verdict'].replace('_', ' '):<15}{v['clauses']:>8}{v['passed']:>6}{v['failed']:>6}"
+                     f"{v['errors']:>7}{v['xfailed']:>7}{v['not_claimed']:>5}")
+    for title, clauses in (("could not be decided", error_clauses(doc)), ("failed", blocking_clauses(doc)),
+                           ("SHOULD not met (not blocking)", warning_clauses(doc))):
+        if not clauses:
+            continue
+        lines += ["", f"{title} ({len(clauses)}):"]
+        for c in clauses:
+            lines.append(f"  {c['id']:<34} {c['outcome']:<6} {t(one_line(c['message'] or '', 100))}")
+            p = first_problem(doc, c["id"])
+            if p and p["replay"]:
+                lines.append(f"  {'':<34} replay: {t(one_line(p['replay'], 160))}")
+    windows = doc["crash_windows"]
+    if windows:
+        bad = sum(1 for w in windows if w["verdict"] != "pass")
+        lines += ["", f"crash windows: {len(windows)} run, {len(windows) - bad} passed, {bad} failed or errored"]
+    lines += ["", f"reproduce: {t(r['command'])}"]
+    return "\n".join(lines)

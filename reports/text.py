@@ -1,0 +1,74 @@
+"""Making adapter-supplied text safe for every output: HTML, Markdown, XML and the terminal.
+
+Names, versions, error messages, stderr tails and counterexamples come from the ledger under test
+and may contain anything.  Control characters are never dropped silently: they are shown as
+``\\xNN`` (or ``\\uNNNN``) so a reader sees that they were there, and so the text is valid XML 1.0
+and cannot move a terminal's cursor.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+# C0 controls except tab/newline/carriage return, DEL, C1 controls, surrogates and the two noncharacters
+# XML 1.0 forbids.  Tab, newline and carriage return are allowed by XML and handled per output.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_MD_CODE_BREAK = re.compile(r"\s+")
+
+
+def _show(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
+
+
+def visible(text: object) -> str:
+    """``text`` as a string with disallowed control characters shown as escapes (keeps \\t \\n \\r)."""
+    return _CONTROL.sub(_show, "" if text is None else str(text))
+
+
+def terminal(text: object) -> str:
+    """Text safe to print on a terminal: every control character but newline and tab escaped (so no
+    ANSI sequence or carriage return from an adapter reaches the screen)."""
+    return _TERMINAL.sub(_show, "" if text is None else str(text))
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """Collapse all whitespace (newlines included) to single spaces, and optionally shorten."""
+    s = " ".join(visible(text).split())
+    if limit is not None and len(s) > limit:
+        s = s[: max(0, limit - 1)].rstrip() + "…"
+    return s
+
+
+def h(text: object) -> str:
+    """HTML-escape text for element content or a quoted attribute value."""
+    return html.escape(visible(text), quote=True)
+
+
+# ---- Markdown ---------------------------------------------------------------------------------------
+# Adapter text only ever appears inside code spans: nothing in a code span is a link, an image, HTML or
+# emphasis.  What remains to handle is the span's own delimiter (a backtick run), line breaks (which
+# would end a table row) and, inside tables, the pipe.
+
+def md_code(text: object, *, table: bool = False, limit: int | None = None) -> str:
+    """``text`` as one Markdown code span, safe in running text and (with ``table=True``) in a table cell."""
+    s = one_line(text, limit)
+    if table:
+        s = s.replace("|", "\\|")
+    if not s:
+        return "` `"
+    longest = max((len(run) for run in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or (s.startswith(" ") and s.endswith(" ")) else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+_MD_PUNCT = re.compile(r"([\\`*_\[\]<>|~&])")
+
+
+def md_text(text: object) -> str:
+    """Plain text for Markdown prose (for text from the contract, not the adapter): characters that can
+    start emphasis, code, links, HTML or break a table are backslash-escaped, whitespace collapsed."""
+    return _MD_PUNCT.sub(r"\\\1", one_line(text))
