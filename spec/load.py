@@ -383,11 +383,49 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     return one_line(err.message)[:200]
 
 
+def _root_validator() -> jsonschema.protocols.Validator:
+    """The schema's checks of the top level alone (keys, required sections), sections accepted as they are."""
+    v = _schema_validator()
+    shallow = {k: x for k, x in v.schema.items() if k != "properties"}
+    shallow["properties"] = {k: True for k in v.schema.get("properties", {})}
+    return v.evolve(schema=shallow)
+
+
+@lru_cache(maxsize=256)
+def _section_errors(key: str, text: str) -> tuple[jsonschema.ValidationError, ...]:
+    # A section's errors depend only on its value, so they are cached by its canonical JSON:
+    # validating an overlay re-checks only the sections it changed.
+    return _validate_section(key, json.loads(text))
+
+
+def _validate_section(key: str, value: Any) -> tuple[jsonschema.ValidationError, ...]:
+    v = _schema_validator()
+    return tuple(v.evolve(schema=v.schema["properties"][key]).iter_errors(value))
+
+
+def _schema_errors(doc: Mapping[str, Any]) -> list[tuple[list[Any], jsonschema.ValidationError]]:
+    if not isinstance(doc, Mapping):
+        return [([], e) for e in _schema_validator().iter_errors(doc)]
+    out: list[tuple[list[Any], jsonschema.ValidationError]] = [([], e) for e in _root_validator().iter_errors(doc)]
+    sections = _schema_validator().schema.get("properties", {})
+    for key, value in doc.items():
+        if key not in sections:
+            continue  # reported by the root check
+        try:
+            text = json.dumps(value, sort_keys=True, allow_nan=True)
+        except (TypeError, ValueError):
+            errors = _validate_section(key, value)  # not plain JSON (a date, a set key): no caching
+        else:
+            errors = _section_errors(key, text)
+        out += [([key], e) for e in errors]
+    return out
+
+
 def schema_problems(doc: Mapping[str, Any], pos: Positions) -> list[Problem]:
     """Problems of the merged document against the published JSON Schema, in file order."""
     problems = []
-    for err in _schema_validator().iter_errors(doc):
-        path = list(err.absolute_path)
+    for prefix, err in _schema_errors(doc):
+        path = prefix + list(err.absolute_path)
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             allowed = set(err.schema.get("properties", {}))
             extra = [k for k in err.instance if k not in allowed]

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 MAX_DEPTH = 64
-MAX_VALUES = 200_000
+MAX_VALUES = 50_000
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import datetime
 import hashlib
 import re
 import textwrap
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ledgercheck.spec import DEFAULT_MANIFEST, SpecError, default_spec, load_spec, parse_duration
-from ledgercheck.spec.load import merged_document, spec_from_document
+from ledgercheck.spec.load import _schema_errors, _schema_validator, merged_document, spec_from_document
 from ledgercheck.spec.yamlpos import MAX_DEPTH, YamlLoadError, load_yaml, loads_yaml
 
 CONTRACT = DEFAULT_MANIFEST.parent
@@ -403,3 +405,19 @@ def test_merged_document_keeps_the_base_positions() -> None:
     last = len(doc["clauses"]) - 1
     recovery_clauses = CONTRACT / "clauses" / "recovery.yaml"
     assert same_file(pos.at(("clauses", last, "id")).file, recovery_clauses)
+
+
+def test_sectioned_schema_validation_equals_whole_document_validation() -> None:
+    doc = copy.deepcopy(dict(default_spec().document))
+    doc["lease"]["ttl"] = "x"
+    doc["bogus"] = 1
+    del doc["inbox"]
+    doc["statuses"]["Bad"] = {"terminal": 1}
+    doc["retry"]["policy"]["multiplier"] = float("nan")
+    doc["seeds"]["when"] = datetime.date(2024, 1, 1)
+    doc["clauses"].append({"id": "x", "level": "MAY"})
+    for d in (doc, {}, [], {"spec": ""}):
+        whole = sorted((list(e.absolute_path), e.message) for e in _schema_validator().iter_errors(d))
+        sectioned = sorted((p + list(e.absolute_path), e.message) for p, e in _schema_errors(d))
+        assert whole == sectioned
+    assert len(_schema_errors(doc)) >= 7
