@@ -11,6 +11,8 @@ Addresses:
   ``reference`` or any name registered under the ``ledgercheck.adapters`` entry point group
   ``python:package.module:Factory``  an in-process adapter made by calling ``Factory()``
   ``exec:COMMAND ARGS...``          a subprocess speaking the wire protocol on stdin/stdout
+
+The protocol itself is described in ``docs/protocol.md``.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledgercheck import PROTOCOL_VERSION
 from ledgercheck.spec import Spec, default_spec
+
+from ledgercheck import PROTOCOL_VERSION
 
 from .model import Outcome
 from .protocol import DEFINITE, LedgerError
@@ -40,10 +43,24 @@ from .wire import dumps, result_checker
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
 HARNESS_CODES = {"timeout", "adapter_crashed", "protocol_error", "internal"}
+MAX_LINE = 64 << 20  # longest response line the harness accepts
+STDERR_LINES = 200  # stderr lines kept per process
+STDERR_LINE_CHARS = 2000  # longer stderr lines are cut
+CLOSE_GRACE = 2.0  # seconds a process gets to exit after its stdin is closed
+
+Tap = Callable[[str, bytes], None]  # ("<" adapter to harness | ">" harness to adapter, the line)
 
 
 class AdapterError(Exception):
     """An adapter could not be found, started or greeted; the message is one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def parse_address(address: str) -> tuple[str, str]:
@@ -76,24 +93,116 @@ def load_inprocess(kind: str, target: str) -> Any:
         try:
             factory = eps[0].load()
         except Exception as exc:  # noqa: BLE001 - report any import failure as one line
-            raise AdapterError(f"adapter {target!r} ({eps[0].value}) failed to import: {type(exc).__name__}: {exc}") from None
+            raise AdapterError(f"adapter {target!r} ({eps[0].value}) failed to import: {type(exc).__name__}: {_one_line(str(exc))}") from None
         where = f"adapter {target!r}"
     else:
         mod_name, _, attr = target.partition(":")
         try:
             mod = importlib.import_module(mod_name)
         except Exception as exc:  # noqa: BLE001
-            raise AdapterError(f"adapter python:{target}: cannot import {mod_name!r}: {type(exc).__name__}: {exc}") from None
+            raise AdapterError(f"adapter python:{target}: cannot import {mod_name!r}: {type(exc).__name__}: {_one_line(str(exc))}") from None
         factory = mod
         for part in attr.split("."):
             factory = getattr(factory, part, None)
             if factory is None:
                 raise AdapterError(f"adapter python:{target}: {mod_name!r} has no attribute {attr!r}")
         where = f"adapter python:{target}"
+    if not callable(factory):
+        raise AdapterError(f"{where}: {target!r} is not callable")
     try:
         return factory()
     except Exception as exc:  # noqa: BLE001
-        raise AdapterError(f"{where}: the factory raised {type(exc).__name__}: {exc}") from None
+        raise AdapterError(f"{where}: the factory raised {type(exc).__name__}: {_one_line(str(exc))}") from None
+
+
+class Dispatcher:
+    """Calls one operation on a Python adapter object and turns whatever happens into an Outcome.
+
+    Shared by :class:`InProcessClient` and by ``ledgercheck serve``, so an adapter behaves the
+    same in process and on the wire: a missing method or an unknown argument is ``unsupported``,
+    a missing or misspelt required argument ``invalid_argument``, a :class:`LedgerError` its own
+    code, and any other exception ``internal`` (indefinite).
+    """
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.last_traceback = ""
+        self._params: dict[Any, _Params | None] = {}
+
+    def _parameters(self, fn: Callable[..., Any]) -> _Params | None:
+        # keyed by the underlying function: adapters that forward through __getattr__ hand out
+        # a new bound method per call (and per reset), but the function stays the same
+        key = getattr(fn, "__func__", fn)
+        try:
+            return self._params[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable callable
+            return _Params.of(fn)
+        got = self._params[key] = _Params.of(fn)
+        return got
+
+    def __call__(self, op: str, args: Mapping[str, Any]) -> Outcome:
+        try:
+            fn = None if op.startswith("_") else getattr(self.adapter, op, None)
+        except LedgerError as exc:
+            return Outcome.error(exc.code, exc.message, exc.definite)
+        except Exception:  # noqa: BLE001 - a failing attribute lookup means no such operation
+            fn = None
+        if fn is None or not callable(fn):
+            return Outcome.error("unsupported", f"the adapter has no {op}() operation")
+        kwargs = {k: v for k, v in args.items() if v is not None}
+        params = self._parameters(fn)
+        if params is not None:
+            problem = params.problem(kwargs)
+            if problem is not None:
+                return Outcome.error(problem[0], f"{op}: {problem[1]}")
+        try:
+            return Outcome.success(fn(**kwargs))
+        except LedgerError as exc:
+            return Outcome.error(exc.code, exc.message, exc.definite)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any adapter failure becomes an outcome
+            self.last_traceback = traceback.format_exc(limit=8)
+            frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            where = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame else ""
+            return Outcome.error("internal", f"{op} raised {type(exc).__name__}: {_one_line(str(exc), 200)}{where}", definite=False)
+
+
+class _Params:
+    """The keyword parameters of an adapter method, checked with two set operations per call."""
+
+    __slots__ = ("sig", "names", "required", "any_name")
+
+    def __init__(self, sig: inspect.Signature) -> None:
+        P = inspect.Parameter
+        ps = sig.parameters.values()
+        self.sig = sig
+        self.any_name = any(p.kind is P.VAR_KEYWORD for p in ps)
+        self.names = frozenset(p.name for p in ps if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY))
+        self.required = frozenset(p.name for p in ps if p.default is P.empty and p.kind not in (P.VAR_KEYWORD, P.VAR_POSITIONAL))
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> _Params | None:
+        try:
+            return cls(inspect.signature(fn))
+        except (TypeError, ValueError):
+            return None
+
+    def problem(self, kwargs: Mapping[str, Any]) -> tuple[str, str] | None:
+        keys = kwargs.keys()
+        if self.required <= keys and (self.any_name or keys <= self.names):
+            return None
+        unknown = [] if self.any_name else sorted(k for k in keys if k not in self.names)
+        if unknown:
+            return "unsupported", f"the adapter takes no argument {', '.join(map(repr, unknown))}"
+        missing = sorted(self.required - keys)
+        if missing:
+            return "invalid_argument", f"missing required argument {', '.join(map(repr, missing))}"
+        try:
+            self.sig.bind(**kwargs)
+        except TypeError as exc:
+            return "invalid_argument", str(exc)
+        return None
 
 
 class Client:
@@ -112,14 +221,24 @@ class Client:
     def call(self, op: str, **args: Any) -> Outcome:
         self.calls += 1
         out = self._call(op, args)
-        if out.ok and self.checker is not None:
-            problem = self.checker.problem(op, out.value)
-            if problem is not None:
-                return Outcome.error("protocol_error", problem + self._tail_suffix(), definite=False)
+        if out.ok:
+            if self.checker is not None:
+                problem = self.checker.problem(op, out.value)
+                if problem is not None:
+                    return Outcome.error("protocol_error", problem + self._tail_suffix(), definite=False)
+        elif out.code not in self.spec.errors:
+            return Outcome.error("protocol_error", f"{op}: unknown error code {out.code!r}: {_one_line(out.message, 200)}"
+                                 + self._tail_suffix(), definite=False)
+        elif out.definite and not self.spec.errors[out.code]:
+            # the contract says this code is indefinite, whatever the adapter claimed
+            return Outcome.error(out.code, out.message, definite=False)
         return out
 
     def reset(self, config: Mapping[str, Any] | None = None) -> Outcome:
-        return self._call("reset", {"config": dict(config or {})})
+        out = self._call("reset", {"config": dict(config or {})})
+        if not out.ok and out.code not in self.spec.errors:
+            return Outcome.error("protocol_error", f"reset: unknown error code {out.code!r}: {out.message}", definite=False)
+        return out
 
     def close(self) -> None:  # pragma: no cover - overridden
         pass
@@ -161,13 +280,15 @@ class Client:
             problem = self.checker.problem("hello", out.value)
             if problem is not None:
                 raise AdapterError(f"adapter {self.address}: bad handshake: {problem}{self._tail_suffix()}")
+        if not isinstance(out.value, Mapping):
+            raise AdapterError(f"adapter {self.address}: bad handshake: {out.value!r:.80}")
         hs = dict(out.value)
         major = str(hs.get("protocol", "")).split(".")[0]
         if major != PROTOCOL_VERSION.split(".")[0]:
             raise AdapterError(f"adapter {self.address}: speaks protocol {hs.get('protocol')!r}, the harness speaks {PROTOCOL_VERSION}")
         unknown = [p for p in hs.get("profiles", []) if p not in self.spec.profiles]
         if unknown:
-            raise AdapterError(f"adapter {self.address}: claims unknown profile(s) {', '.join(unknown)}")
+            raise AdapterError(f"adapter {self.address}: claims unknown profile(s) {', '.join(map(str, unknown))}")
         self.handshake = hs
 
     def _call(self, op: str, args: dict[str, Any]) -> Outcome:  # pragma: no cover - abstract
@@ -182,44 +303,18 @@ class InProcessClient(Client):
     def __init__(self, adapter: Any, address: str, spec: Spec | None = None, check_results: bool = True) -> None:
         super().__init__(address, spec, check_results)
         self.adapter = adapter
-        self.last_traceback = ""
-        self._sigs: dict[str, inspect.Signature | None] = {}
+        self._dispatch = Dispatcher(adapter)
         hello = getattr(adapter, "hello", None)
         if hello is None:
             raise AdapterError(f"adapter {address}: object has no hello() method")
         self._greet(self._call("hello", {"protocol": PROTOCOL_VERSION}))
 
-    def _sig(self, op: str, fn: Callable[..., Any]) -> inspect.Signature | None:
-        if op not in self._sigs:
-            try:
-                self._sigs[op] = inspect.signature(fn)
-            except (TypeError, ValueError):
-                self._sigs[op] = None
-        return self._sigs[op]
+    @property
+    def last_traceback(self) -> str:
+        return self._dispatch.last_traceback
 
     def _call(self, op: str, args: dict[str, Any]) -> Outcome:
-        fn = getattr(self.adapter, op, None)
-        if fn is None or not callable(fn):
-            return Outcome.error("unsupported", f"the adapter has no {op}() method")
-        kwargs = {k: v for k, v in args.items() if v is not None}
-        sig = self._sig(op, fn)
-        if sig is not None:
-            try:
-                sig.bind(**kwargs)
-            except TypeError as exc:
-                code = "unsupported" if "unexpected keyword" in str(exc) else "invalid_argument"
-                return Outcome.error(code, f"{op}: {exc}")
-        try:
-            return Outcome.success(fn(**kwargs))
-        except LedgerError as exc:
-            if exc.code not in self.spec.errors:
-                return Outcome.error("protocol_error", f"{op} raised unknown error code {exc.code!r}: {exc.message}", definite=False)
-            return Outcome.error(exc.code, exc.message, exc.definite)
-        except Exception as exc:  # noqa: BLE001 - any adapter failure becomes an outcome
-            self.last_traceback = traceback.format_exc(limit=8)
-            frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-            where = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame else ""
-            return Outcome.error("internal", f"{op} raised {type(exc).__name__}: {exc}{where}", definite=False)
+        return self._dispatch(op, args)
 
     def close(self) -> None:
         fn = getattr(self.adapter, "close", None)
@@ -233,50 +328,116 @@ class InProcessClient(Client):
         return "\n".join(self.last_traceback.splitlines()[-lines:])
 
 
+class _StderrTail:
+    """Drains a process's stderr on a thread, keeping a bounded tail of lines."""
+
+    def __init__(self, fd: int) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.total = 0
+        self._fd = fd
+        self._thread = threading.Thread(target=self._run, daemon=True, name="adapter-stderr")
+        self._thread.start()
+
+    def _run(self) -> None:
+        partial = b""
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.total += len(chunk)
+            parts = (partial + chunk).split(b"\n")
+            partial = parts.pop()[-STDERR_LINE_CHARS:]
+            for p in parts:
+                self.lines.append(p[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip("\r"))
+        if partial:
+            self.lines.append(partial.decode("utf-8", "replace"))
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
 class WireClient(Client):
-    """Spawns ``argv`` and speaks JSON lines with it.  A broken process is replaced on reset."""
+    """Spawns ``argv`` and speaks JSON lines with it.  A broken process is replaced on reset.
+
+    Stream-level failures (timeout, exit, closed output, a line that is not a response, the
+    wrong id) make the process unusable: it is killed, and the next :meth:`reset` starts a new
+    one.  A well-framed but malformed result or an unknown error code is reported as a
+    ``protocol_error`` too, but the process stays in step and is kept.
+
+    When the adapter announces a crash point (``{"event": "crash_point", ...}``), the client
+    calls ``on_notification`` (the process is still blocked at the point), then kills it with
+    SIGKILL and the pending call returns ``adapter_crashed``.
+    """
 
     kind = "wire"
 
     def __init__(self, argv: list[str], address: str, spec: Spec | None = None, *, timeout: float = 10.0,
                  startup_timeout: float = 30.0, env: Mapping[str, str] | None = None, cwd: str | None = None,
-                 check_results: bool = True, on_notification: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 check_results: bool = True, on_notification: Callable[[dict[str, Any]], None] | None = None,
+                 tap: Tap | None = None) -> None:
         super().__init__(address, spec, check_results)
-        self.argv = argv
+        self.argv = list(argv)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.on_notification = on_notification
+        self.tap = tap
         self.proc: subprocess.Popen[bytes] | None = None
         self.broken: str | None = None
-        self._stderr: collections.deque[str] = collections.deque(maxlen=200)
+        self.last_crash_point: dict[str, Any] | None = None
+        self.spawns = 0
+        self._stderr: _StderrTail | None = None
         self._buf = b""
         self._next_id = 1
+        self._poll_in: Any = None
+        self._poll_out: Any = None
         self._spawn()
 
     # -- process management --------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def _spawn(self) -> None:
-        self._stderr.clear()
         self._buf = b""
+        self.last_crash_point = None
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         bufsize=0, start_new_session=True, env=self.env, cwd=self.cwd)
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    bufsize=0, start_new_session=True, env=self.env, cwd=self.cwd)
         except FileNotFoundError:
             raise AdapterError(f"adapter {self.address}: command not found: {self.argv[0]}") from None
         except OSError as exc:
-            raise AdapterError(f"adapter {self.address}: cannot start: {exc.strerror}") from None
-        threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+            raise AdapterError(f"adapter {self.address}: cannot start {self.argv[0]}: {exc.strerror}") from None
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self.spawns += 1
+        self._stderr = _StderrTail(os.dup(proc.stderr.fileno()))
+        proc.stderr.close()
+        os.set_blocking(proc.stdin.fileno(), False)
+        self._poll_in = select.poll()
+        self._poll_in.register(proc.stdout.fileno(), select.POLLIN)
+        self._poll_out = select.poll()
+        self._poll_out.register(proc.stdin.fileno(), select.POLLOUT)
         self.broken = None
         out = self._request("hello", {"protocol": PROTOCOL_VERSION}, self.startup_timeout)
-        self._greet(out)
-
-    def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stderr is not None
-        for line in iter(proc.stderr.readline, b""):
-            self._stderr.append(line.decode("utf-8", "replace").rstrip("\n"))
+        try:
+            self._greet(out)
+        except AdapterError as exc:
+            self.broken = "handshake failed"
+            self.kill()
+            msg = str(exc)
+            raise AdapterError(msg if "[adapter stderr:" in msg else msg + self._tail_suffix()) from None
 
     def kill(self) -> None:
+        """SIGKILL the adapter's process group and reap it; never blocks for long."""
         proc = self.proc
         if proc is None:
             return
@@ -284,7 +445,10 @@ class WireClient(Client):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
-                pass
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -295,21 +459,30 @@ class WireClient(Client):
                     f.close()
             except OSError:
                 pass
+        if self._stderr is not None:
+            self._stderr.join(0.5)  # the tail is complete once the process is gone
 
     def close(self) -> None:
         proc = self.proc
         if proc is not None and proc.poll() is None and self.broken is None:
             try:
                 assert proc.stdin is not None
-                proc.stdin.close()  # a polite adapter exits on EOF
-                proc.wait(timeout=2)
+                proc.stdin.close()  # a polite adapter exits on end of input
+                proc.wait(timeout=CLOSE_GRACE)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
         self.proc = None
 
     def stderr_tail(self, lines: int = 20) -> str:
-        return "\n".join(list(self._stderr)[-lines:])
+        if self._stderr is None:
+            return ""
+        return "\n".join(list(self._stderr.lines)[-lines:])
+
+    @property
+    def stderr_bytes(self) -> int:
+        """How many bytes the current process wrote to stderr."""
+        return self._stderr.total if self._stderr is not None else 0
 
     def reset(self, config: Mapping[str, Any] | None = None) -> Outcome:
         if self.broken is not None or self.proc is None or self.proc.poll() is not None:
@@ -324,68 +497,103 @@ class WireClient(Client):
     # -- the protocol --------------------------------------------------------------------------
     def _fail(self, code: str, why: str) -> Outcome:
         self.broken = why
-        msg = why + self._tail_suffix()
         self.kill()
-        return Outcome.error(code, msg, definite=False)
+        return Outcome.error(code, why + self._tail_suffix(), definite=False)
+
+    def _write(self, data: bytes, deadline: float) -> str | None:
+        """Write a whole request; None when done, else why not (timeout or a closed pipe)."""
+        assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(fd, view)
+                view = view[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, OSError, ValueError):
+                return "closed"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._poll_out.poll(remaining * 1000):
+                return "timeout"
+        return None
 
     def _readline(self, deadline: float) -> bytes | None:
         """One line from the adapter's stdout; None on timeout, b'' at end of file."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line, self._buf = self._buf[: nl + 1], self._buf[nl + 1:]
+                return line
+            if len(self._buf) > MAX_LINE:
+                return b"\x00overlong"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            if not self._poll_in.poll(remaining * 1000):
                 return None
-            chunk = os.read(fd, 1 << 16)
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
             if not chunk:
                 rest, self._buf = self._buf, b""
-                return rest if rest else b""
+                return rest
             self._buf += chunk
-            if len(self._buf) > (64 << 20):
-                return b"\x00overlong"
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line + b"\n"
 
     def _request(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
         if self.broken is not None:
-            return Outcome.error("adapter_crashed", f"adapter is unusable after an earlier failure: {self.broken}", definite=False)
+            return Outcome.error("adapter_crashed", f"{op}: adapter is unusable after an earlier failure: {self.broken}", definite=False)
         proc = self.proc
-        assert proc is not None and proc.stdin is not None
+        if proc is None or proc.stdin is None or proc.stdin.closed:
+            return Outcome.error("adapter_crashed", f"{op}: the client is closed", definite=False)
         rid = self._next_id
         self._next_id += 1
         try:
-            proc.stdin.write(dumps({"id": rid, "op": op, "args": args}))
-        except (BrokenPipeError, ValueError, OSError):
-            code = proc.poll()
-            return self._fail("adapter_crashed", f"{op}: adapter closed its input (exit status {code})")
+            line = dumps({"id": rid, "op": op, "args": args})
+        except (TypeError, ValueError) as exc:
+            return Outcome.error("invalid_argument", f"{op}: arguments are not JSON: {exc}")
         deadline = time.monotonic() + timeout
+        if self.tap is not None:
+            self.tap(">", line)
+        failed = self._write(line, deadline)
+        if failed == "timeout":
+            return self._fail("timeout", f"{op}: the adapter did not read its input within {timeout:g}s")
+        if failed:
+            return self._fail("adapter_crashed", f"{op}: adapter closed its input (exit status {proc.poll()})")
         while True:
-            line = self._readline(deadline)
-            if line is None:
+            raw = self._readline(deadline)
+            if raw is None:
                 return self._fail("timeout", f"{op}: no answer within {timeout:g}s")
-            if line == b"":
+            if raw == b"" or not raw.endswith(b"\n") and raw != b"\x00overlong":
                 try:
                     code = proc.wait(timeout=1)
                 except subprocess.TimeoutExpired:
                     code = None
-                return self._fail("adapter_crashed", f"{op}: adapter closed its output (exit status {code})")
-            if line == b"\x00overlong":
-                return self._fail("protocol_error", f"{op}: answer longer than 64 MiB")
+                state = "still running" if code is None else f"exit status {code}"
+                return self._fail("adapter_crashed", f"{op}: adapter closed its output ({state})")
+            if raw == b"\x00overlong":
+                return self._fail("protocol_error", f"{op}: answer longer than {MAX_LINE >> 20} MiB")
+            if self.tap is not None:
+                self.tap("<", raw)
             try:
-                msg = json.loads(line)
+                msg = json.loads(raw.decode("utf-8"))
             except (ValueError, UnicodeDecodeError):
-                shown = line[:120].decode("utf-8", "replace").strip()
+                shown = raw[:120].decode("utf-8", "replace").strip()
                 return self._fail("protocol_error", f"{op}: adapter printed a line that is not JSON: {shown!r}")
             if isinstance(msg, dict) and "event" in msg and "id" not in msg:
-                if self.on_notification is not None:
-                    self.on_notification(msg)
+                stopped = self._notified(msg)
+                if stopped is not None:
+                    return stopped
+                if time.monotonic() > deadline:
+                    return self._fail("timeout", f"{op}: no answer within {timeout:g}s (only notifications)")
                 continue
             if not isinstance(msg, dict) or not isinstance(msg.get("ok"), bool) or "id" not in msg:
-                return self._fail("protocol_error", f"{op}: answer is not a response object: {line[:120]!r}")
-            if msg["id"] != rid:
+                return self._fail("protocol_error", f"{op}: answer is not a response object: {_one_line(raw[:120].decode('utf-8', 'replace'))!r}")
+            if msg["id"] != rid or isinstance(msg["id"], bool):
                 return self._fail("protocol_error", f"{op}: answered id {msg['id']!r} to request {rid}")
             if msg["ok"]:
                 if "result" not in msg:
@@ -393,26 +601,45 @@ class WireClient(Client):
                 return Outcome.success(msg["result"])
             err = msg.get("error")
             if not isinstance(err, dict) or not isinstance(err.get("code"), str):
-                return self._fail("protocol_error", f"{op}: error response without an error code: {line[:120]!r}")
+                return self._fail("protocol_error", f"{op}: error response without an error code: {_one_line(raw[:120].decode('utf-8', 'replace'))!r}")
             code = err["code"]
-            if code not in self.spec.errors:
-                return Outcome.error("protocol_error", f"{op}: unknown error code {code!r}: {err.get('message', '')}", definite=False)
+            text = err.get("message")
+            text = text if isinstance(text, str) and text else code
             definite = err.get("definite")
             if not isinstance(definite, bool):
                 definite = code in DEFINITE
-            return Outcome.error(code, str(err.get("message") or code), definite)
+            return Outcome.error(code, text, definite)
+
+    def _notified(self, msg: dict[str, Any]) -> Outcome | None:
+        """Handle a notification; a crash point stops the pending call."""
+        try:
+            if self.on_notification is not None:
+                self.on_notification(msg)
+        except BaseException:
+            self.broken = "the notification handler failed"
+            self.kill()
+            raise
+        if msg.get("event") != "crash_point":
+            return None
+        self.last_crash_point = msg
+        return self._fail("adapter_crashed", f"killed at crash point {msg.get('point')!r} (occurrence {msg.get('occurrence')})")
 
     def _call(self, op: str, args: dict[str, Any]) -> Outcome:
         return self._request(op, {k: v for k, v in args.items() if v is not None}, self.timeout)
 
     def arm(self, point: str, occurrence: int = 1) -> Outcome:
-        """Ask the adapter to stop at its own crash point (it then announces it and blocks)."""
-        return self._request("arm", {"point": point, "occurrence": occurrence}, self.timeout)
+        """Ask the adapter to stop at its own crash point: the ``occurrence``-th time it passes
+        ``point`` after this request it announces it and blocks until SIGKILL."""
+        out = self._request("arm", {"point": point, "occurrence": occurrence}, self.timeout)
+        if out.ok and out.value is not None:
+            return Outcome.error("protocol_error", f"arm returned {out.value!r:.60}, expected null", definite=False)
+        return out
 
 
 def connect(address: str, spec: Spec | None = None, *, timeout: float = 10.0, startup_timeout: float = 30.0,
             check_results: bool = True, env: Mapping[str, str] | None = None,
-            on_notification: Callable[[dict[str, Any]], None] | None = None) -> Client:
+            on_notification: Callable[[dict[str, Any]], None] | None = None, cwd: str | None = None,
+            tap: Tap | None = None) -> Client:
     """Open a client for an adapter address (see the module docstring)."""
     kind, target = parse_address(address)
     if kind == "exec":
@@ -420,6 +647,8 @@ def connect(address: str, spec: Spec | None = None, *, timeout: float = 10.0, st
             argv = shlex.split(target)
         except ValueError as exc:
             raise AdapterError(f"adapter address {address!r}: {exc}") from None
-        return WireClient(argv, address, spec, timeout=timeout, startup_timeout=startup_timeout, env=env,
-                          check_results=check_results, on_notification=on_notification)
+        if not argv:
+            raise AdapterError(f"adapter address {address!r} has no command")
+        return WireClient(argv, address, spec, timeout=timeout, startup_timeout=startup_timeout, env=env, cwd=cwd,
+                          check_results=check_results, on_notification=on_notification, tap=tap)
     return InProcessClient(load_inprocess(kind, target), address, spec, check_results)

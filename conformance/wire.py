@@ -1,4 +1,4 @@
-"""JSON Schemas of the wire protocol, built from the contract.
+"""The wire protocol's message shapes, built from the contract.
 
 Requests are ``{"id": int, "op": str, "args": {...}}``; responses ``{"id": int, "ok": true,
 "result": ...}`` or ``{"id": int, "ok": false, "error": {"code", "message", "definite"}}``;
@@ -7,15 +7,20 @@ argument schema of each operation comes from the contract's argument list; resul
 the named types below (the contract's ``returns:``).  Types are checked at the protocol level:
 a value of the wrong JSON type is a protocol error of the adapter, while a well-typed value
 that breaks a rule (an unknown status, say) is a clause failure found by the checker.
+
+``docs/protocol.schema.json`` is :func:`protocol_schema` written out by ``ledgercheck protocol
+schema``; the operation reference in ``docs/protocol.md`` is :func:`reference_markdown`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from ledgercheck import PROTOCOL_VERSION
 from ledgercheck.spec import Spec
+
+from ledgercheck import PROTOCOL_VERSION
 
 STR = {"type": "string"}
 INT = {"type": "integer"}
@@ -23,14 +28,21 @@ NUM = {"type": "number"}
 BOOL = {"type": "boolean"}
 ANY: dict[str, Any] = {}
 OBJ = {"type": "object"}
+NOTIFICATION_EVENTS = ("crash_point",)
 
 
 def _nullable(s: dict[str, Any]) -> dict[str, Any]:
+    # A type list is checked in one step; anyOf would try (and fail) the first branch for every null.
+    if set(s) == {"type"} and isinstance(s["type"], str):
+        return {"type": [s["type"], "null"]}
     return {"anyOf": [s, {"type": "null"}]}
 
 
-def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props) if required is None else required}
+def _obj(props: dict[str, Any], required: list[str] | None = None, doc: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props, "required": list(props) if required is None else required}
+    if doc:
+        out["description"] = doc
+    return out
 
 
 FIELD_JSON = {"string": STR, "integer": INT, "boolean": BOOL, "time": NUM, "status": STR, "any": ANY}
@@ -40,6 +52,33 @@ ARG_JSON = {
     "boolean": BOOL, "positive_int": INT, "nonnegative_int": INT, "source_system": STR, "priority": INT,
     "retry_policy": OBJ, "status": STR, "terminal_status": STR, "waiting_kind": STR, "error_class": STR,
     "step_class": STR, "receipt_state": STR, "effect_key": STR,
+}
+
+# What each result type is, in words (the shapes themselves come from result_types()).
+RESULT_DOC = {
+    "none": "Always `null`.",
+    "work": "A work snapshot: every field of the contract's `work_fields`.",
+    "work_or_null": "A work snapshot, or `null` when there was nothing to take.",
+    "create_result": "The item, and whether this call created it (`false`: the unit already had a record, which is returned).",
+    "work_list": "Work snapshots, in creation order.",
+    "event": "One entry of an item's event trail; `data` carries the fields the contract lists for the event type, with their values after the event.",
+    "event_list": "An item's events, oldest first, `seq` counting up from the contract's `first_seq` without gaps.",
+    "move_list": "Items a monitor moved: one entry per item, with the reason recorded in `status_reason` (or null).",
+    "id_list": "Work ids.",
+    "receipt": "An effect-journal receipt.",
+    "receipt_or_null": "A receipt, or `null` when the key has none.",
+    "receipt_list": "Receipts in the order their intents were recorded.",
+    "begin_result": "The receipt for the step, and whether this call created it.",
+    "deliver_result": "Whether the message was new (`false`: a duplicate delivery, ignored).",
+    "message_list": "Inbox messages.",
+    "nack_result": "The message's nack count after this call, and whether it was dead-lettered.",
+    "outbox_message": "An outbox message.",
+    "enqueue_result": "The outbox message, and whether this call created it.",
+    "outbox_list": "Pending outbox messages, oldest first.",
+    "append_result": "The seq the entry was stored at.",
+    "log_list": "Log entries in seq order.",
+    "victim_list": "Stale items recovery acted on, with the decision taken.",
+    "handshake": "Who the adapter is and what it claims (see *The handshake*).",
 }
 
 
@@ -57,7 +96,7 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
     outbox = _obj({"key": STR, "destination": STR, "payload": ANY, "work_id": _nullable(STR), "state": STR,
                    "provider_ref": _nullable(STR)})
     oref = {"$ref": "#/$defs/outbox_message"}
-    return {
+    types = {
         "none": {"type": "null"},
         "work": work,
         "work_or_null": _nullable(ref),
@@ -65,22 +104,25 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
         "work_list": {"type": "array", "items": ref},
         "event": event,
         "event_list": {"type": "array", "items": {"$ref": "#/$defs/event"}},
-        "move_list": {"type": "array", "items": move},
+        "move": move,
+        "move_list": {"type": "array", "items": {"$ref": "#/$defs/move"}},
         "id_list": {"type": "array", "items": STR},
         "receipt": receipt,
         "receipt_or_null": _nullable(rref),
         "receipt_list": {"type": "array", "items": rref},
         "begin_result": _obj({"receipt": rref, "created": BOOL}),
         "deliver_result": _obj({"delivered": BOOL}),
-        "message_list": {"type": "array", "items": message},
+        "inbox_message": message,
+        "message_list": {"type": "array", "items": {"$ref": "#/$defs/inbox_message"}},
         "nack_result": _obj({"dead": BOOL, "nacks": INT}),
         "outbox_message": outbox,
         "enqueue_result": _obj({"message": oref, "created": BOOL}),
         "outbox_list": {"type": "array", "items": oref},
         "append_result": _obj({"seq": INT}),
-        "log_list": {"type": "array", "items": _obj({"stream": STR, "seq": INT, "kind": STR, "payload": OBJ, "at": NUM},
-                                                    ["stream", "seq", "kind", "payload"])},
-        "victim_list": {"type": "array", "items": _obj({"work_id": STR, "decision": STR, "reason": STR}, ["work_id", "decision"])},
+        "log_entry": _obj({"stream": STR, "seq": INT, "kind": STR, "payload": OBJ, "at": NUM}, ["stream", "seq", "kind", "payload"]),
+        "log_list": {"type": "array", "items": {"$ref": "#/$defs/log_entry"}},
+        "victim": _obj({"work_id": STR, "decision": STR, "reason": STR}, ["work_id", "decision"]),
+        "victim_list": {"type": "array", "items": {"$ref": "#/$defs/victim"}},
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
             "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL}, []),
@@ -88,6 +130,18 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
             "known_bugs": {"type": "object", "additionalProperties": STR},
             "artifact_sha256": _nullable(STR),
         }, ["name", "version", "protocol", "profiles"]),
+    }
+    for name, doc in RESULT_DOC.items():
+        if name in types:
+            types[name] = {"description": doc, **types[name]}
+    return types
+
+
+def _request(op: str, args: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"id": INT, "op": {"const": op}, "args": {"type": "object", "properties": args, "required": required}},
+        "required": ["id", "op", "args"],
     }
 
 
@@ -97,52 +151,59 @@ def protocol_schema(spec: Spec) -> dict[str, Any]:
     requests = []
     for name, op in spec.operations.items():
         args = {a: ARG_JSON[arg.type] for a, arg in op.args.items()}
-        req = {
-            "type": "object",
-            "properties": {"id": INT, "op": {"const": name}, "args": {
-                "type": "object", "properties": args, "required": [a for a, arg in op.args.items() if arg.required]}},
-            "required": ["id", "op", "args"],
-        }
-        defs[f"request_{name}"] = req
+        if name == "reset":
+            args["config"] = {
+                "type": "object",
+                "description": "dir: a directory for the ledger's files; contract: the merged contract document; "
+                               "other keys are adapter-specific and may be ignored.",
+                "properties": {"dir": STR, "contract": OBJ, "timeout_scale": NUM},
+            }
+        defs[f"request_{name}"] = _request(name, args, [a for a, arg in op.args.items() if arg.required])
         defs[f"result_{name}"] = {"$ref": f"#/$defs/{op.returns}"}
         requests.append({"$ref": f"#/$defs/request_{name}"})
-    defs["request_arm"] = {
-        "type": "object",
-        "properties": {"id": INT, "op": {"const": "arm"}, "args": _obj({"point": STR, "occurrence": INT})},
-        "required": ["id", "op", "args"],
-    }
+    defs["request_arm"] = _request("arm", {"point": STR, "occurrence": {"type": "integer", "minimum": 1}}, ["point"])
+    defs["result_arm"] = {"$ref": "#/$defs/none"}
     requests.append({"$ref": "#/$defs/request_arm"})
     defs["request"] = {"oneOf": requests}
-    defs["error"] = _obj({"code": STR, "message": STR, "definite": BOOL}, ["code", "message"])
+    defs["error"] = _obj({"code": {"enum": list(spec.errors)}, "message": STR, "definite": BOOL}, ["code", "message"])
     defs["response"] = {
         "oneOf": [
             {"type": "object", "properties": {"id": INT, "ok": {"const": True}, "result": ANY}, "required": ["id", "ok", "result"]},
-            {"type": "object", "properties": {"id": INT, "ok": {"const": False}, "error": {"$ref": "#/$defs/error"}},
+            {"type": "object", "properties": {"id": {"type": ["integer", "null"]}, "ok": {"const": False},
+                                              "error": {"$ref": "#/$defs/error"}},
              "required": ["id", "ok", "error"]},
         ]
     }
-    defs["notification"] = _obj({"event": {"const": "crash_point"}, "point": STR, "occurrence": INT}, ["event", "point"])
+    defs["notification"] = _obj({"event": {"enum": list(NOTIFICATION_EVENTS)}, "point": STR,
+                                 "occurrence": {"type": "integer", "minimum": 1}}, ["event", "point"])
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"https://ledgercheck.dev/schema/wire-protocol-{PROTOCOL_VERSION}.json",
         "title": f"ledgercheck wire protocol {PROTOCOL_VERSION}",
-        "description": "One JSON object per line on the adapter's stdin (requests) and stdout (responses, notifications).",
+        "description": "One JSON object per line on the adapter's stdin (requests) and stdout (responses, notifications). "
+                       f"Contract {spec.name} {spec.version}.",
         "$defs": defs,
         "oneOf": [{"$ref": "#/$defs/request"}, {"$ref": "#/$defs/response"}, {"$ref": "#/$defs/notification"}],
     }
 
 
+def schema_text(spec: Spec) -> str:
+    """The schema as it is stored in docs/protocol.schema.json."""
+    return json.dumps(protocol_schema(spec), indent=2, ensure_ascii=False) + "\n"
+
+
 class ResultChecker:
     """Checks that a result has the JSON shape its operation promises (protocol level).
 
-    Schemas are compiled with fastjsonschema: a check costs tens of microseconds, which keeps
-    the wire transport within a small factor of an in-process call.
+    Schemas are compiled with fastjsonschema, and nullable fields use type lists rather than
+    ``anyOf`` (which costs an exception per null), so a snapshot check costs a few microseconds.
     """
 
     def __init__(self, spec: Spec) -> None:
         import fastjsonschema
 
         self.spec = spec
+        self._error = fastjsonschema.JsonSchemaException
         doc = protocol_schema(spec)
         compiled: dict[str, Any] = {}
         self._validators: dict[str, Any] = {}
@@ -152,14 +213,12 @@ class ResultChecker:
             self._validators[name] = compiled[op.returns]
 
     def problem(self, op: str, result: Any) -> str | None:
-        import fastjsonschema
-
         v = self._validators.get(op)
         if v is None:
             return None
         try:
             v(result)
-        except fastjsonschema.JsonSchemaException as exc:
+        except self._error as exc:
             return f"{op} returned a malformed result: {exc.message[:200]}"
         return None
 
@@ -175,5 +234,183 @@ def result_checker(spec: Spec) -> ResultChecker:
     return chk
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def dumps(obj: Any) -> bytes:
-    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    """One protocol line: compact JSON, UTF-8, no NaN or infinities, ending in a newline."""
+    return (_ENCODE(obj) + "\n").encode("utf-8")
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready copy of a (possibly read-only) contract document."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The operation reference of docs/protocol.md, generated from the contract.
+
+def arg_type_text(spec: Spec, typ: str) -> str:
+    """What a value of a contract argument type looks like on the wire."""
+    def one_of(names: Any) -> str:
+        return "one of " + ", ".join(f"`{n}`" for n in names)
+
+    table = {
+        "string": "string",
+        "nonempty_string": "string, not blank",
+        "time": "number (seconds)",
+        "duration": "number of seconds > 0",
+        "object": "JSON object",
+        "any": "any JSON value",
+        "boolean": "boolean",
+        "positive_int": "integer >= 1",
+        "nonnegative_int": "integer >= 0",
+        "source_system": "string, " + one_of(spec.source_systems),
+        "priority": f"integer in [{spec.priority_min}, {spec.priority_max}], default {spec.priority_default} (lower runs first)",
+        "retry_policy": "object with any of `max_attempts`, `initial_backoff`, `multiplier`, `max_backoff`, `jitter`",
+        "status": "string, a status",
+        "terminal_status": "string, " + one_of(spec.terminal_statuses),
+        "waiting_kind": "string, " + one_of(spec.waiting_statuses),
+        "error_class": "string, an error class of the contract",
+        "step_class": "string, " + one_of(spec.step_classes),
+        "receipt_state": "string, " + one_of(spec.receipt_states),
+        "effect_key": "string, 64 lowercase hex digits (sha256)",
+    }
+    return table.get(typ, typ)
+
+
+def _type_text(s: Any) -> str:
+    if not isinstance(s, Mapping) or not s:
+        return "any"
+    if "$ref" in s:
+        name = s["$ref"].rsplit("/", 1)[-1]
+        return f"[{name}](#{name.replace('_', '-')})"
+    if "anyOf" in s:
+        return " or ".join(_type_text(x) for x in s["anyOf"])
+    if "enum" in s:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in s["enum"])
+    t = s.get("type")
+    if t == "array":
+        return f"array of {_type_text(s.get('items'))}"
+    if isinstance(t, list):
+        return " or ".join(t)
+    return str(t)
+
+
+def _shape_rows(s: Mapping[str, Any]) -> list[str]:
+    if s.get("type") != "object" or "properties" not in s:
+        return [f"{_type_text(s)}"]
+    req = set(s.get("required", []))
+    rows = ["| field | type | required |", "|---|---|---|"]
+    for name, sub in s["properties"].items():
+        rows.append(f"| `{name}` | {_type_text(sub)} | {'yes' if name in req else 'no'} |")
+    return rows
+
+
+def reference_markdown(spec: Spec) -> str:
+    """The generated part of docs/protocol.md: operations, result shapes, errors, rules tables."""
+    types = result_types(spec)
+    out: list[str] = []
+    w = out.append
+    w(f"Generated from contract `{spec.name}` {spec.version} by `ledgercheck protocol reference`; "
+      "a test fails when this section is stale.")
+    w("")
+    w("### Operations")
+    w("")
+    w("Session operations (`hello`, `reset`) belong to no profile; every adapter answers them. "
+      "An adapter answers `unsupported` for operations of profiles it does not claim.")
+    groups: dict[str | None, list[str]] = {}
+    for name, op in spec.operations.items():
+        groups.setdefault(op.profile, []).append(name)
+    order = [None, *[p for p in spec.profiles if p in groups]]
+    for prof in order:
+        w("")
+        if prof is None:
+            w("#### Session")
+        else:
+            p = spec.profiles[prof]
+            needs = f" Requires: {', '.join(p.requires)}." if p.requires else ""
+            w(f"#### Profile `{prof}`")
+            w("")
+            w(f"{p.description}{needs}")
+        for name in groups[prof]:
+            op = spec.operations[name]
+            w("")
+            w(f"##### `{name}` → [{op.returns}](#{op.returns.replace('_', '-')})")
+            w("")
+            facts = [f"kind: {op.kind}"]
+            if op.requires_lease:
+                facts.append("the caller presents the live lease `token` (fencing)")
+            if op.lease:
+                facts.append(f"lease: {op.lease}")
+            if op.event:
+                ev = op.event if isinstance(op.event, str) else ", ".join(f"{k} → `{v}`" for k, v in op.event.items())
+                facts.append(f"event: `{ev}`" if isinstance(op.event, str) else f"event by target status: {ev}")
+            edges = spec.edges_of(name)
+            if edges:
+                facts.append("moves " + ", ".join(f"{t.src} → {t.dst}" + (f" (if {t.guard})" if t.guard else "") for t in edges))
+            w("; ".join(facts) + ".")
+            if op.args:
+                w("")
+                w("| argument | type | required |")
+                w("|---|---|---|")
+                for a in op.args.values():
+                    w(f"| `{a.name}` | {arg_type_text(spec, a.type)} | {'yes' if a.required else 'no'} |")
+    w("")
+    w("### Result shapes")
+    for name, s in types.items():
+        w("")
+        w(f"#### {name}")
+        w("")
+        if s.get("description"):
+            w(s["description"])
+            w("")
+        out.extend(_shape_rows(s))
+    w("")
+    w("### Error codes")
+    w("")
+    w("| code | definite | meaning |")
+    w("|---|---|---|")
+    docs = spec.document.get("errors", {})
+    for code, definite in spec.errors.items():
+        desc = (docs.get(code) or {}).get("description", "")
+        w(f"| `{code}` | {'yes' if definite else 'no'} | {desc} |")
+    w("")
+    w("### Statuses")
+    w("")
+    w("| status | initial | terminal | leased | waiting kind |")
+    w("|---|---|---|---|---|")
+    for st in spec.statuses.values():
+        w(f"| `{st.name}` | {'yes' if st.initial else ''} | {'yes' if st.terminal else ''} | "
+          f"{'yes' if st.leased else ''} | {st.waiting_kind or ''} |")
+    w("")
+    w("### Transitions")
+    w("")
+    w("Every pair not listed is refused with `invalid_transition` and writes nothing.")
+    w("")
+    w("| from | to | operations | guard |")
+    w("|---|---|---|---|")
+    for t in spec.transitions:
+        w(f"| `{t.src}` | `{t.dst}` | {', '.join(f'`{o}`' for o in t.ops)} | {t.guard or ''} |")
+    w("")
+    w("### Events")
+    w("")
+    w("Transition events carry `from_status`/`to_status`; the others carry `null` in both. "
+      "`data` holds these snapshot fields, with their values after the event.")
+    w("")
+    w("| type | transition | data |")
+    w("|---|---|---|")
+    for e in spec.events.values():
+        w(f"| `{e.name}` | {'yes' if e.transition else 'no'} | {', '.join(f'`{d}`' for d in e.data)} |")
+    w("")
+    w("### Work snapshot fields")
+    w("")
+    w("| field | type | nullable |")
+    w("|---|---|---|")
+    for f in spec.work_fields.values():
+        w(f"| `{f.name}` | {f.type} | {'yes' if f.nullable else 'no'} |")
+    return "\n".join(out) + "\n"

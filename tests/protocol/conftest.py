@@ -1,0 +1,70 @@
+"""Fixtures for the wire protocol tests: the contract, adapter commands, misbehaving adapters."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ledgercheck.conformance.client import WireClient
+from ledgercheck.conformance.wire import plain
+from ledgercheck.spec import Spec, default_spec
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+ADAPTERS = HERE / "adapters"
+NODE_ADAPTER = REPO / "fixtures" / "node" / "ledger-adapter.js"
+
+
+@pytest.fixture(scope="session")
+def spec() -> Spec:
+    return default_spec()
+
+
+@pytest.fixture(scope="session")
+def contract(spec: Spec) -> dict[str, Any]:
+    """The merged contract document, as the harness sends it in reset."""
+    return plain(spec.document)
+
+
+@pytest.fixture(scope="session")
+def ledgercheck_cmd() -> str:
+    exe = Path(sys.executable).with_name("ledgercheck")
+    found = str(exe) if exe.exists() else shutil.which("ledgercheck")
+    if not found:
+        pytest.fail("the ledgercheck command is not installed next to this Python (pip install -e .)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def serve_reference(ledgercheck_cmd: str) -> str:
+    """Address of the reference ledger served over the wire protocol."""
+    return f"exec:{shlex.quote(ledgercheck_cmd)} serve reference"
+
+
+@pytest.fixture(scope="session")
+def node_address() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not installed: the Node.js example adapter cannot run (CI installs nodejs)")
+    return f"exec:{shlex.quote(node)} {shlex.quote(str(NODE_ADAPTER))}"
+
+
+@pytest.fixture
+def misbehaving(spec: Spec) -> Iterator[Callable[..., WireClient]]:
+    """Start tests/protocol/adapters/misbehave.py in a given mode; closed after the test."""
+    opened: list[WireClient] = []
+
+    def start(mode: str, timeout: float = 0.5, startup_timeout: float = 5.0) -> WireClient:
+        argv = [sys.executable, str(ADAPTERS / "misbehave.py"), mode]
+        c = WireClient(argv, f"exec:misbehave.py {mode}", spec, timeout=timeout, startup_timeout=startup_timeout)
+        opened.append(c)
+        return c
+
+    yield start
+    for c in opened:
+        c.close()
