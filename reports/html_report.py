@@ -17,6 +17,7 @@ from typing import Any
 
 from .diagram import render_state_svg
 from .summary import (
+    adapter_label,
     blocking_clauses,
     error_clauses,
     fmt_seconds,
@@ -25,7 +26,7 @@ from .summary import (
     warning_clauses,
 )
 from .text import h, one_line
-from .verdicts import window_nodeid
+from .verdicts import unattributed_failures, window_nodeid
 
 OUTCOME_LABEL = {"pass": "pass", "fail": "fail", "error": "error", "xfail": "expected failure",
                  "not_claimed": "not claimed", "not_requested": "not requested"}
@@ -76,13 +77,14 @@ def _cmd(text: str) -> str:
 
 
 def _banner(doc: Mapping[str, Any]) -> str:
-    a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    s, r = doc["spec"], doc["run"]
+    name, version = adapter_label(doc)
     line, detail = verdict_parts(doc)
     if detail is not None:
         line = f"ERROR: {one_line(detail, 300)}" if line == "ERROR" else f"{line} (first: {one_line(detail, 200)})"
     return (f'<header class="banner {BANNER[doc["verdict"]]}"><div class="wrap">'
             f'<p class="eyebrow">ledgercheck compliance report</p>'
-            f'<h1><span class="name">{h(a["name"])}</span> <span class="ver">{h(a["version"])}</span></h1>'
+            f'<h1><span class="name">{h(name)}</span> <span class="ver">{h(version)}</span></h1>'
             f'<p class="verdict" id="verdict" data-verdict="{h(doc["verdict"])}">{h(line)}</p>'
             f'<p class="sub">against contract {_code(s["name"])} {h(s["version"])} · {h(r["kind"])} run '
             f'{_code(r["id"])} · finished {h(r["finished_at"])} · {h(fmt_seconds(r["duration_s"]))}</p>'
@@ -130,7 +132,7 @@ def _reproduce(doc: Mapping[str, Any], results_sha256: str) -> str:
         ("hypothesis profile", _opt(r["hypothesis_profile"], _code)),
         ("timeout scale", h(f'{r["timeout_scale"]:g}×')),
         ("shard", _opt(shard)),
-        ("workers", h(r["workers"])),
+        ("workers", h(_workers(r["workers"]))),
         ("working directory", _code(r["cwd"])),
         ("started / finished", f'{h(r["started_at"])} → {h(r["finished_at"])}'),
     ]
@@ -200,6 +202,17 @@ def _problems(doc: Mapping[str, Any]) -> str:
               ("Known bugs (block certification)", [c for c in blocking_clauses(doc) if c["outcome"] == "xfail"]),
               ("SHOULD clauses not met (do not block)", warning_clauses(doc))]
     body = []
+    loose = unattributed_failures(doc)
+    if loose:
+        body.append(f"<h3>Failed without naming a clause ({len(loose)})</h3>")
+        for t in loose:
+            ce = (f'<p class="lbl">Shrunk counterexample</p><pre class="counterexample">{h(t["counterexample"])}</pre>'
+                  if t["counterexample"] else "")
+            replay = f'<p class="lbl">Replay</p>{_cmd(t["replay"])}' if t["replay"] else ""
+            body.append(f'<article class="problem p-error" data-test="{h(t["nodeid"])}"><h3>'
+                        f'{_badge(TEST_LABEL[t["outcome"]], TEST_CLASS[t["outcome"]])} {_code(t["nodeid"])}'
+                        f'<span class="meta">{h(t["kind"])} test</span></h3>'
+                        f'<pre class="message">{h(t["message"] or "")}</pre>{ce}{replay}</article>')
     for title, clauses in groups:
         if clauses:
             body.append(f"<h3>{h(title)} ({len(clauses)})</h3>")
@@ -258,9 +271,19 @@ def _matrix(doc: Mapping[str, Any]) -> str:
                       f'{_badge(VERDICT_LABEL[v["verdict"]], "v-" + v["verdict"] + "-badge")}'
                       f'<span class="gmeta">{v["clauses"]} clauses</span></th></tr>{"".join(rows)}</tbody>')
     total = len(doc["clauses"])
+    loose = [t for t in doc["tests"] if t["clause"] is None]
+    other = ""
+    if loose:
+        rows = "".join(f'<tr><td>{_code(t["nodeid"])}</td><td>{h(t["kind"])}</td>'
+                       f'<td>{_badge(TEST_LABEL[t["outcome"]], TEST_CLASS[t["outcome"]])}</td>'
+                       f'<td class="num">{h(fmt_seconds(t["duration_s"]))}</td></tr>' for t in loose)
+        other = (f"<h3>Tests that name no clause ({len(loose)})</h3><p>These exercise many clauses at once (a stateful "
+                 "run, say) and name a clause only when they find one violated; a failure that names none makes the "
+                 "run an error.</p><table><thead><tr><th>test</th><th>kind</th><th>outcome</th><th class=\"num\">time"
+                 f"</th></tr></thead><tbody>{rows}</tbody></table>")
     return (f'<section id="clauses"><h2>Clauses ({total})</h2>{controls}'
             '<table class="matrix"><thead><tr><th>Clause</th><th>Level</th><th>Outcome</th><th>Evidence</th></tr>'
-            f'</thead>{"".join(groups)}</table></section>')
+            f'</thead>{"".join(groups)}</table>{other}</section>')
 
 
 def _breakable(name: str) -> str:
@@ -348,8 +371,8 @@ def _identity(doc: Mapping[str, Any]) -> str:
     caps = ", ".join(f"{k}={v}" for k, v in sorted(a["capabilities"].items()))
     bugs = "".join(f"<li>{_code(k)}: {h(v)}</li>" for k, v in sorted(a["known_bugs"].items()))
     adapter_panel = _kv([
-        ("name", _code(a["name"])), ("version", _code(a["version"])), ("address", _code(a["address"])),
-        ("transport", h(a["transport"])), ("protocol", h(a["protocol"])),
+        ("name", _opt(a["name"], _code)), ("version", _opt(a["version"], _code)), ("address", _code(a["address"])),
+        ("transport", h(a["transport"])), ("protocol", _opt(a["protocol"])),
         ("artifact SHA-256", _opt(a["artifact_sha256"], _code)),
         ("claims", h(", ".join(a["profiles"]) or "no profile")), ("capabilities", _opt(caps)),
         ("crash points", _opt(", ".join(a["crash_points"]))),
@@ -367,6 +390,10 @@ def _identity(doc: Mapping[str, Any]) -> str:
             f"<tbody>{files}</tbody></table></section>")
 
 
+def _workers(n: int) -> str:
+    return "in the main process" if n == 0 else f"on {n} worker(s)"
+
+
 def _timings(doc: Mapping[str, Any]) -> str:
     t = doc["timings"]
     kinds = "".join(f'<tr><td>{h(k)}</td><td class="num">{v["count"]}</td>'
@@ -377,7 +404,7 @@ def _timings(doc: Mapping[str, Any]) -> str:
                    for s in t["slowest"])
     return (f'<section id="timings"><h2>Timings</h2><p>Wall time {h(fmt_seconds(t["total_s"]))}; '
             f'time spent in tests and crash windows {h(fmt_seconds(t["tests_s"]))} '
-            f'(on {h(doc["run"]["workers"])} worker(s)).</p><div class="grid2"><div>'
+            f'({h(_workers(doc["run"]["workers"]))}).</p><div class="grid2"><div>'
             '<table><thead><tr><th>kind</th><th class="num">count</th><th class="num">time</th></tr></thead>'
             f'<tbody>{kinds}</tbody></table></div><div><table><thead><tr><th>slowest</th><th class="num">time</th><th></th>'
             f'</tr></thead><tbody>{slow}</tbody></table></div></div></section>')
@@ -390,8 +417,8 @@ def render_html(doc: Mapping[str, Any], results_sha256: str | None = None) -> st
 
     sha = results_sha256 or results_file_sha256(doc)
     script = _asset("report.js")
-    a = doc["adapter"]
-    title = f"ledgercheck: {doc['verdict']} — {one_line(a['name'], 80)} {one_line(a['version'], 40)}"
+    name, version = adapter_label(doc)
+    title = f"ledgercheck: {doc['verdict']} — {one_line(name, 80)} {one_line(version, 40)}"
     body = "".join([
         _banner(doc), _nav(doc), '<main class="wrap">', _profiles(doc), _reproduce(doc, sha), _problems(doc),
         _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",

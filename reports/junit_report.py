@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from .summary import verdict_line
+from .summary import adapter_label, verdict_line
 from .text import one_line, visible
 from .verdicts import window_nodeid
 
@@ -27,6 +27,7 @@ def _detail(message: str | None, counterexample: str | None = None, replay: str 
 
 
 def _case(suite: ET.Element, clause: str, classname: str, seconds: float) -> ET.Element:
+    """A testcase named by its clause id (or, for a test that names none, by its kind)."""
     return ET.SubElement(suite, "testcase", name=clause, classname=visible(classname), time=f"{seconds:.3f}")
 
 
@@ -37,7 +38,7 @@ def _mark(case: ET.Element, tag: str, kind: str, message: str, text: str = "") -
 
 
 def _test_case(suite: ET.Element, t: Mapping[str, Any], profile: str, known: Mapping[str, str]) -> None:
-    case = _case(suite, t["clause"], t["nodeid"], t["duration_s"])
+    case = _case(suite, t["clause"] or t["kind"], t["nodeid"], t["duration_s"])
     o, msg = t["outcome"], t["message"]
     detail = _detail(msg, t["counterexample"], t["replay"])
     if o == "failed":
@@ -52,24 +53,37 @@ def _test_case(suite: ET.Element, t: Mapping[str, Any], profile: str, known: Map
         _mark(case, "skipped", "xfail", f"known bug, blocks certification: {why}")
     elif o == "skipped":
         if t["not_claimed"]:
-            _mark(case, "skipped", "not_claimed", f"profile {profile} is not claimed by the adapter")
+            why = f"profile {profile} is not claimed by the adapter" if profile else (msg or "not claimed by the adapter")
+            _mark(case, "skipped", "not_claimed", why)
         else:
             _mark(case, "skipped", "skipped", msg or "skipped")
+
+
+def _totals(suite: ET.Element, totals: dict[str, Any]) -> None:
+    counts = {"tests": len(suite.findall("testcase")), "failures": len(suite.findall("testcase/failure")),
+              "errors": len(suite.findall("testcase/error")), "skipped": len(suite.findall("testcase/skipped"))}
+    seconds = sum(float(c.get("time", "0")) for c in suite.findall("testcase"))
+    for k, v in counts.items():
+        suite.set(k, str(v))
+        totals[k] += v
+    suite.set("time", f"{seconds:.3f}")
+    totals["time"] += seconds
 
 
 def render_junit(doc: Mapping[str, Any]) -> str:
     a, s, r = doc["adapter"], doc["spec"], doc["run"]
     known = a["known_bugs"]
     by_id = {c["id"]: c for c in doc["clauses"]}
-    root = ET.Element("testsuites", name=visible(f"ledgercheck {a['name']} {a['version']}"))
+    name, version = adapter_label(doc)
+    root = ET.Element("testsuites", name=visible(f"ledgercheck {name} {version}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
     for profile in doc["profiles"]["defined"]:
         pv = doc["profiles"]["verdicts"][profile]
         suite = ET.SubElement(root, "testsuite", name=profile, timestamp=r["started_at"])
         props = ET.SubElement(suite, "properties")
         for k, v in (("profile.verdict", pv["verdict"]), ("verdict", verdict_line(doc)), ("spec.name", s["name"]),
-                     ("spec.version", s["version"]), ("spec.digest", s["digest"]), ("adapter.name", a["name"]),
-                     ("adapter.version", a["version"]), ("adapter.address", a["address"]),
+                     ("spec.version", s["version"]), ("spec.digest", s["digest"]), ("adapter.name", name),
+                     ("adapter.version", version), ("adapter.address", a["address"]),
                      ("harness.version", doc["harness"]["version"]), ("run.id", r["id"]),
                      ("run.command", r["command"]), ("run.seed", "" if r["seed"] is None else r["seed"])):
             ET.SubElement(props, "property", name=k, value=visible(v))
@@ -97,14 +111,13 @@ def render_junit(doc: Mapping[str, Any]) -> str:
             elif o in ("not_requested", "not_claimed") and c["tests"] == 0:
                 why = "profile not requested" if o == "not_requested" else "profile not claimed by the adapter"
                 _mark(_case(suite, c["id"], f"ledgercheck.{o}", 0.0), "skipped", o, why)
-        counts = {"tests": len(suite.findall("testcase")), "failures": len(suite.findall("testcase/failure")),
-                  "errors": len(suite.findall("testcase/error")), "skipped": len(suite.findall("testcase/skipped"))}
-        seconds = sum(float(c.get("time", "0")) for c in suite.findall("testcase"))
-        for k, v in counts.items():
-            suite.set(k, str(v))
-            totals[k] += v
-        suite.set("time", f"{seconds:.3f}")
-        totals["time"] += seconds
+        _totals(suite, totals)
+    loose = [t for t in doc["tests"] if t["clause"] is None]
+    if loose:  # tests that name no clause (a stateful run that found nothing, or failed without saying what)
+        suite = ET.SubElement(root, "testsuite", name="unattributed", timestamp=r["started_at"])
+        for t in loose:
+            _test_case(suite, t, "", known)
+        _totals(suite, totals)
     for k, v in totals.items():
         root.set(k, f"{v:.3f}" if k == "time" else str(v))
     ET.indent(root)

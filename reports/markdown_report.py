@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .summary import (
+    adapter_label,
     blocking_clauses,
     error_clauses,
     first_problem,
@@ -18,6 +19,7 @@ from .summary import (
     warning_clauses,
 )
 from .text import md_code, md_text
+from .verdicts import unattributed_failures
 
 ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️"}
 PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "error": "⚠️ error",
@@ -43,13 +45,14 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None) -
     from .results import results_file_sha256
 
     sha = results_sha256 or results_file_sha256(doc)
-    a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    s, r = doc["spec"], doc["run"]
+    name, version = adapter_label(doc)
     line, detail = verdict_parts(doc)
     head = f"**{md_text(line)}**"
     if detail is not None:
         head += f" {md_code(detail, limit=200)}" if line == "ERROR" else f" (first: {md_code(detail, limit=160)})"
     out = [
-        f"### {ICON[doc['verdict']]} ledgercheck: {md_text(doc['verdict'])} — {md_code(a['name'])} {md_code(a['version'])}",
+        f"### {ICON[doc['verdict']]} ledgercheck: {md_text(doc['verdict'])} — {md_code(name)} {md_code(version)}",
         "",
         head,
         "",
@@ -68,6 +71,14 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None) -
                            ("SHOULD clauses not met (not blocking)", warning_clauses(doc))):
         if clauses:
             out += ["", f"**{title}** ({len(clauses)})", "", *_clause_table(doc, clauses)]
+    loose = unattributed_failures(doc)
+    if loose:
+        out += ["", f"**Failures not tied to a clause** ({len(loose)})", "", "| Test | Outcome | Why | Replay |",
+                "|---|---|---|---|"]
+        for t in loose[:MAX_ROWS]:
+            replay = md_code(t["replay"], table=True, limit=200) if t["replay"] else "–"
+            why = md_code(t["message"], table=True, limit=160) if t["message"] else "–"
+            out.append(f"| {md_code(t['nodeid'], table=True, limit=120)} | {md_text(t['outcome'])} | {why} | {replay} |")
     windows = doc["crash_windows"]
     if windows:
         bad = sum(1 for w in windows if w["verdict"] != "pass")

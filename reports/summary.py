@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .text import one_line
+from .verdicts import anonymous_adapter, unattributed_failures
 
 PROBLEM_OUTCOMES = ("fail", "error", "xfail")
 
@@ -57,9 +58,18 @@ def verdict_parts(doc: Mapping[str, Any]) -> tuple[str, str | None]:
     if doc["run"].get("error"):
         return "ERROR", str(doc["run"]["error"])
     errs = error_clauses(doc)
-    profiles = [p for p in doc["profiles"]["defined"] if verd[p]["verdict"] == "error"]
-    line = f"ERROR: {len(errs)} clause(s) could not be decided in profiles {', '.join(profiles)}"
-    return line, (f"{errs[0]['id']}: {errs[0]['message']}" if errs else None)
+    if errs:
+        profiles = [p for p in doc["profiles"]["defined"] if verd[p]["verdict"] == "error"]
+        line = f"ERROR: {len(errs)} clause(s) could not be decided in profiles {', '.join(profiles)}"
+        return line, f"{errs[0]['id']}: {errs[0]['message']}"
+    loose = unattributed_failures(doc)
+    if loose:
+        first = loose[0]
+        return (f"ERROR: {len(loose)} test(s) failed without naming a clause",
+                f"{first['nodeid']}: {first['message'] or first['outcome']}")
+    if anonymous_adapter(doc):
+        return "ERROR: the adapter did not identify itself (no name or version from its handshake)", None
+    return "ERROR", "unknown cause"
 
 
 def verdict_line(doc: Mapping[str, Any]) -> str:
@@ -84,6 +94,13 @@ def first_problem(doc: Mapping[str, Any], clause_id: str) -> dict[str, Any] | No
             return {"nodeid": f"crash window {w['point']} x {w['step_class']} #{w['occurrence']}",
                     "message": w["message"], "replay": w["replay"], "counterexample": None}
     return None
+
+
+def adapter_label(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """The adapter's name and version for display; an adapter that never identified itself says so."""
+    a = doc["adapter"]
+    return (a["name"] if a.get("name") is not None else "(unidentified adapter)",
+            a["version"] if a.get("version") is not None else "(no version)")
 
 
 def fmt_seconds(s: float) -> str:

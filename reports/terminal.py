@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .summary import (
+    adapter_label,
     blocking_clauses,
     error_clauses,
     first_problem,
@@ -14,6 +15,7 @@ from .summary import (
     warning_clauses,
 )
 from .text import one_line, terminal
+from .verdicts import unattributed_failures
 
 
 def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, Any]:
@@ -35,6 +37,8 @@ def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, An
         "spec": {k: doc["spec"][k] for k in ("name", "version", "digest")},
         "run": {k: doc["run"][k] for k in ("id", "kind", "command", "seed", "duration_s")},
         "errors": [brief(c) for c in error_clauses(doc)],
+        "unattributed": [{"nodeid": x["nodeid"], "outcome": x["outcome"], "message": x["message"],
+                          "replay": x["replay"]} for x in unattributed_failures(doc)],
         "failures": [brief(c) for c in blocking_clauses(doc)],
         "warnings": [brief(c) for c in warning_clauses(doc)],
         "crash_windows": {"total": len(windows), "failed": sum(1 for w in windows if w["verdict"] == "fail"),
@@ -44,12 +48,13 @@ def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, An
 
 def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
     a, s, r = doc["adapter"], doc["spec"], doc["run"]
+    name, version = adapter_label(doc)
     t = terminal
     lines = [
         t(verdict_line(doc)),
         "",
         f"results   {t(path)}  sha256 {sha256}",
-        f"adapter   {t(one_line(a['name'], 60))} {t(one_line(a['version'], 30))}  ({a['transport']}, {t(one_line(a['address'], 80))})",
+        f"adapter   {t(one_line(name, 60))} {t(one_line(version, 30))}  ({a['transport']}, {t(one_line(a['address'], 80))})",
         f"contract  {t(s['name'])} {t(s['version'])}  sha256 {s['digest']}",
         f"run       {r['kind']} {t(r['id'])}, {fmt_seconds(r['duration_s'])}, seed {r['seed']}, "
         f"timeout scale {r['timeout_scale']:g}",
@@ -70,6 +75,11 @@ def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
             p = first_problem(doc, c["id"])
             if p and p["replay"]:
                 lines.append(f"  {'':<34} replay: {t(one_line(p['replay'], 160))}")
+    loose = unattributed_failures(doc)
+    if loose:
+        lines += ["", f"failed without naming a clause ({len(loose)}):"]
+        for x in loose:
+            lines.append(f"  {t(one_line(x['nodeid'], 60))}  {x['outcome']}  {t(one_line(x['message'] or '', 100))}")
     windows = doc["crash_windows"]
     if windows:
         bad = sum(1 for w in windows if w["verdict"] != "pass")

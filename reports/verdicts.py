@@ -49,6 +49,8 @@ def evidence_by_clause(tests: Iterable[Mapping[str, Any]],
                        windows: Iterable[Mapping[str, Any]]) -> dict[str, list[Evidence]]:
     out: dict[str, list[Evidence]] = {}
     for t in tests:
+        if t["clause"] is None:  # a test that names no clause is evidence for none
+            continue
         out.setdefault(t["clause"], []).append(Evidence(
             nodeid=t["nodeid"], outcome=t["outcome"], not_claimed=bool(t.get("not_claimed")),
             message=t.get("message"), replay=t.get("replay"), counterexample=t.get("counterexample")))
@@ -151,10 +153,21 @@ def profile_verdicts(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]
     return out
 
 
+def unattributed_failures(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Tests that failed or errored without naming the clause they found violated."""
+    return [t for t in doc["tests"] if t["clause"] is None and t["outcome"] in ("failed", "error", "xpassed")]
+
+
+def anonymous_adapter(doc: Mapping[str, Any]) -> bool:
+    """The adapter never said what it is: nothing can be certified about it."""
+    return doc["adapter"].get("name") is None or doc["adapter"].get("version") is None
+
+
 def overall(doc: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
     prof = doc["profiles"]
     in_scope = [p for p in prof["defined"] if p in prof["requested"] and p in prof["claimed"]]
-    if doc["run"].get("error") or any(v["verdict"] == "error" for v in verdicts.values()):
+    if (doc["run"].get("error") or any(v["verdict"] == "error" for v in verdicts.values())
+            or unattributed_failures(doc) or anonymous_adapter(doc)):
         return "ERROR", []
     if not in_scope or any(verdicts[p]["verdict"] == "failed" for p in in_scope):
         return "NOT CERTIFIED", []

@@ -152,8 +152,32 @@ def test_run_error_is_an_error(factory) -> None:
     doc = factory.build(tests=[], windows=[], run=factory.run(error="adapter exec:./bin/acme-ledger exited with 127"),
                         adapter={"address": "exec:./bin/acme-ledger"})
     assert doc["verdict"] == "ERROR" and doc["exit_code"] == 2
-    assert doc["adapter"]["name"] == "unknown"
+    assert doc["adapter"]["name"] is None and doc["adapter"]["transport"] == "wire"
     assert verdict_line(doc) == "ERROR: adapter exec:./bin/acme-ledger exited with 127"
+
+
+def test_adapter_without_identity_cannot_be_certified(factory) -> None:
+    doc = factory.build(tests=factory.tests(known_bugs=(), failing=()), windows=factory.windows(bad=()),
+                        adapter=factory.adapter(known_bugs={}, version=None))
+    assert all(v["verdict"] in ("certified", "not_claimed") for v in doc["profiles"]["verdicts"].values())
+    assert doc["verdict"] == "ERROR" and doc["exit_code"] == 2
+    assert verdict_line(doc).startswith("ERROR: the adapter did not identify itself")
+
+
+def test_failure_without_clause_is_an_error(factory) -> None:
+    tests = factory.tests(known_bugs=(), failing=())
+    tests.append({"nodeid": "ledger::stateful[messaging]", "clause": None, "kind": "stateful", "outcome": "error",
+                  "message": "harness failure: RuntimeError: boom", "workers": 0})
+    doc = factory.build(tests=tests, windows=factory.windows(bad=()), adapter=factory.adapter(known_bugs={}),
+                        run=factory.run(workers=0))
+    assert doc["verdict"] == "ERROR"
+    assert verdict_line(doc) == ("ERROR: 1 test(s) failed without naming a clause "
+                                 "(first: ledger::stateful[messaging]: harness failure: RuntimeError: boom)")
+    # a stateful run that names the clause it found violated fails that clause instead
+    tests[-1] = {**tests[-1], "clause": "core.event.types", "outcome": "failed"}
+    doc = factory.build(tests=tests, windows=factory.windows(bad=()), adapter=factory.adapter(known_bugs={}))
+    assert doc["verdict"] == "NOT CERTIFIED"
+    assert next(c for c in doc["clauses"] if c["id"] == "core.event.types")["outcome"] == "fail"
 
 
 def test_timings(factory) -> None:
@@ -162,7 +186,7 @@ def test_timings(factory) -> None:
     assert t["total_s"] == 252.5  # 09:26:53.000 -> 09:31:05.500
     assert t["by_kind"]["stateful"] == {"count": 1, "duration_s": 41.7}
     assert t["by_kind"]["crash_window"]["count"] == 30
-    assert t["slowest"][0] == {"nodeid": "tests/conformance/test_stateful.py::LedgerMachine::runTest", "duration_s": 41.7}
+    assert t["slowest"][0] == {"nodeid": "ledger::stateful[core-machine]", "duration_s": 41.7}
     durations = [s["duration_s"] for s in t["slowest"]]
     assert durations == sorted(durations, reverse=True) and len(durations) == 10
 
@@ -179,7 +203,8 @@ def test_timings(factory) -> None:
     (lambda f: {"windows": [{**f.windows()[0], "point": "after_lunch"}]}, "unknown crash point"),
     (lambda f: {"windows": f.windows()[:1] * 2}, "appears twice"),
     (lambda f: {"run": {"kind": "certify", "command": "x"}}, "run: missing started_at, finished_at"),
-    (lambda f: {"adapter": {"address": "exec:x"}}, "adapter: missing name, version, protocol"),
+    (lambda f: {"adapter": {"name": "x"}}, "adapter: missing address"),
+    (lambda f: {"adapter": {**f.adapter(), "profiles": ["core", "queues"]}}, "unknown profile(s) queues"),
 ])
 def test_build_refuses_inconsistent_input(factory, mutate, message: str) -> None:
     with pytest.raises(ResultsError) as exc:
