@@ -1,0 +1,407 @@
+"""The recovery checker: what must be true after a worker dies at a given moment.
+
+Everything here follows from the contract: the crash point's journal, the matrix (decision
+and effect allowance per step class and point), the scanner rule, the decisions' receipt
+states and the fold rule.  The checker is handed observations (what the ledger showed before
+and after recovery and at the end, what the sink applied) and returns violations, each naming
+the clause it breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledgercheck.conformance.model import fold
+from ledgercheck.spec import Allowance, Spec
+
+from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, QUARANTINE, STAGES, leased_status
+from .workload import Item, Workload
+
+CLAUSE_ORDER = (
+    "recovery.marker_kept", "recovery.scan", "recovery.matrix", "recovery.attempts_exhausted",
+    "recovery.receipt_marking", "recovery.waiting_untouched", "recovery.quarantine.visible", "recovery.no_loss",
+    "recovery.effects_allowed", "recovery.fencing_after_takeover", "eventlog.fold",
+)
+ZERO = Allowance("zero", 0, 0)
+TIME_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Violation:
+    clause: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.clause}] {self.message}"
+
+
+@dataclass(frozen=True)
+class Alt:
+    """One legitimate state of the crashed item at the moment of the kill."""
+
+    stage: str
+    step: int | None
+    completed: frozenset[int]
+    journal: Mapping[str, str]  # step_id -> pending|completed (absent: no receipt)
+    status: str
+    crashed: int | None  # the effect step the crash point is about
+    point: str | None  # the contract crash point for the crashed step's allowance
+
+
+@dataclass
+class Observation:
+    """What a window saw; filled in by the scenario runner."""
+
+    ids: Mapping[str, str]
+    crash: Mapping[str, Any] | None
+    pre: Mapping[str, Any]
+    early_victims: list[Mapping[str, Any]]
+    victims: list[Mapping[str, Any]]
+    post: Mapping[str, Any]
+    final: Mapping[str, Any]
+    quarantined_listed: list[str]
+    applied: Mapping[str, int]
+    stale_applied: Mapping[str, int] = field(default_factory=dict)  # key -> effects the stale worker applied
+    stale_writes: list[Mapping[str, Any]] | None = None  # None: not a pause-and-takeover window
+    took_over: bool = False
+    notes: list[str] = field(default_factory=list)
+    stale_session: str = "stale"
+
+
+# ---------------------------------------------------------------------------------- states
+def _next_effect(item: Item, step: int | None) -> int | None:
+    if step is None:
+        return None
+    return next((j for j in range(step, len(item.steps)) if item.steps[j].is_effect), None)
+
+
+def make_alt(spec: Spec, item: Item, stage: str, step: int | None, completed: Iterable[int]) -> Alt:
+    st = STAGES[stage]
+    done = frozenset(completed)
+    journal = {item.steps[j].step_id: "completed" for j in done if j < len(item.steps) and item.steps[j].is_effect}
+    if step is not None and step < len(item.steps) and item.steps[step].is_effect and st.journal in ("pending", "completed"):
+        journal[item.steps[step].step_id] = st.journal
+    if stage == "unclaimed":
+        status = spec.initial_status
+    elif stage == "waiting":
+        kind = item.steps[step].wait_kind if step is not None else None
+        status = spec.waiting_statuses.get(kind or "", "?")
+    elif stage == "closed":
+        status = DONE
+    else:
+        status = leased_status(spec)
+    crashed = None if stage == "closed" else _next_effect(item, step)
+    return Alt(stage, step, done, journal, status, crashed, st.point)
+
+
+def alternatives(spec: Spec, item: Item, ctx: Mapping[str, Any]) -> list[Alt]:
+    """The states a kill with this context may leave: the stage before the operation in flight,
+    and (if that operation changes anything) the stage after it."""
+    stage, step, done = ctx["stage"], ctx.get("step"), set(ctx.get("completed") or ())
+    alts = [make_alt(spec, item, stage, step, done)]
+    op = ctx.get("op")
+    if op in OP_AFTER:
+        after, astep = OP_AFTER[op], step
+        if op == "resume" and step is not None:
+            done = done | {step}
+            astep = next((i for i in range(len(item.steps)) if i not in done), None)
+        if op == "effect_record" and step is not None:
+            done = done | {step}
+        alts.append(make_alt(spec, item, after, astep, done))
+    return alts
+
+
+def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined: bool) -> Allowance:
+    """The allowed number of applied effects of step ``j`` after recovery and completion."""
+    cls_ = item.steps[j].step_class or ""
+    row = spec.matrix[cls_]
+    if alt is None:
+        return spec.allowances[row[FRESH_POINT].effects]
+    if alt.stage == "closed" or (j in alt.completed and j != alt.crashed):
+        return spec.allowances[row[COMPLETED_POINT].effects]
+    if j == alt.crashed:
+        return spec.allowances[row[alt.point or FRESH_POINT].effects]
+    if quarantined:
+        return ZERO
+    return spec.allowances[row[FRESH_POINT].effects]
+
+
+def expected_decision(spec: Spec, item: Item, alt: Alt, attempt: int | None) -> tuple[str, bool]:
+    """The recovery decision for the crashed item, and whether the attempts rule produced it."""
+    if alt.status != leased_status(spec):
+        return "none", False
+    classes = {s.step_id: s.step_class for s in item.steps if s.is_effect}
+    open_ = [(state, classes[sid]) for sid, state in alt.journal.items() if state != "completed"]
+    d = spec.scanner_decision(open_, any(state == "completed" for state in alt.journal.values()))
+    policy = spec.retry_policy_for(item.source_system, None)
+    if spec.decisions[d].get("requeue") and attempt is not None and attempt >= policy.max_attempts:
+        return QUARANTINE, True
+    return d, False
+
+
+# ---------------------------------------------------------------------------------- fold
+def fold_problems(spec: Spec, work: Mapping[str, Any], events: list[Mapping[str, Any]]) -> list[str]:
+    folded = fold(spec, events)
+    out = []
+    for name, wf in spec.work_fields.items():
+        if not wf.fold or wf.compare == "none":
+            continue
+        a, b = work.get(name), folded.get(name)
+        if wf.compare == "presence":
+            same = (a is None) == (b is None)
+        elif wf.compare == "time" and isinstance(a, int | float) and isinstance(b, int | float):
+            same = abs(a - b) <= TIME_TOLERANCE
+        else:
+            same = a == b
+        if not same:
+            out.append(f"{name}: snapshot {a!r}, events fold to {b!r}")
+    return out
+
+
+# ---------------------------------------------------------------------------------- one window
+@dataclass
+class Verdict:
+    violations: list[Violation]
+    clauses: list[str]
+    alt: Alt | None
+    decision_expected: str
+    decision_observed: str
+    allowance: Allowance | None
+    effects_observed: int | None
+
+
+def _receipt_states(entry: Mapping[str, Any] | None) -> dict[str, str]:
+    if not entry:
+        return {}
+    return {r.get("step_id"): r.get("state") for r in entry.get("receipts") or [] if isinstance(r, Mapping)}
+
+
+def check_window(spec: Spec, workload: Workload, point: str, obs: Observation) -> Verdict:
+    """Check one crash window; when the kill left an ambiguous state, the best-matching one counts."""
+    ctx = (obs.crash or {}).get("ctx") or {}
+    crashed_key = ctx.get("item")
+    item = workload.item(crashed_key) if crashed_key else None
+    if item is None:
+        return _check(spec, workload, point, obs, None, None)
+    alts = alternatives(spec, item, ctx)
+    pre = obs.pre.get(item.key) or {}
+    seen_status = (pre.get("work") or {}).get("status")
+    seen_journal = {k: v for k, v in _receipt_states(pre).items() if v is not None}
+    matching = [a for a in alts if a.status == seen_status and dict(a.journal) == seen_journal]
+    results = [_check(spec, workload, point, obs, item, a) for a in (matching or alts)]
+    return min(results, key=lambda v: len(v.violations))
+
+
+def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: Item | None, alt: Alt | None) -> Verdict:
+    V: list[Violation] = []
+    checked = {"recovery.scan", "recovery.matrix", "recovery.no_loss", "recovery.effects_allowed",
+               "recovery.quarantine.visible", "eventlog.fold"}
+    leased = leased_status(spec)
+    waits = set(spec.waiting_statuses.values())
+    wid = obs.ids.get(item.key) if item else None
+    where = f"after a kill at {point}"
+    if alt is not None:
+        where += f" ({alt.stage}"
+        if alt.step is not None and item is not None and alt.step < len(item.steps):
+            where += f", step {item.steps[alt.step].step_id}"
+        where += ")"
+
+    # -- the state the kill left --------------------------------------------------------------
+    d_exp, by_attempts = "none", False
+    if item is not None and alt is not None:
+        checked.add("recovery.marker_kept")
+        pre = obs.pre.get(item.key) or {}
+        seen = _receipt_states(pre)
+        for s in item.steps:
+            if not s.is_effect:
+                continue
+            want = alt.journal.get(s.step_id, "none")
+            got = seen.get(s.step_id) or "none"
+            if want != got:
+                V.append(Violation("recovery.marker_kept", f"{where}: {item.key} receipt {s.step_id} ({s.step_class}) "
+                                   f"is {got}, the worker's last acknowledged write leaves it {want}"))
+        status = (pre.get("work") or {}).get("status")
+        if status != alt.status:
+            V.append(Violation("recovery.no_loss", f"{where}: {item.key} is {status} before recovery, "
+                               f"the worker's last acknowledged write leaves it {alt.status}"))
+        d_exp, by_attempts = expected_decision(spec, item, alt, (pre.get("work") or {}).get("attempt"))
+        if by_attempts:
+            checked.add("recovery.attempts_exhausted")
+    d_rule = "recovery.attempts_exhausted" if by_attempts else "recovery.matrix"
+
+    # -- the scan ---------------------------------------------------------------------------------
+    waiting_before = {k for k, e in obs.pre.items() if (e.get("work") or {}).get("status") in waits}
+    if waiting_before:
+        checked.add("recovery.waiting_untouched")
+    by_wid = {v.get("work_id"): v for v in obs.victims if isinstance(v, Mapping)}
+    key_of = {w: k for k, w in obs.ids.items()}
+    for v in obs.early_victims:
+        k = key_of.get(v.get("work_id"), v.get("work_id"))
+        V.append(Violation("recovery.scan", f"{where}: recovery took {k} ({v.get('decision')}) before its lease "
+                           "lapsed (lease_expires_at + grace for its source not yet passed)"))
+    d_obs = "none"
+    if wid is not None and wid in by_wid:
+        d_obs = str(by_wid[wid].get("decision"))
+    for vwid, v in by_wid.items():
+        k = key_of.get(vwid, vwid)
+        if vwid == wid and d_exp != "none":
+            continue
+        if k in waiting_before:
+            V.append(Violation("recovery.waiting_untouched", f"{where}: recovery took waiting work {k} "
+                               f"(decision {v.get('decision')}, {v.get('reason')})"))
+        else:
+            status = ((obs.pre.get(k) or {}).get("work") or {}).get("status")
+            V.append(Violation("recovery.scan", f"{where}: recovery took {k}, which was {status} and not stale "
+                               f"(decision {v.get('decision')})"))
+    if item is not None and d_exp != "none":
+        if wid not in by_wid:
+            V.append(Violation("recovery.scan", f"{where}: {item.key} was {leased} with a lapsed lease and "
+                               "recovery did not report it"))
+        elif d_obs != d_exp:
+            V.append(Violation(d_rule, f"{where}: {item.key} decision {d_obs!r}, the contract says {d_exp!r} "
+                               f"(journal: {_journal_text(alt)})"))
+
+    # -- what recovery did --------------------------------------------------------------------------
+    if item is not None and alt is not None:
+        post = obs.post.get(item.key) or {}
+        pw = post.get("work") or {}
+        dec = spec.decisions.get(d_exp, {})
+        if d_exp != "none" and dec.get("requeue") and pw.get("status") != spec.initial_status:
+            V.append(Violation(d_rule, f"{where}: {item.key} decided {d_exp}, but recovery left it "
+                               f"{pw.get('status')} instead of requeuing it"))
+        if d_exp == QUARANTINE:
+            if not pw.get("quarantined"):
+                V.append(Violation("recovery.quarantine.visible", f"{where}: {item.key} decided quarantine, "
+                                   f"but it is not marked quarantined ({pw.get('status')})"))
+            if pw.get("status") == leased:
+                V.append(Violation("recovery.quarantine.visible", f"{where}: quarantined {item.key} still holds a lease"))
+        pending = [sid for sid, st in alt.journal.items() if st == "pending"]
+        if pending:
+            checked.add("recovery.receipt_marking")
+        seen_post = _receipt_states(post)
+        marked = dec.get("receipt_state") if d_exp != "none" else None
+        for sid, st in alt.journal.items():
+            want = (marked or "pending") if st == "pending" else st
+            got = seen_post.get(sid) or "none"
+            if got != want:
+                V.append(Violation("recovery.receipt_marking", f"{where}: after recovery ({d_exp}) {item.key} "
+                                   f"receipt {sid} is {got}, expected {want}"))
+    for k in sorted(waiting_before):
+        a, b = (obs.pre.get(k) or {}).get("work") or {}, (obs.post.get(k) or {}).get("work") or {}
+        changed = [f for f in ("status", "waiting_kind", "waiting_ref", "waiting_deadline", "lease_version", "attempt",
+                               "quarantined") if a.get(f) != b.get(f)]
+        if changed:
+            V.append(Violation("recovery.waiting_untouched", f"{where}: recovery changed waiting {k}: "
+                               + ", ".join(f"{f} {a.get(f)!r} -> {b.get(f)!r}" for f in changed)))
+
+    # -- the end state -------------------------------------------------------------------------------
+    expect_q = item is not None and d_exp == QUARANTINE
+    listed = set(obs.quarantined_listed)
+    for it in workload.items:
+        e = obs.final.get(it.key) or {}
+        w = e.get("work") or {}
+        q_here = expect_q and item is not None and it.key == item.key
+        if q_here:
+            if not w.get("quarantined"):
+                V.append(Violation("recovery.quarantine.visible", f"{where}: {it.key} was quarantined, but ends "
+                                   f"{w.get('status')} and not quarantined (picked up again without an operator)"))
+            elif obs.ids[it.key] not in listed:
+                V.append(Violation("recovery.quarantine.visible", f"{where}: quarantined {it.key} is missing from "
+                                   "list(quarantined=true)"))
+        elif w.get("status") != DONE:
+            extra = f" [worker: {'; '.join(obs.notes)}]" if obs.notes else ""
+            V.append(Violation("recovery.no_loss", f"{where}: {it.key} ends {w.get('status')}"
+                               f"{' (quarantined)' if w.get('quarantined') else ''}, expected {DONE}{extra}"))
+        if w.get("quarantined") and obs.ids[it.key] not in listed and not q_here:
+            V.append(Violation("recovery.quarantine.visible", f"{where}: {it.key} is quarantined but not listed"))
+        for prob in fold_problems(spec, w, e.get("events") or []):
+            V.append(Violation("eventlog.fold", f"{where}: {it.key}: {prob}"))
+        # effects
+        for j in it.effect_steps():
+            s = it.steps[j]
+            allow = step_allowance(spec, it, j, alt if (item is not None and it.key == item.key) else None,
+                                   bool(w.get("quarantined")) and q_here)
+            key = spec.effect_key(work_id=obs.ids[it.key], step_id=s.step_id, tool=s.tool)
+            n = obs.applied.get(key, 0)
+            late = obs.stale_applied.get(key, 0)
+            # A paused worker let go after a takeover may still reach its provider once: nothing a
+            # ledger can fence.  Its effect counts either as the one effect or as an extra.
+            if not (allow.allows(n) or (late and allow.allows(n + late))):
+                more = f" (+{late} by the stale worker)" if late else ""
+                V.append(Violation("recovery.effects_allowed", f"{where}: {it.key} step {s.step_id} ({s.step_class}) "
+                                   f"applied {n} time(s){more}, allowed {_allow_text(allow)}"))
+    for wid_listed in listed - {w for w in obs.ids.values()}:
+        V.append(Violation("recovery.quarantine.visible", f"list(quarantined=true) names unknown work {wid_listed}"))
+
+    # -- fencing ------------------------------------------------------------------------------------
+    if obs.stale_writes is not None:
+        checked.add("recovery.fencing_after_takeover")
+        V.extend(_fencing(spec, workload, obs, item, where))
+
+    allowance = None
+    observed = None
+    if item is not None and alt is not None and alt.crashed is not None:
+        fw = (obs.final.get(item.key) or {}).get("work") or {}
+        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")))
+        s = item.steps[alt.crashed]
+        observed = obs.applied.get(spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool), 0)
+    checked |= {v.clause for v in V}
+    clauses = [c for c in CLAUSE_ORDER if c in checked] + sorted(c for c in checked if c not in CLAUSE_ORDER)
+    return Verdict(V, clauses, alt, d_exp, d_obs, allowance, observed)
+
+
+def _fencing(spec: Spec, workload: Workload, obs: Observation, item: Item | None, where: str) -> list[Violation]:
+    V = []
+    writes = obs.stale_writes or []
+    if not obs.took_over:
+        V.append(Violation("recovery.fencing_after_takeover", f"{where}: no second worker took the item over, "
+                           "so fencing could not be exercised"))
+    if not writes:
+        V.append(Violation("recovery.fencing_after_takeover", f"{where}: the stale worker made no write after it was let go"))
+    for wr in writes:
+        if wr.get("ok"):
+            V.append(Violation("recovery.fencing_after_takeover", f"{where}: the stale worker's {wr['op']} was accepted "
+                               "after another worker took the item over"))
+        elif wr.get("code") != "stale_lease":
+            V.append(Violation("recovery.fencing_after_takeover", f"{where}: the stale worker's {wr['op']} was refused "
+                               f"with {wr.get('code')}, expected stale_lease"))
+    if item is not None:
+        e = obs.final.get(item.key) or {}
+        for r in e.get("receipts") or []:
+            res = r.get("result")
+            if isinstance(res, Mapping) and res.get("session") == obs.stale_session:
+                late = sum(obs.stale_applied.values())
+                V.append(Violation("recovery.fencing_after_takeover", f"{where}: receipt {r.get('step_id')} was recorded "
+                                   f"by the stale worker ({r.get('state')}; it applied {late} effect(s) at the sink "
+                                   "after the takeover)"))
+    return V
+
+
+def _journal_text(alt: Alt | None) -> str:
+    if alt is None or not alt.journal:
+        return "empty"
+    return ", ".join(f"{k} {v}" for k, v in alt.journal.items())
+
+
+def _allow_text(a: Allowance) -> str:
+    hi = "inf" if a.max is None else str(a.max)
+    return f"{a.name} [{a.min}, {hi}]"
+
+
+def allowance_text(a: Allowance | None) -> str | None:
+    return None if a is None else a.name
+
+
+# ---------------------------------------------------------------------------------- storms
+def storm_step_allowed(spec: Spec, step_class: str, receipt_state: str | None, count: int) -> bool:
+    """Whether ``count`` applied effects fit some crash point of the class's matrix row, given the
+    receipt's final state (a storm does not know where its kills landed)."""
+    row = spec.matrix[step_class]
+    allows = [spec.allowances[e.effects] for e in row.values()]
+    if receipt_state == "completed":
+        return any(a.allows(count) for a in allows if not a.quarantined)
+    if receipt_state is None:
+        return count == 0
+    return any(a.max is None or count <= a.max for a in allows)

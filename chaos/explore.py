@@ -1,0 +1,248 @@
+"""Exhaustive exploration: every crash point x every occurrence of it in a workload's run.
+
+A run of the workload without any crash first counts how often the worker (and, for an
+in-process adapter, the adapter) passes each point and records where it is each time; then
+every (point, occurrence) is a window of its own, run with a real kill.  For an adapter behind
+the wire protocol its own points cannot be counted from outside, so their occurrences are
+tried in order until the point is no longer reached.  Windows where a second worker takes the
+item over while the first is only paused (fencing) are added for every worker point and step
+class where recovery requeues the item.
+
+Every window is reported, passing or not; a window that does not pass leaves a replay file.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ledgercheck.spec import Spec
+
+from .checker import alternatives, expected_decision
+from .points import WORKER_POINTS, ChaosError, check_contract, unknown_points, worker_points
+from .pool import WorkerPool
+from .replay import attach_replay, default_replay_dir
+from .scenario import Harness, NotReached, WindowResult
+from .workload import Workload, default_workload
+
+Progress = Callable[[int, int | None, dict[str, Any]], None]
+REQUIRED_PROFILES = ("core", "lease", "idempotency", "recovery")
+PROBE_CAP = 10_000  # occurrences tried at most for a point that cannot be counted
+FENCE_SKIP = ("after_waiting_set",)  # nothing is leased there, so nothing can be taken over
+
+
+def check_adapter(handshake: Mapping[str, Any], address: str) -> None:
+    """Refuse, with one line, an adapter the crash harness cannot drive."""
+    profiles = set(handshake.get("profiles") or [])
+    missing = [p for p in REQUIRED_PROFILES if p not in profiles]
+    if missing:
+        raise ChaosError(f"adapter {address}: crash testing needs profile(s) {', '.join(missing)}, "
+                         f"the adapter claims {', '.join(sorted(profiles)) or 'none'}")
+    caps = handshake.get("capabilities") or {}
+    if caps.get("clock", "injected") != "injected":
+        raise ChaosError(f"adapter {address}: crash testing moves the clock past lease expiry, which needs "
+                         f"clock 'injected' (the adapter declares {caps.get('clock')!r})")
+    if not caps.get("durable"):
+        raise ChaosError(f"adapter {address}: crash testing needs state that survives a process kill "
+                         "(capability durable: true, with reset config 'dir')")
+
+
+class Explorer:
+    """Shared set-up for explore/run/replay: pool, handshake checks, workload, baseline."""
+
+    def __init__(self, address: str, spec: Spec, *, seed: int = 0, workload: Workload | None = None,
+                 worker: str | None = None, jobs: int = 1, timeout: float = 60.0, tmp_root: str | None = None) -> None:
+        problems = check_contract(spec)
+        if problems:
+            raise ChaosError(f"the contract does not fit the crash harness: {problems[0]}")
+        self.address, self.spec, self.seed, self.worker = address, spec, seed, worker
+        self.jobs = max(1, jobs)
+        self.pool = WorkerPool(address, spec, spare=self.jobs + 1, worker=worker)
+        try:
+            probe = self.pool.get()
+            self.handshake, self.kind = probe.handshake, probe.kind
+            self.pool.put(probe)
+            check_adapter(self.handshake, address)
+            waiting = "waiting" in (self.handshake.get("profiles") or [])
+            self.workload = workload or default_workload(spec, seed, waiting=waiting)
+            if not waiting and any(not s.is_effect for it in self.workload.items for s in it.steps):
+                raise ChaosError(f"adapter {address}: the workload has waits, but the adapter does not claim the waiting profile")
+            unknown = self.workload.classes() - set(spec.step_classes)
+            if unknown:
+                raise ChaosError(f"the workload uses step classes the contract does not define: {', '.join(sorted(unknown))}")
+            self.harness = Harness(address, spec, self.workload, pool=self.pool, timeout=timeout, tmp_root=tmp_root)
+        except BaseException:
+            self.pool.close()
+            raise
+        self.adapter_points = [p for p in self.handshake.get("crash_points") or [] if isinstance(p, str)]
+        self._baseline: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Explorer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def all_points(self) -> list[str]:
+        return worker_points(self.spec) + [p for p in self.adapter_points if p not in WORKER_POINTS]
+
+    def check_points(self, points: list[str] | None) -> list[str]:
+        if points is None:
+            return self.all_points
+        known = self.all_points
+        for p in points:
+            if p not in known:
+                extra = f"; the worker has no place for {', '.join(unknown_points(self.spec))}" if unknown_points(self.spec) else ""
+                raise ChaosError(f"unknown crash point {p!r}; this adapter and contract offer: {', '.join(known)}{extra}")
+        return list(points)
+
+    def baseline(self) -> dict[str, Any]:
+        if self._baseline is None:
+            self._baseline = self.harness.baseline()
+        return self._baseline
+
+    def counted(self, point: str) -> int | None:
+        """How often the run passes ``point``; None when it cannot be counted from outside."""
+        counts = self.baseline()["counts"]
+        if point in WORKER_POINTS or self.kind == "in-process":
+            return int(counts.get(point, 0))
+        return None
+
+    def expected_ctx(self, point: str, occurrence: int) -> Mapping[str, Any] | None:
+        for t in self.baseline()["trace"]:
+            if t["point"] == point and t["occurrence"] == occurrence:
+                return t["ctx"]
+        return None
+
+    # ------------------------------------------------------------------ windows
+    def window(self, point: str, occurrence: int, mode: str = "kill") -> WindowResult:
+        res = self.harness.run_window(point, occurrence, mode)
+        want = self.expected_ctx(point, occurrence) if self._baseline is not None else None
+        if want is not None and res.ctx and res.verdict != "error":
+            fields = ("item", "step", "stage", "op")
+            if any(want.get(f) != res.ctx.get(f) for f in fields):
+                res.verdict = "error"
+                res.message = (f"the run is not deterministic: the baseline passed {point} #{occurrence} at "
+                               f"{_where(want)}, this run stopped at {_where(res.ctx)}")
+        return res
+
+    def fence_occurrences(self, points: list[str]) -> list[tuple[str, int]]:
+        """One takeover window per (worker point, step class) where recovery requeues the item."""
+        out, seen = [], set()
+        for t in self.baseline()["trace"]:
+            p, ctx = t["point"], t["ctx"]
+            if p not in points or p not in WORKER_POINTS or p in FENCE_SKIP or not ctx.get("item"):
+                continue
+            item = self.workload.item(ctx["item"])
+            alt = alternatives(self.spec, item, ctx)[0]
+            d, _ = expected_decision(self.spec, item, alt, 1)
+            if not self.spec.decisions.get(d, {}).get("requeue"):
+                continue
+            cls_ = item.steps[alt.crashed].step_class if alt.crashed is not None else None
+            if (p, cls_) not in seen:
+                seen.add((p, cls_))
+                out.append((p, t["occurrence"]))
+        return out
+
+
+def _where(ctx: Mapping[str, Any]) -> str:
+    return f"{ctx.get('item')} step {ctx.get('step')} ({ctx.get('stage')}, in {ctx.get('op') or 'no operation'})"
+
+
+def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None = None, workload: Workload | None = None,
+            max_occurrence: int | None = None, replay_dir: str | None = None, progress: Progress | None = None,
+            jobs: int = 1, fencing: bool = True, worker: str | None = None, timeout: float = 60.0,
+            tmp_root: str | None = None) -> list[dict[str, Any]]:
+    """Run every crash window of a workload against an adapter; see docs/chaos.md."""
+    replay_dir = replay_dir or default_replay_dir()
+    with Explorer(address, spec, seed=seed, workload=workload, worker=worker, jobs=jobs, timeout=timeout,
+                  tmp_root=tmp_root) as ex:
+        pts = ex.check_points(points)
+        ex.baseline()
+        fixed: list[tuple[str, int, str]] = []
+        probes: list[str] = []
+        for p in pts:
+            n = ex.counted(p)
+            if n is None:
+                probes.append(p)
+                continue
+            top = n if max_occurrence is None else min(n, max_occurrence)
+            fixed += [(p, k, "kill") for k in range(1, top + 1)]
+        caps = ex.handshake.get("capabilities") or {}
+        if fencing and caps.get("concurrent"):
+            fixed += [(p, k, "pause") for p, k in ex.fence_occurrences(pts)
+                      if max_occurrence is None or k <= max_occurrence]
+        results: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
+        lock = threading.Lock()
+        total: int | None = len(fixed) if not probes else None
+        order = {p: i for i, p in enumerate(pts)}
+
+        def record(point: str, occ: int, mode: str, res: WindowResult) -> None:
+            d = res.as_dict()
+            if d["verdict"] != "pass":
+                attach_replay(d, replay_dir, spec=spec, address=address, seed=seed, workload=ex.workload,
+                              point=point, occurrence=occ, mode=mode, worker=worker)
+            with lock:
+                results.append(((0 if mode == "kill" else 1, order[point], occ), d))
+                done = len(results)
+            if progress is not None:
+                progress(done, total, d)
+
+        def one(task: tuple[str, int, str]) -> None:
+            p, k, mode = task
+            try:
+                record(p, k, mode, ex.window(p, k, mode))
+            except NotReached:
+                record(p, k, mode, WindowResult(p, k, mode, "error", message=f"{p} #{k} was not reached, "
+                                                "though the run without crashes passed it"))
+
+        cap = max_occurrence or PROBE_CAP
+
+        def chain(point: str) -> None:
+            errors = 0
+            for k in range(1, cap + 1):
+                try:
+                    res = ex.window(point, k, "kill")
+                except NotReached:
+                    return
+                record(point, k, "kill", res)
+                errors = errors + 1 if res.verdict == "error" else 0
+                if errors >= 3:
+                    return
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=ex.jobs) as tp:
+            futs = [tp.submit(chain, p) for p in probes] + [tp.submit(one, t) for t in fixed]
+            for f in futs:
+                f.result()
+        results.sort(key=lambda r: r[0])
+        return [d for _, d in results]
+
+
+def run_one(address: str, spec: Spec, point: str, occurrence: int = 1, *, seed: int = 0, mode: str = "kill",
+            workload: Workload | None = None, replay_dir: str | None = None, worker: str | None = None,
+            timeout: float = 60.0, tmp_root: str | None = None, save: bool = True) -> dict[str, Any]:
+    """Run a single window (the ``crash run`` command)."""
+    if mode not in ("kill", "pause"):
+        raise ChaosError(f"mode must be kill or pause, not {mode!r}")
+    with Explorer(address, spec, seed=seed, workload=workload, worker=worker, timeout=timeout, tmp_root=tmp_root) as ex:
+        ex.check_points([point])
+        if mode == "pause" and point not in WORKER_POINTS:
+            raise ChaosError(f"a takeover (pause) window needs a worker point, not the adapter's {point!r}")
+        if mode == "pause" and not (ex.handshake.get("capabilities") or {}).get("concurrent"):
+            raise ChaosError(f"adapter {address}: a takeover window needs two processes on one ledger (concurrent: true)")
+        try:
+            res = ex.harness.run_window(point, occurrence, mode)
+        except NotReached as exc:
+            raise ChaosError(f"{point} #{occurrence} is not reached by this workload (it passes {point} "
+                             f"{exc.counts.get(point, 0)} time(s) in the worker's count)") from None
+        d = res.as_dict()
+        if d["verdict"] != "pass" and save:
+            attach_replay(d, replay_dir or default_replay_dir(), spec=spec, address=address, seed=seed,
+                          workload=ex.workload, point=point, occurrence=occurrence, mode=mode, worker=worker)
+        return d

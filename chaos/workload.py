@@ -1,0 +1,260 @@
+"""Workloads: items of work, each a sequence of steps, generated from a seed with faker.
+
+A step is either an *effect* step of one of the contract's step classes (a tool call with an
+input) or a *wait*: the worker puts the item into a waiting status and leaves it until the
+harness delivers the callback, after which a worker resumes it and carries on with the next
+step.  Workloads travel as plain JSON (to worker processes and in replay files).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledgercheck.spec import Spec
+
+# Tool verbs by effect kind, so that generated tools read like what the step does.
+_VERBS = {
+    "none": ["render_template", "summarize", "classify", "extract_fields", "plan_reply"],
+    "keyed": ["send_email", "post_message", "upsert_contact", "publish_event", "enqueue_job"],
+    "rerunnable": ["complete_prompt", "embed_document", "rank_candidates", "draft_answer"],
+    "lookup": ["create_ticket", "open_invoice", "book_slot", "file_report"],
+    "unsafe": ["charge_card", "send_sms", "wire_transfer", "print_label"],
+}
+WAIT_TIMEOUT = 30 * 86400.0  # long enough that no test clock reaches a wait's deadline
+
+
+class WorkloadError(ValueError):
+    """A workload document is malformed; the message says where."""
+
+
+@dataclass(frozen=True)
+class Step:
+    step_id: str
+    kind: str  # "effect" | "wait"
+    step_class: str | None = None
+    tool: str | None = None
+    input: Any = None
+    wait_kind: str | None = None
+    wait_ref: str | None = None
+    wait_timeout: float | None = None
+
+    @property
+    def is_effect(self) -> bool:
+        return self.kind == "effect"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.is_effect:
+            return {"step_id": self.step_id, "kind": "effect", "step_class": self.step_class, "tool": self.tool,
+                    "input": self.input}
+        return {"step_id": self.step_id, "kind": "wait", "wait_kind": self.wait_kind, "wait_ref": self.wait_ref,
+                "wait_timeout": self.wait_timeout}
+
+
+@dataclass(frozen=True)
+class Item:
+    key: str
+    source_system: str
+    source_id: str
+    steps: tuple[Step, ...]
+    source_run_id: str | None = None
+    priority: int | None = None
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+    def effect_steps(self) -> list[int]:
+        return [i for i, s in enumerate(self.steps) if s.is_effect]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "source_system": self.source_system, "source_id": self.source_id,
+                "source_run_id": self.source_run_id, "priority": self.priority, "payload": dict(self.payload),
+                "steps": [s.to_dict() for s in self.steps]}
+
+
+@dataclass(frozen=True)
+class Workload:
+    seed: int
+    items: tuple[Item, ...]
+    name: str = "custom"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "items": [it.to_dict() for it in self.items]}
+
+    def item(self, key: str) -> Item:
+        for it in self.items:
+            if it.key == key:
+                return it
+        raise KeyError(key)
+
+    @property
+    def step_count(self) -> int:
+        return sum(len(it.steps) for it in self.items)
+
+    def classes(self) -> set[str]:
+        return {s.step_class for it in self.items for s in it.steps if s.is_effect and s.step_class}
+
+    @classmethod
+    def from_dict(cls, doc: Any, spec: Spec | None = None) -> Workload:
+        if not isinstance(doc, Mapping):
+            raise WorkloadError("workload: expected an object")
+        raw_items = doc.get("items")
+        if not isinstance(raw_items, list) or not raw_items:
+            raise WorkloadError("workload: 'items' must be a non-empty list")
+        items = []
+        seen: set[str] = set()
+        for n, ri in enumerate(raw_items):
+            where = f"workload item {n}"
+            if not isinstance(ri, Mapping):
+                raise WorkloadError(f"{where}: expected an object")
+            for k in ("key", "source_system", "source_id"):
+                if not isinstance(ri.get(k), str) or not ri.get(k):
+                    raise WorkloadError(f"{where}: '{k}' must be a non-empty string")
+            if ri["key"] in seen:
+                raise WorkloadError(f"{where}: duplicate key {ri['key']!r}")
+            seen.add(ri["key"])
+            if spec is not None and ri["source_system"] not in spec.source_systems:
+                raise WorkloadError(f"{where}: unknown source system {ri['source_system']!r}")
+            steps = []
+            raw_steps = ri.get("steps")
+            if not isinstance(raw_steps, list) or not raw_steps:
+                raise WorkloadError(f"{where}: 'steps' must be a non-empty list")
+            ids: set[str] = set()
+            for m, rs in enumerate(raw_steps):
+                steps.append(_step(rs, f"{where} step {m}", spec, ids))
+            prio = ri.get("priority")
+            if prio is not None and (not isinstance(prio, int) or isinstance(prio, bool)):
+                raise WorkloadError(f"{where}: 'priority' must be an integer")
+            run = ri.get("source_run_id")
+            if run is not None and not isinstance(run, str):
+                raise WorkloadError(f"{where}: 'source_run_id' must be a string")
+            payload = ri.get("payload") or {}
+            if not isinstance(payload, Mapping):
+                raise WorkloadError(f"{where}: 'payload' must be an object")
+            items.append(Item(ri["key"], ri["source_system"], ri["source_id"], tuple(steps), run, prio, dict(payload)))
+        seed = doc.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise WorkloadError("workload: 'seed' must be an integer")
+        return cls(seed, tuple(items), str(doc.get("name") or "custom"))
+
+
+def _step(rs: Any, where: str, spec: Spec | None, ids: set[str]) -> Step:
+    if not isinstance(rs, Mapping):
+        raise WorkloadError(f"{where}: expected an object")
+    sid = rs.get("step_id")
+    if not isinstance(sid, str) or not sid:
+        raise WorkloadError(f"{where}: 'step_id' must be a non-empty string")
+    if sid in ids:
+        raise WorkloadError(f"{where}: duplicate step_id {sid!r}")
+    ids.add(sid)
+    kind = rs.get("kind")
+    if kind == "effect":
+        cls_ = rs.get("step_class")
+        if not isinstance(cls_, str) or (spec is not None and cls_ not in spec.step_classes):
+            raise WorkloadError(f"{where}: unknown step class {cls_!r}")
+        tool = rs.get("tool")
+        if not isinstance(tool, str) or not tool:
+            raise WorkloadError(f"{where}: 'tool' must be a non-empty string")
+        return Step(sid, "effect", cls_, tool, rs.get("input"))
+    if kind == "wait":
+        wk = rs.get("wait_kind")
+        if not isinstance(wk, str) or (spec is not None and wk not in spec.waiting_statuses):
+            raise WorkloadError(f"{where}: unknown wait kind {wk!r}")
+        ref = rs.get("wait_ref")
+        if not isinstance(ref, str) or not ref:
+            raise WorkloadError(f"{where}: 'wait_ref' must be a non-empty string")
+        to = rs.get("wait_timeout")
+        if to is not None and (not isinstance(to, int | float) or isinstance(to, bool) or to <= 0):
+            raise WorkloadError(f"{where}: 'wait_timeout' must be a positive number")
+        return Step(sid, "wait", wait_kind=wk, wait_ref=ref, wait_timeout=None if to is None else float(to))
+    raise WorkloadError(f"{where}: 'kind' must be 'effect' or 'wait', not {kind!r}")
+
+
+# ---------------------------------------------------------------------------------- generation
+class _Gen:
+    def __init__(self, spec: Spec, seed: int) -> None:
+        from faker import Faker
+
+        self.spec = spec
+        self.fake = Faker()
+        self.fake.seed_instance(seed)
+        self.rng = random.Random(seed)
+        self.n = 0
+
+    def source(self, system: str) -> tuple[str, str | None]:
+        self.n += 1
+        f = self.fake
+        if system == "conversation":
+            sid = f"{f.user_name()}@{f.free_email_domain()}/msg-{self.n:05d}"
+        elif system == "scheduler":
+            sid = f"job-{f.slug()}"
+        elif system == "control":
+            sid = f"ctl-{f.word()}-{self.n:05d}"
+        else:
+            sid = f"{f.last_name().lower()}-{f.bothify('??-####')}-{self.n:05d}"
+        run = f"run-{f.date_time_this_year().strftime('%Y%m%dT%H%M%S')}-{self.n:05d}" \
+            if system in self.spec.run_id_required_for else None
+        return sid, run
+
+    def payload(self) -> dict[str, Any]:
+        f = self.fake
+        return {"customer": f.name(), "email": f.email(), "company": f.company(), "note": f.sentence(nb_words=8)}
+
+    def effect(self, step_id: str, cls_: str) -> Step:
+        f = self.fake
+        kind = self.spec.step_classes[cls_]
+        verb = self.rng.choice(_VERBS.get(kind, ["call"]))
+        tool = f"{f.domain_word()}.{verb}"
+        inp = {"to": f.email(), "subject": f.catch_phrase(), "amount": self.rng.randint(1, 50000) / 100,
+               "locale": f.locale()}
+        return Step(step_id, "effect", cls_, tool, inp)
+
+    def wait(self, step_id: str, kind: str) -> Step:
+        ref = f"{kind}:{self.fake.uuid4()}"
+        return Step(step_id, "wait", wait_kind=kind, wait_ref=ref, wait_timeout=WAIT_TIMEOUT)
+
+
+def default_workload(spec: Spec, seed: int = 0, *, waiting: bool = True) -> Workload:
+    """One item per step class: ``[class i, wait, class i+1]``.
+
+    Every class is the first step of an item (its matrix row applies as written), follows a
+    completed step of another class, and follows a wait; the items rotate over the source
+    systems (so per-source lease timings are exercised) and over the waiting kinds.
+    """
+    g = _Gen(spec, seed)
+    classes = list(spec.step_classes)
+    kinds = list(spec.waiting_statuses)
+    systems = list(spec.source_systems)
+    items = []
+    for i, cls_ in enumerate(classes):
+        system = systems[i % len(systems)]
+        sid, run = g.source(system)
+        steps = [g.effect("s1", cls_)]
+        if waiting and kinds:
+            steps.append(g.wait("w1", kinds[i % len(kinds)]))
+        steps.append(g.effect("s2", classes[(i + 1) % len(classes)]))
+        items.append(Item(f"item-{i + 1}", system, sid, tuple(steps), run, None, g.payload()))
+    return Workload(seed, tuple(items), "default")
+
+
+def generate_workload(spec: Spec, seed: int = 0, *, items: int = 20, max_steps: int = 3, wait_ratio: float = 0.2,
+                      classes: list[str] | None = None, waiting: bool = True) -> Workload:
+    """A random workload: ``items`` items of 1..max_steps effect steps, some with waits between."""
+    if items < 1 or max_steps < 1:
+        raise ValueError("a workload needs at least one item and one step")
+    g = _Gen(spec, seed)
+    pool = list(classes or spec.step_classes)
+    kinds = list(spec.waiting_statuses)
+    systems = list(spec.source_systems)
+    out = []
+    for i in range(items):
+        system = g.rng.choice(systems)
+        sid, run = g.source(system)
+        steps: list[Step] = []
+        for n in range(g.rng.randint(1, max_steps)):
+            if n and waiting and kinds and g.rng.random() < wait_ratio:
+                steps.append(g.wait(f"w{n}", g.rng.choice(kinds)))
+            steps.append(g.effect(f"s{n + 1}", g.rng.choice(pool)))
+        prio = g.rng.randint(spec.priority_min, spec.priority_max)
+        out.append(Item(f"item-{i + 1}", system, sid, tuple(steps), run, prio, g.payload()))
+    return Workload(seed, tuple(out), "generated")
