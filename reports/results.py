@@ -500,9 +500,12 @@ def _merged_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     starts = [_parse_time(r["started_at"], "run.started_at") for r in runs]
     ends = [_parse_time(r["finished_at"], "run.finished_at") for r in runs]
     first, last = min(range(len(runs)), key=lambda i: starts[i]), max(range(len(runs)), key=lambda i: ends[i])
-    argvs = [_strip_shard(r["argv"]) for r in runs]
-    same_cmd = _common([tuple(a) for a in argvs]) is not None and argvs[0]
     commands = list(dict.fromkeys(r["command"] for r in runs))
+    try:
+        unsharded = [shlex.join(_strip_shard(shlex.split(r["command"]))) for r in runs]
+    except ValueError:  # not shell syntax: keep every command as it was
+        unsharded = commands
+    same_cmd = len(set(unsharded)) == 1
     errors = [r["error"] for r in runs if r.get("error")]
     shards = [p["shard"] for p in parts if p.get("shard")]
     if shards:
@@ -524,8 +527,8 @@ def _merged_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "started_at": runs[first]["started_at"],
         "finished_at": runs[last]["finished_at"],
         "duration_s": round(max(0.0, (ends[last] - starts[first]).total_seconds()), 6),
-        "command": shlex.join(argvs[0]) if same_cmd else " && ".join(commands),
-        "argv": list(argvs[0]) if same_cmd else [],
+        "command": unsharded[0] if same_cmd else " && ".join(commands),
+        "argv": _strip_shard(runs[0]["argv"]) if same_cmd else [],
         "cwd": runs[0]["cwd"],
         "seed": _common([r["seed"] for r in runs]),
         "hypothesis_profile": _common([r["hypothesis_profile"] for r in runs]),

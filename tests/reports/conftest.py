@@ -145,7 +145,7 @@ def spec() -> Spec:
     return default_spec()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def factory(spec: Spec) -> Factory:
     return Factory(spec)
 
