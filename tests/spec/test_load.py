@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ledgercheck.spec import DEFAULT_MANIFEST, SpecError, default_spec, load_spec, parse_duration
+from ledgercheck.spec import DEFAULT_MANIFEST, SpecError, default_spec, load_spec, parse_duration, yamlpos
 from ledgercheck.spec.load import _schema_errors, _schema_validator, merged_document, spec_from_document
 from ledgercheck.spec.yamlpos import MAX_DEPTH, YamlLoadError, load_yaml, loads_yaml
 
@@ -346,18 +346,26 @@ def test_deep_nesting_through_aliases_is_refused() -> None:
         loads_yaml(text, "f.yaml")
 
 
-def test_alias_expansion_is_bounded() -> None:
+def test_alias_expansion_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(yamlpos, "MAX_VALUES", 5000)  # the real limit works the same, only slower to reach
     lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 7):
         lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
-    with pytest.raises(YamlLoadError, match="expands to more than"):
+    with pytest.raises(YamlLoadError, match="expands to more than 5000 values"):
         loads_yaml("\n".join(lines) + "\n", "f.yaml")
+    value, _ = loads_yaml("\n".join(lines[:3]) + "\n", "f.yaml")  # 1110 values: fine
+    assert len(value["l2"]) == 10
+
+
+def test_shipped_contract_is_far_below_the_value_limit() -> None:
+    _, positions, _ = merged_document()
+    assert len(positions.by_path) * 10 < yamlpos.MAX_VALUES
 
 
 def test_loader_agrees_with_pyyaml_on_the_shipped_files() -> None:
     for f in CONTRACT.rglob("*.yaml"):
         value, positions = load_yaml(f, "x.yaml")
-        assert value == yaml.safe_load(f.read_text(encoding="utf-8"))
+        assert value == yaml.load(f.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         assert all(p.line >= 1 and p.col >= 1 for p in positions.values())
 
 

@@ -78,7 +78,7 @@ def _exercise(spec: Spec) -> None:
         spec.scanner_decision([("pending", cls)], False)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(mutation, min_size=1, max_size=3))
 def test_mutated_contract_is_a_spec_or_a_spec_error(mutations: list[tuple[tuple[Any, ...], str, Any]]) -> None:
     doc = copy.deepcopy(BASE)
