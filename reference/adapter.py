@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledgercheck import PROTOCOL_VERSION, __version__
 from ledgercheck.conformance.protocol import Handshake, LedgerError
 from ledgercheck.spec import Spec, SpecError, default_spec
 from ledgercheck.spec.load import spec_from_document
 
-from .ledger import CRASH_POINTS, Ledger
+from ledgercheck import PROTOCOL_VERSION, __version__
+
+from .ledger import CRASH_POINTS, Ledger, LedgerOpenError
 
 
 class ReferenceAdapter:
@@ -60,13 +61,19 @@ class ReferenceAdapter:
         else:
             self._tmp = tempfile.mkdtemp(prefix="ledgercheck-ref-")
             root = Path(self._tmp)
-        self.ledger = Ledger(
-            root / "ledger.db",
-            self.spec,
-            synchronous=config.get("synchronous", self.synchronous),
-            pointer_file=(root / "active-work.json") if config.get("pointer") else None,
-            crash_hook=self.crash_hook,
-        )
+        sync = str(config.get("synchronous", self.synchronous)).upper()
+        if sync not in ("NORMAL", "FULL"):
+            raise LedgerError("invalid_argument", f"reset: synchronous must be NORMAL or FULL, not {sync!r}")
+        try:
+            self.ledger = Ledger(
+                root / "ledger.db",
+                self.spec,
+                synchronous=sync,
+                pointer_file=(root / "active-work.json") if config.get("pointer") else None,
+                crash_hook=self.crash_hook,
+            )
+        except LedgerOpenError as exc:
+            raise LedgerError("invalid_argument", f"reset: {exc}") from None
 
     def close(self) -> None:
         if self.ledger is not None:

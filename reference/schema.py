@@ -1,162 +1,258 @@
 """The reference ledger's SQLite schema, generated from the contract.
 
-Tables are declared through sqlite-utils (``create_table_sql``) and then given CHECK
-constraints built from the Spec: the status enum, the source systems, the priority range, the
-receipt states, and the coupling between a status and the fields it needs (a leased status has
-a lease token, a waiting status has a reference).  Triggers enforce what a CHECK cannot see:
-a status change must be an edge of the transition table (kept in ``allowed_transition``,
-rewritten from the Spec at every open), lease_version never decreases, and events are never
-updated or deleted.
+Every table is STRICT and carries CHECK constraints built from the Spec: the status enum, the
+source systems, the priority range, the receipt states, and the coupling between a status and
+the fields it needs (a leased status has an owner, a token and an expiry; a waiting status has
+its kind, reference and deadline; a terminal status has finished_at).  Triggers enforce what a
+CHECK cannot see: a status change must be an edge of the transition table (kept in
+``allowed_transition``, synchronised with the Spec at open), must be accompanied by its event,
+lease_version never decreases, a terminal record is frozen, and events are never updated or
+deleted.
+
+Layout choices keep a commit small (each touched b-tree costs one WAL frame): ``work`` is keyed
+by its creation ``seq`` (the rowid), events are clustered by ``(work_id, seq)`` in a WITHOUT
+ROWID table, and the monitor indexes are partial and keyed by columns a renewal does not touch.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Iterable
+from typing import Any
 
-import sqlite_utils
 from ledgercheck.spec import Spec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4C444743  # "LDGC"
+TABLES = ("work", "work_event", "effect", "inbox", "outbox", "log_entry", "allowed_transition", "meta")
+
+# Columns a snapshot is made of, in the order the ledger selects them.
+SNAPSHOT_COLUMNS = (
+    "work_id", "source_system", "source_id", "source_run_id", "status", "status_reason", "priority",
+    "attempt", "owner", "lease_token", "lease_version", "lease_expires_at", "waiting_kind", "waiting_ref",
+    "waiting_deadline", "next_retry_at", "error_class", "cancel_requested", "quarantined", "result",
+    "created_at", "started_at", "finished_at",
+)
+# Columns of a terminal record that only a status change (requeue) may touch.
+FROZEN_WHEN_TERMINAL = tuple(c for c in SNAPSHOT_COLUMNS if c not in ("status", "quarantined")) + ("retry_policy", "payload")
 
 
-def _q(values: list[str] | tuple[str, ...]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+def lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
-def _with_checks(sql: str, checks: list[str]) -> str:
-    """Add table CHECK constraints to a CREATE TABLE statement from sqlite-utils."""
-    body = sql.strip().rstrip(";").rstrip()
-    suffix = ""
-    if body.endswith("STRICT"):
-        body, suffix = body[: -len("STRICT")].rstrip(), " STRICT"
-    if not body.endswith(")"):
-        raise ValueError(f"unexpected CREATE TABLE statement: {sql!r}")
-    extra = "".join(f",\n   CHECK ({c})" for c in checks)
-    return body[:-1].rstrip() + extra + "\n)" + suffix
+def one_of(column: str, values: Iterable[str]) -> str:
+    """``column`` equals one of ``values``, as a chain of comparisons.
+
+    Not ``column IN (...)``: for a constant list of more than two values SQLite builds an
+    ephemeral table every time a statement runs, and these expressions run in every CHECK,
+    trigger and partial-index test of every write (``IN`` lists of two are left alone).
+    """
+    terms = [f"{column} = {lit(v)}" for v in values]
+    if not terms:
+        return "0"
+    return terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")"
+
+
+def contract_shape(spec: Spec) -> dict[str, Any]:
+    """The parts of a contract the schema's CHECK constraints are built from.
+
+    A ledger file can only be opened with a contract of the same shape; transitions and timings
+    may differ (the transition guard is re-synchronised at open, timings are never stored).
+    """
+    return {
+        "statuses": {n: {"terminal": s.terminal, "initial": s.initial, "leased": s.leased, "waiting_kind": s.waiting_kind}
+                     for n, s in spec.statuses.items()},
+        "source_systems": list(spec.source_systems),
+        "priority": [spec.priority_min, spec.priority_max],
+        "run_id_required_for": list(spec.run_id_required_for),
+        "events": {n: e.transition for n, e in spec.events.items()},
+        "receipt_states": list(spec.receipt_states),
+        "step_classes": list(spec.step_classes),
+        "first_seq": spec.first_seq,
+    }
+
+
+def _work_table(spec: Spec) -> str:
+    leased = one_of("status", [s for s, st in spec.statuses.items() if st.leased])
+    waiting = one_of("status", [s for s, st in spec.statuses.items() if st.waiting_kind])
+    terminal = one_of("status", spec.terminal_statuses)
+    kind_case = " ".join(f"WHEN {lit(k)} THEN {lit(s)}" for k, s in spec.waiting_statuses.items())
+    checks = [
+        one_of("status", spec.statuses),
+        one_of("source_system", spec.source_systems),
+        f"priority BETWEEN {spec.priority_min} AND {spec.priority_max}",
+        "attempt >= 0",
+        "lease_version >= 0",
+        "event_count >= 1",
+        "cancel_requested IN (0, 1)",
+        "quarantined IN (0, 1)",
+        f"({leased}) = (lease_token IS NOT NULL)",
+        f"({leased}) = (lease_expires_at IS NOT NULL)",
+        f"({leased}) = (owner IS NOT NULL)",
+        f"({waiting}) = (waiting_kind IS NOT NULL AND waiting_ref IS NOT NULL AND waiting_deadline IS NOT NULL)",
+        f"({terminal}) = (finished_at IS NOT NULL)",
+    ]
+    if kind_case:
+        checks.append(f"waiting_kind IS NULL OR status = CASE waiting_kind {kind_case} END")
+    checks += [f"source_system <> {lit(s)} OR source_run_id IS NOT NULL" for s in spec.run_id_required_for]
+    body = ",\n  ".join([
+        "seq INTEGER PRIMARY KEY", "work_id TEXT NOT NULL", "source_system TEXT NOT NULL", "source_id TEXT NOT NULL",
+        "source_run_id TEXT", "status TEXT NOT NULL", "status_reason TEXT", "priority INTEGER NOT NULL",
+        "attempt INTEGER NOT NULL DEFAULT 0", "owner TEXT", "lease_token TEXT", "lease_version INTEGER NOT NULL DEFAULT 0",
+        "lease_expires_at REAL", "waiting_kind TEXT", "waiting_ref TEXT", "waiting_deadline REAL", "next_retry_at REAL",
+        "error_class TEXT", "cancel_requested INTEGER NOT NULL DEFAULT 0", "quarantined INTEGER NOT NULL DEFAULT 0",
+        "result TEXT", "created_at REAL NOT NULL", "started_at REAL", "finished_at REAL", "event_count INTEGER NOT NULL",
+        "retry_policy TEXT", "payload TEXT", "updated_at REAL NOT NULL",
+    ] + [f"CHECK ({c})" for c in checks])
+    return f"CREATE TABLE work (\n  {body}\n) STRICT"
+
+
+def _event_table(spec: Spec) -> str:
+    transition_events = one_of("type", [n for n, e in spec.events.items() if e.transition])
+    return f"""CREATE TABLE work_event (
+  work_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  from_status TEXT,
+  to_status TEXT,
+  at REAL NOT NULL,
+  actor TEXT,
+  data TEXT NOT NULL,
+  PRIMARY KEY (work_id, seq),
+  CHECK ({one_of("type", spec.events)}),
+  CHECK (from_status IS NULL OR {one_of("from_status", spec.statuses)}),
+  CHECK (to_status IS NULL OR {one_of("to_status", spec.statuses)}),
+  CHECK (({transition_events}) = (to_status IS NOT NULL)),
+  CHECK (seq >= {spec.first_seq})
+) STRICT, WITHOUT ROWID"""
+
+
+def _journal_tables(spec: Spec) -> list[str]:
+    return [
+        f"""CREATE TABLE effect (
+  key TEXT PRIMARY KEY, work_id TEXT NOT NULL REFERENCES work(work_id), step_id TEXT NOT NULL, tool TEXT NOT NULL,
+  step_class TEXT NOT NULL, input_hash TEXT NOT NULL, state TEXT NOT NULL, result TEXT,
+  created_at REAL NOT NULL, updated_at REAL NOT NULL, seq INTEGER NOT NULL UNIQUE,
+  CHECK ({one_of("state", spec.receipt_states)}),
+  CHECK ({one_of("step_class", spec.step_classes)}),
+  CHECK (length(key) = 64 AND length(input_hash) = 64)
+) STRICT, WITHOUT ROWID""",
+        "CREATE INDEX effect_work ON effect(work_id, seq)",
+        """CREATE TABLE inbox (
+  recipient TEXT NOT NULL, message_id TEXT NOT NULL, sender TEXT NOT NULL, body TEXT, arrival INTEGER NOT NULL,
+  state TEXT NOT NULL, nacks INTEGER NOT NULL, delivered_at REAL NOT NULL, updated_at REAL NOT NULL, last_error TEXT,
+  PRIMARY KEY (recipient, message_id),
+  CHECK (state = 'pending' OR state = 'inflight' OR state = 'acked' OR state = 'dead'),
+  CHECK (nacks >= 0)
+) STRICT, WITHOUT ROWID""",
+        "CREATE UNIQUE INDEX inbox_arrival ON inbox(recipient, arrival)",
+        "CREATE INDEX inbox_pending ON inbox(recipient, state, arrival)",
+        "CREATE VIEW inbox_dead_letter AS SELECT recipient, message_id, sender, body, nacks, last_error, "
+        "updated_at AS dead_at FROM inbox WHERE state = 'dead'",
+        """CREATE TABLE outbox (
+  key TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, destination TEXT NOT NULL, payload TEXT NOT NULL,
+  payload_hash TEXT NOT NULL, work_id TEXT REFERENCES work(work_id), state TEXT NOT NULL, provider_ref TEXT,
+  created_at REAL NOT NULL, sent_at REAL,
+  CHECK (state IN ('pending', 'sent')),
+  CHECK ((state = 'sent') = (provider_ref IS NOT NULL))
+) STRICT, WITHOUT ROWID""",
+        "CREATE INDEX outbox_pending ON outbox(seq) WHERE state = 'pending'",
+        f"""CREATE TABLE log_entry (
+  stream TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL, at REAL NOT NULL,
+  PRIMARY KEY (stream, seq), CHECK (seq >= {spec.first_seq})
+) STRICT, WITHOUT ROWID""",
+        "CREATE TABLE allowed_transition (src TEXT NOT NULL, dst TEXT NOT NULL, PRIMARY KEY (src, dst)) STRICT, WITHOUT ROWID",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID",
+    ]
+
+
+def _triggers(spec: Spec) -> list[str]:
+    terminal = one_of("OLD.status", spec.terminal_statuses)
+    frozen = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in FROZEN_WHEN_TERMINAL)
+    # One trigger per table and event: SQLite runs every trigger as a sub-program, so a single
+    # trigger holding several checks costs one call instead of one per check.
+    out = [
+        f"""CREATE TRIGGER work_guard BEFORE UPDATE ON work BEGIN
+  SELECT RAISE(ABORT, 'invalid_transition: forbidden status change')
+   WHERE NEW.status <> OLD.status AND NOT EXISTS (SELECT 1 FROM allowed_transition WHERE src = OLD.status AND dst = NEW.status);
+  SELECT RAISE(ABORT, 'invalid_transition: a status change must append its event')
+   WHERE NEW.status <> OLD.status AND NEW.event_count <= OLD.event_count;
+  SELECT RAISE(ABORT, 'invalid_transition: lease_version decreased') WHERE NEW.lease_version < OLD.lease_version;
+  SELECT RAISE(ABORT, 'invalid_transition: event_count decreased') WHERE NEW.event_count < OLD.event_count;
+  SELECT RAISE(ABORT, 'invalid_transition: a terminal record changes only by requeue')
+   WHERE {terminal} AND NEW.status = OLD.status AND ({frozen});
+END""",
+        "CREATE TRIGGER work_no_delete BEFORE DELETE ON work BEGIN SELECT RAISE(ABORT, 'work records are never deleted'); END",
+        f"""CREATE TRIGGER work_event_matches BEFORE INSERT ON work_event
+  WHEN NOT EXISTS (SELECT 1 FROM work WHERE work_id = NEW.work_id AND NEW.seq < {spec.first_seq} + event_count
+                   AND (NEW.to_status IS NULL OR NEW.to_status = status))
+  BEGIN SELECT RAISE(ABORT, 'invalid_transition: event does not match its work record'); END""",
+    ]
+    for table in ("work_event", "log_entry"):
+        out.append(f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table} BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END")
+        out.append(f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END")
+    return out
+
+
+def claim_sources(spec: Spec) -> tuple[str, ...]:
+    return tuple(t.src for t in spec.transitions if "claim" in t.ops)
+
+
+def claim_filter(spec: Spec) -> str:
+    """WHERE clause of the claim query; the claim index is partial on exactly this clause."""
+    return f"{one_of('status', claim_sources(spec))} AND quarantined = 0"
+
+
+def recover_filter(spec: Spec) -> str:
+    """Terminal records a recovery scan still has to classify (marked timeout for a lapsed lease)."""
+    return f"status_reason = {lit(spec.timeout_reasons['heartbeat'])} AND quarantined = 0 AND {one_of('status', spec.terminal_statuses)}"
+
+
+def rule_indexes(spec: Spec) -> dict[str, str]:
+    """Indexes whose definition follows the Spec's transitions (re-created at open when they differ)."""
+    return {
+        "work_claim": f"CREATE INDEX work_claim ON work(priority, seq) WHERE {claim_filter(spec)}",
+        "work_recover": f"CREATE INDEX work_recover ON work(seq) WHERE {recover_filter(spec)}",
+    }
+
+
+FIXED_INDEXES = (
+    "CREATE UNIQUE INDEX work_by_id ON work(work_id)",
+    "CREATE UNIQUE INDEX work_identity ON work(source_system, source_id, ifnull(source_run_id, char(0)))",
+    # keyed by started_at, which a renewal does not change: renewing touches only the table
+    "CREATE INDEX work_lease ON work(started_at) WHERE lease_token IS NOT NULL",
+    "CREATE INDEX work_wait ON work(waiting_deadline) WHERE waiting_deadline IS NOT NULL",
+    "CREATE INDEX work_retry ON work(next_retry_at) WHERE next_retry_at IS NOT NULL",
+)
 
 
 def create_schema(conn: sqlite3.Connection, spec: Spec) -> None:
     """Create every table, index, view and trigger (in the caller's transaction)."""
-    db = sqlite_utils.Database(conn)
-    statuses = list(spec.statuses)
-    leased = [s for s, st in spec.statuses.items() if st.leased]
-    waiting = [s for s, st in spec.statuses.items() if st.waiting_kind]
-    terminal = list(spec.terminal_statuses)
-
-    work_sql = db.create_table_sql(
-        "work",
-        {
-            "work_id": str, "seq": int, "source_system": str, "source_id": str, "source_run_id": str,
-            "status": str, "status_reason": str, "priority": int, "attempt": int, "owner": str,
-            "lease_token": str, "lease_version": int, "lease_expires_at": float, "waiting_kind": str,
-            "waiting_ref": str, "waiting_deadline": float, "next_retry_at": float, "error_class": str,
-            "cancel_requested": int, "quarantined": int, "result": str, "payload": str, "retry_policy": str,
-            "created_at": float, "updated_at": float, "started_at": float, "finished_at": float, "event_count": int,
-        },
-        pk="work_id",
-        not_null=["seq", "source_system", "source_id", "status", "priority", "attempt", "lease_version",
-                  "cancel_requested", "quarantined", "created_at", "updated_at", "event_count"],
-        defaults={"attempt": 0, "lease_version": 0, "cancel_requested": 0, "quarantined": 0, "event_count": 0},
-        strict=True,
-    )
-    work_checks = [
-        f"status IN ({_q(statuses)})",
-        f"source_system IN ({_q(list(spec.source_systems))})",
-        f"priority BETWEEN {spec.priority_min} AND {spec.priority_max}",
-        "attempt >= 0",
-        "lease_version >= 0",
-        "cancel_requested IN (0, 1)",
-        "quarantined IN (0, 1)",
-        f"(status IN ({_q(leased)})) = (lease_token IS NOT NULL)",
-        f"(status IN ({_q(leased)})) = (lease_expires_at IS NOT NULL)",
-        f"(status IN ({_q(waiting)})) = (waiting_ref IS NOT NULL AND waiting_deadline IS NOT NULL)",
-        f"status NOT IN ({_q(terminal)}) OR finished_at IS NOT NULL",
-    ]
-    for s in spec.run_id_required_for:
-        work_checks.append(f"source_system <> '{s}' OR source_run_id IS NOT NULL")
-    conn.execute(_with_checks(work_sql, work_checks))
-    conn.execute("CREATE UNIQUE INDEX work_identity ON work(source_system, source_id, ifnull(source_run_id, char(0)))")
-    conn.execute("CREATE UNIQUE INDEX work_seq ON work(seq)")
-    conn.execute("CREATE INDEX work_claim ON work(status, priority, seq)")
-    conn.execute("CREATE INDEX work_lease ON work(lease_expires_at) WHERE lease_expires_at IS NOT NULL")
-    conn.execute("CREATE INDEX work_wait ON work(waiting_deadline) WHERE waiting_deadline IS NOT NULL")
-    conn.execute("CREATE INDEX work_retry ON work(next_retry_at) WHERE next_retry_at IS NOT NULL")
-
-    ev_sql = db.create_table_sql(
-        "work_event",
-        {"event_id": int, "work_id": str, "seq": int, "type": str, "from_status": str, "to_status": str,
-         "at": float, "actor": str, "data": str},
-        pk="event_id",
-        foreign_keys=[("work_id", "work", "work_id")],
-        not_null=["work_id", "seq", "type", "at", "data"],
-        strict=True,
-    )
-    conn.execute(_with_checks(ev_sql, [
-        f"type IN ({_q(list(spec.events))})",
-        f"from_status IS NULL OR from_status IN ({_q(statuses)})",
-        f"to_status IS NULL OR to_status IN ({_q(statuses)})",
-        f"seq >= {spec.first_seq}",
-    ]))
-    conn.execute("CREATE UNIQUE INDEX work_event_seq ON work_event(work_id, seq)")
-
-    eff_sql = db.create_table_sql(
-        "effect",
-        {"key": str, "work_id": str, "step_id": str, "tool": str, "step_class": str, "input_hash": str,
-         "state": str, "result": str, "created_at": float, "updated_at": float, "seq": int},
-        pk="key",
-        foreign_keys=[("work_id", "work", "work_id")],
-        not_null=["work_id", "step_id", "tool", "step_class", "input_hash", "state", "created_at", "updated_at", "seq"],
-        strict=True,
-    )
-    conn.execute(_with_checks(eff_sql, [
-        f"state IN ({_q(list(spec.receipt_states))})",
-        f"step_class IN ({_q(list(spec.step_classes))})",
-        "length(key) = 64 AND length(input_hash) = 64",
-    ]))
-    conn.execute("CREATE INDEX effect_work ON effect(work_id, seq)")
-
-    inbox_sql = db.create_table_sql(
-        "inbox",
-        {"recipient": str, "message_id": str, "sender": str, "body": str, "arrival": int, "state": str,
-         "nacks": int, "delivered_at": float, "updated_at": float, "last_error": str},
-        pk=("recipient", "message_id"),
-        not_null=["sender", "arrival", "state", "nacks", "delivered_at", "updated_at"],
-        strict=True,
-    )
-    conn.execute(_with_checks(inbox_sql, ["state IN ('pending', 'inflight', 'acked', 'dead')", "nacks >= 0"]))
-    conn.execute("CREATE INDEX inbox_pending ON inbox(recipient, state, arrival)")
-    conn.execute("CREATE VIEW inbox_dead_letter AS SELECT recipient, message_id, sender, body, nacks, last_error, updated_at AS dead_at FROM inbox WHERE state = 'dead'")
-
-    out_sql = db.create_table_sql(
-        "outbox",
-        {"key": str, "seq": int, "destination": str, "payload": str, "payload_hash": str, "work_id": str,
-         "state": str, "provider_ref": str, "created_at": float, "sent_at": float},
-        pk="key",
-        not_null=["seq", "destination", "payload", "payload_hash", "state", "created_at"],
-        strict=True,
-    )
-    conn.execute(_with_checks(out_sql, ["state IN ('pending', 'sent')", "(state = 'sent') = (provider_ref IS NOT NULL)"]))
-    conn.execute("CREATE INDEX outbox_pending ON outbox(state, seq)")
-
-    db.create_table("log_entry", {"stream": str, "seq": int, "kind": str, "payload": str, "at": float},
-                    pk=("stream", "seq"), not_null=["kind", "payload", "at"], strict=True)
-    db.create_table("allowed_transition", {"src": str, "dst": str}, pk=("src", "dst"), strict=True)
-    db.create_table("meta", {"key": str, "value": str}, pk="key", strict=True)
-
-    conn.execute("""CREATE TRIGGER work_status_guard BEFORE UPDATE OF status ON work
-        WHEN NEW.status <> OLD.status
-         AND NOT EXISTS (SELECT 1 FROM allowed_transition WHERE src = OLD.status AND dst = NEW.status)
-        BEGIN SELECT RAISE(ABORT, 'invalid_transition: forbidden status change'); END""")
-    conn.execute("""CREATE TRIGGER work_lease_version_guard BEFORE UPDATE OF lease_version ON work
-        WHEN NEW.lease_version < OLD.lease_version
-        BEGIN SELECT RAISE(ABORT, 'invalid_transition: lease_version decreased'); END""")
-    for table in ("work_event", "log_entry"):
-        conn.execute(f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table} BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END")
-        conn.execute(f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END")
+    for sql in [_work_table(spec), _event_table(spec), *_journal_tables(spec), *FIXED_INDEXES,
+                *rule_indexes(spec).values(), *_triggers(spec)]:
+        conn.execute(sql)
+    conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", [
+        ("contract_shape", json.dumps(contract_shape(spec), sort_keys=True)),
+    ])
 
 
-def sync_transitions(conn: sqlite3.Connection, spec: Spec) -> None:
-    """Make the transition guard follow the Spec the ledger was opened with."""
+def rules_out_of_date(conn: sqlite3.Connection, spec: Spec) -> bool:
+    """Whether the transition guard or a rule index differs from the Spec (a read, no lock)."""
+    have = {(s, d) for s, d in conn.execute("SELECT src, dst FROM allowed_transition")}
+    if have != {(t.src, t.dst) for t in spec.transitions}:
+        return True
+    sqls = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN ('work_claim', 'work_recover')"))
+    return any(sqls.get(name) != sql for name, sql in rule_indexes(spec).items())
+
+
+def sync_rules(conn: sqlite3.Connection, spec: Spec) -> None:
+    """Make the transition guard and the rule indexes follow the Spec (in the caller's transaction)."""
     conn.execute("DELETE FROM allowed_transition")
     conn.executemany("INSERT INTO allowed_transition(src, dst) VALUES (?, ?)", [(t.src, t.dst) for t in spec.transitions])
+    sqls = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN ('work_claim', 'work_recover')"))
+    for name, sql in rule_indexes(spec).items():
+        if sqls.get(name) != sql:
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
+            conn.execute(sql)

@@ -1,0 +1,177 @@
+"""Opening a ledger file: refuse anything that is not a usable ledger with one clear line.
+
+Checks run before SQLite is trusted with the file: the directory exists, the path is a file,
+its header is a SQLite header, and the file is as long as its header says (a truncated copy of
+a ledger is caught here instead of failing later in the middle of an operation).  After that
+the database must carry the ledger's application id and schema version and have been created
+for a contract of the same shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from ledgercheck.conformance.protocol import LedgerError
+from ledgercheck.spec import Spec, canonical_json
+
+from .schema import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    TABLES,
+    contract_shape,
+    create_schema,
+    rules_out_of_date,
+    sync_rules,
+)
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class LedgerOpenError(Exception):
+    """The file is not a usable ledger; the message is one line and names the file."""
+
+
+def check_file(path: Path, create: bool) -> None:
+    """Refuse paths that cannot hold a ledger, before SQLite touches them."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise LedgerOpenError(f"{path}: directory {parent} does not exist")
+    if path.is_dir():
+        raise LedgerOpenError(f"{path}: is a directory, not a ledger file")
+    if not path.exists():
+        if not create:
+            raise LedgerOpenError(f"{path}: no such ledger file")
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise LedgerOpenError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not head:
+        if not create:
+            raise LedgerOpenError(f"{path}: empty file, not a ledger")
+        return
+    if not head.startswith(SQLITE_MAGIC):
+        raise LedgerOpenError(f"{path}: not a SQLite database (bad header)")
+    if len(head) < 100:
+        raise LedgerOpenError(f"{path}: truncated SQLite file ({size} bytes, shorter than its header)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise LedgerOpenError(f"{path}: corrupt SQLite header (page size {page_size})")
+    if size % page_size:
+        raise LedgerOpenError(f"{path}: truncated or corrupt ({size} bytes is not a whole number of {page_size}-byte pages)")
+    pages = int.from_bytes(head[28:32], "big")
+    header_valid = head[24:28] == head[92:96]
+    wal = Path(str(path) + "-wal")
+    wal_frames = wal.exists() and wal.stat().st_size > 32
+    if header_valid and pages and size < pages * page_size and not wal_frames:
+        raise LedgerOpenError(f"{path}: truncated ({size} bytes, the header records {pages} pages of {page_size} bytes)")
+
+
+def classify(exc: sqlite3.Error) -> str:
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return "busy"
+    return "other"
+
+
+def prepare(conn: sqlite3.Connection, path: Path, spec: Spec, synchronous: str, busy_ms: int) -> None:
+    """Set the connection up, create the schema in a new file, and validate an existing one."""
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise LedgerOpenError(f"{path}: cannot switch to WAL mode (got {mode})")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if _is_blank(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if _is_blank(conn):
+                create_schema(conn, spec)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    _validate(conn, path, spec)
+    contract = _contract_text(spec)
+    stored = conn.execute("SELECT value FROM meta WHERE key = 'contract_digest'").fetchone()
+    if stored is None or stored[0] != spec.digest or rules_out_of_date(conn, spec):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            sync_rules(conn, spec)
+            conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", [
+                ("contract_digest", spec.digest), ("contract", contract), ("contract_version", spec.version)])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _is_blank(conn: sqlite3.Connection) -> bool:
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    return app == 0 and version == 0 and tables == 0
+
+
+def _validate(conn: sqlite3.Connection, path: Path, spec: Spec) -> None:
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if app != APPLICATION_ID:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 4")]
+        what = f"tables {', '.join(names)}" if names else "no tables"
+        raise LedgerOpenError(f"{path}: a SQLite database but not a ledgercheck ledger (application_id {app:#x}, {what})")
+    if version != SCHEMA_VERSION:
+        raise LedgerOpenError(f"{path}: ledger schema version {version}, this ledgercheck reads version {SCHEMA_VERSION}")
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    missing = [t for t in TABLES if t not in have]
+    if missing:
+        raise LedgerOpenError(f"{path}: damaged ledger, table(s) {', '.join(missing)} missing")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'contract_shape'").fetchone()
+    if row is None:
+        raise LedgerOpenError(f"{path}: damaged ledger, no contract shape recorded")
+    stored, want = json.loads(row[0]), contract_shape(spec)
+    if stored != want:
+        diff = [k for k in want if stored.get(k) != want[k]]
+        detail = ""
+        if "statuses" in diff:
+            detail = f": it has statuses {', '.join(stored.get('statuses', {}))}, the contract has {', '.join(want['statuses'])}"
+        raise LedgerOpenError(f"{path}: created for a contract with different {', '.join(diff)}{detail}")
+
+
+def _contract_text(spec: Spec) -> str:
+    return canonical_json(_plain(spec.document))
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}  # type: ignore[attr-defined]
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def stored_contract(path: str | os.PathLike[str]) -> dict[str, object] | None:
+    """The contract document a ledger file was last opened with (read-only), or None."""
+    p = Path(path)
+    check_file(p, create=False)
+    try:
+        conn = sqlite3.connect(str(p), timeout=1.0)
+        try:
+            if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                return None
+            row = conn.execute("SELECT value FROM meta WHERE key = 'contract'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        if classify(exc) == "busy":
+            raise LedgerError("busy", f"{p}: database stayed locked past the busy timeout") from None
+        raise LedgerOpenError(f"{p}: not a usable ledger database ({exc})") from None
+    return None if row is None else json.loads(row[0])
