@@ -288,7 +288,7 @@ def _type_text(s: Any) -> str:
         return "any"
     if "$ref" in s:
         name = s["$ref"].rsplit("/", 1)[-1]
-        return f"[{name}](#{name.replace('_', '-')})"
+        return f"[{name}](#{name})"
     if "anyOf" in s:
         return " or ".join(_type_text(x) for x in s["anyOf"])
     if "enum" in s:
@@ -303,7 +303,7 @@ def _type_text(s: Any) -> str:
 
 def _shape_rows(s: Mapping[str, Any]) -> list[str]:
     if s.get("type") != "object" or "properties" not in s:
-        return [f"{_type_text(s)}"]
+        return [f"Shape: {_type_text(s)}."]
     req = set(s.get("required", []))
     rows = ["| field | type | required |", "|---|---|---|"]
     for name, sub in s["properties"].items():
@@ -340,7 +340,7 @@ def reference_markdown(spec: Spec) -> str:
         for name in groups[prof]:
             op = spec.operations[name]
             w("")
-            w(f"##### `{name}` → [{op.returns}](#{op.returns.replace('_', '-')})")
+            w(f"##### `{name}` → [{op.returns}](#{op.returns})")
             w("")
             facts = [f"kind: {op.kind}"]
             if op.requires_lease:
