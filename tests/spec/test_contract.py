@@ -224,3 +224,14 @@ def test_digest_is_stable_and_follows_every_value(spec: Spec, tmp_path: Path) ->
         overlay(tmp_path, "seeds: {000_c0acfc2210694ce4.txt: Changed description.}\n").digest,
     ]
     assert len({spec.digest, *changed}) == 4
+
+
+def test_every_argument_type_the_validator_allows_is_understood(spec: Spec) -> None:
+    from ledgercheck.spec.args import type_problem
+    from ledgercheck.spec.checks import ARG_TYPES
+
+    for typ in ARG_TYPES:
+        assert not (type_problem(spec, typ, object()) or "").startswith("unknown argument type"), typ
+    assert type_problem(spec, "no_such_type", 1) == "unknown argument type 'no_such_type'"
+    used = {a.type for op in spec.operations.values() for a in op.args.values()}
+    assert used <= ARG_TYPES
