@@ -47,6 +47,7 @@ MAX_LINE = 64 << 20  # longest response line the harness accepts
 STDERR_LINES = 200  # stderr lines kept per process
 STDERR_LINE_CHARS = 2000  # longer stderr lines are cut
 CLOSE_GRACE = 2.0  # seconds a process gets to exit after its stdin is closed
+READ_CHUNK = 1 << 20
 
 Tap = Callable[[str, bytes], None]  # ("<" adapter to harness | ">" harness to adapter, the line)
 
@@ -394,6 +395,7 @@ class WireClient(Client):
         self.broken: str | None = None
         self.last_crash_point: dict[str, Any] | None = None
         self.spawns = 0
+        self.max_line = MAX_LINE
         self._stderr: _StderrTail | None = None
         self._buf = b""
         self._next_id = 1
@@ -520,29 +522,35 @@ class WireClient(Client):
         return None
 
     def _readline(self, deadline: float) -> bytes | None:
-        """One line from the adapter's stdout; None on timeout, b'' at end of file."""
+        """One line from the adapter's stdout; None on timeout, b'' (or a partial line) at end
+        of file.  A long line is gathered in chunks and joined once."""
         assert self.proc is not None and self.proc.stdout is not None
+        nl = self._buf.find(b"\n")
+        if nl >= 0:
+            line, self._buf = self._buf[: nl + 1], self._buf[nl + 1:]
+            return line
         fd = self.proc.stdout.fileno()
+        parts, size = [self._buf], len(self._buf)
+        self._buf = b""
         while True:
-            nl = self._buf.find(b"\n")
-            if nl >= 0:
-                line, self._buf = self._buf[: nl + 1], self._buf[nl + 1:]
-                return line
-            if len(self._buf) > MAX_LINE:
-                return b"\x00overlong"
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if not self._poll_in.poll(remaining * 1000):
+            if remaining <= 0 or not self._poll_in.poll(remaining * 1000):
+                self._buf = b"".join(parts)
                 return None
             try:
-                chunk = os.read(fd, 1 << 16)
+                chunk = os.read(fd, READ_CHUNK)
             except OSError:
                 chunk = b""
             if not chunk:
-                rest, self._buf = self._buf, b""
-                return rest
-            self._buf += chunk
+                return b"".join(parts)
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                self._buf = chunk[nl + 1:]
+                return b"".join(parts) + chunk[: nl + 1]
+            parts.append(chunk)
+            size += len(chunk)
+            if size > self.max_line:
+                return b"\x00overlong"
 
     def _request(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
         if self.broken is not None:
@@ -576,7 +584,7 @@ class WireClient(Client):
                 state = "still running" if code is None else f"exit status {code}"
                 return self._fail("adapter_crashed", f"{op}: adapter closed its output ({state})")
             if raw == b"\x00overlong":
-                return self._fail("protocol_error", f"{op}: answer longer than {MAX_LINE >> 20} MiB")
+                return self._fail("protocol_error", f"{op}: answer longer than {self.max_line:,} bytes")
             if self.tap is not None:
                 self.tap("<", raw)
             try:

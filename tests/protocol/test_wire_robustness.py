@@ -156,3 +156,13 @@ def test_closed_client_refuses_calls(misbehaving: Callable[..., WireClient]) -> 
     c.close()
     assert c.call("get", work_id="w-1").code == "adapter_crashed"
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_large_answer_arrives_whole_and_an_overlong_one_is_refused(misbehaving: Callable[..., WireClient]) -> None:
+    c = misbehaving("huge_result", timeout=10.0)
+    out = c.call("get", work_id="w-1")
+    assert out.ok and len(out.value["result"]) == 3 << 20
+    assert c.call("list").code == "unsupported", "the stream is still in step after a long line"
+    c.max_line = 1 << 20
+    out = c.call("get", work_id="w-1")
+    assert out.code == "protocol_error" and "longer than 1,048,576 bytes" in out.message and c.broken

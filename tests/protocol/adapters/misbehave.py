@@ -109,6 +109,11 @@ def get(rid: int) -> None:
         note("flooding notifications in get")
         while True:
             say({"event": "progress", "point": "x"})
+    if MODE == "huge_result":
+        big = snapshot()
+        big["result"] = "x" * (3 << 20)
+        say({"id": rid, "ok": True, "result": big})
+        return
     if MODE == "flood_stderr":
         chunk = "e" * 1023 + "\n"
         for _ in range(4096):  # 4 MiB of stderr while answering
