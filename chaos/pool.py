@@ -32,20 +32,58 @@ class WorkerTimeout(Exception):
     pass
 
 
-def kill_tree(pid: int) -> list[int]:
-    """SIGKILL a process and all its descendants; returns the pids killed."""
+def _children(pid: int) -> list[int]:
+    """Direct children of a process (Linux exposes them per thread; elsewhere ask psutil)."""
+    task = f"/proc/{pid}/task"
     try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+        out = []
+        for tid in os.listdir(task):
+            with open(f"{task}/{tid}/children", encoding="ascii") as f:
+                out += [int(x) for x in f.read().split()]
+        return out
+    except (FileNotFoundError, PermissionError, ProcessLookupError):
+        try:
+            return [c.pid for c in psutil.Process(pid).children()]
+        except psutil.NoSuchProcess:
+            return []
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        for c in _children(todo.pop()):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(pid: int, proc: psutil.Process | None = None) -> list[int]:
+    """SIGKILL a process and all its descendants (psutil), wait until they are gone; returns the pids."""
+    procs = []
+    for p in [pid] + descendants(pid):
+        try:
+            procs.append(proc if (proc is not None and p == pid) else psutil.Process(p))
+        except psutil.NoSuchProcess:
+            pass
     for p in procs:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(procs, timeout=10)
+    deadline = time.monotonic() + 10
+    delay = 0.0005
+    for p in procs:  # dead means gone or a zombie: a zombie runs no code and holds no locks
+        while not _proc_gone(p) and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
     return [p.pid for p in procs]
+
+
+def _proc_gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _gone(pid: int) -> bool:
@@ -66,6 +104,10 @@ class WorkerHandle:
         self.kind = ""
         self.dirty = False  # armed and not fired: never hand it out again
         self.dead = False
+        try:
+            self.ps: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self.ps = None
 
     def wait_ready(self, timeout: float) -> None:
         try:
@@ -112,16 +154,16 @@ class WorkerHandle:
 
     def kill(self) -> list[int]:
         """SIGKILL the worker and everything it started (its adapter subprocess, if any)."""
-        pids = kill_tree(self.pid)
+        pids = kill_tree(self.pid, self.ps)
         self.dead = True
         self._close_conn()
         return pids
 
     def suspend(self) -> None:
-        psutil.Process(self.pid).suspend()
+        (self.ps or psutil.Process(self.pid)).suspend()
 
     def resume(self) -> None:
-        psutil.Process(self.pid).resume()
+        (self.ps or psutil.Process(self.pid)).resume()
 
     def retire(self) -> None:
         """End a worker that is not needed any more (not a crash: it may exit on its own)."""

@@ -31,7 +31,7 @@ from ledgercheck.spec import Spec, default_spec
 
 from .points import DONE, leased_status
 from .sink import EffectSink
-from .workload import Item, Workload
+from .workload import Item, ItemIndex, Workload
 
 # Operations whose failure means the adapter itself broke (not a refusal by the rules).
 BUSY_RETRIES = 50
@@ -77,6 +77,7 @@ class Worker:
         self.leased = leased_status(spec)
         self.waiting = dict(spec.waiting_statuses)  # kind -> status
         self.acq_log: int | None = None
+        self.latency = 0.0  # seconds a provider call takes (storms), so kills land inside steps
         hook = getattr(client, "adapter", None)
         self._inproc_hook = callable(getattr(hook, "set_crash_hook", None))
         if self._inproc_hook:
@@ -253,6 +254,8 @@ class Worker:
             if result is None:
                 self.mark(wid, item, k, "begun")
                 self.hit("after_intent_before_submit")
+                if self.latency:
+                    time.sleep(self.latency)
                 result = self.sink.submit(key=rec["key"], work_id=wid, step_id=st.step_id, tool=st.tool,
                                           step_class=st.step_class, input=st.input, worker=self.owner,
                                           session=self.session)
@@ -317,8 +320,10 @@ class Worker:
                 if w is None:
                     self.notes.append(f"{it.key}: the ledger does not list {wid}")
                     continue
-                if w.get("quarantined") and not self.on_quarantined(w):
-                    continue
+                if w.get("quarantined"):
+                    if not self.on_quarantined(w):
+                        continue
+                    w = self.op("get", work_id=wid)
                 status = w["status"]
                 if status == initial:
                     self.mark(wid, it, next((i for i in range(len(it.steps)) if i not in self.completed.get(wid, ())), None),
@@ -358,11 +363,11 @@ class Worker:
                                "token": work.get("lease_token"), "owner": self.owner}) + "\n"
             os.write(self.acq_log, line.encode())
 
-    def run_storm(self, workload: Workload, rng: random.Random, between: Callable[[], bool],
-                  idle: Callable[[], bool]) -> None:
-        """Claim any work until told to stop.  ``between()`` is called between items (it handles
-        pauses), ``idle()`` when there is nothing to claim or resume; False from either stops."""
-        by_source = {(it.source_system, it.source_id, it.source_run_id): it for it in workload.items}
+    def run_storm(self, lookup: Callable[[Mapping[str, Any]], Item | None], rng: random.Random,
+                  between: Callable[[], bool], idle: Callable[[], bool]) -> None:
+        """Claim any work until told to stop.  ``lookup`` finds the workload item of a work
+        snapshot; ``between()`` is called between items (it handles pauses), ``idle()`` when there
+        is nothing to claim or resume; False from either stops."""
         waits = tuple(self.waiting.values())
         while between():
             self.mark(None, None, None, "unclaimed")
@@ -373,7 +378,7 @@ class Worker:
                     if not idle():
                         return
                     continue
-            it = by_source.get((got["source_system"], got["source_id"], got.get("source_run_id")))
+            it = lookup(got)
             self._log_acquire(got)
             if it is None:
                 self.notes.append(f"claimed {got['work_id']}, which is not in the workload")
@@ -475,6 +480,7 @@ class _Session:
         self.conn = conn
         self.cfg = cfg
         self.workload: Workload | None = None
+        self.index: ItemIndex | None = None
         self.ids: dict[str, str] = {}
         self.paused = False
 
@@ -509,6 +515,8 @@ class _Session:
         if cmd == "open":
             return self.open(msg)
         if cmd == "setup":
+            if self.workload is None and self.index is not None:
+                self.workload = self.index.workload()
             self.ids = w.setup(self._wl())
             return {"ok": True, "ids": self.ids}
         if cmd == "arm":
@@ -531,6 +539,18 @@ class _Session:
             return self.storm(msg)
         if cmd == "check_stale":
             return self.check_stale()
+        if cmd == "summary":
+            counts: dict[str, int] = {}
+            for it in w.op("list"):
+                k = "quarantined" if it.get("quarantined") else it["status"]
+                counts[k] = counts.get(k, 0) + 1
+            return {"ok": True, "counts": counts}
+        if cmd == "dump":
+            items = w.op("list")
+            return {"ok": True, "items": items,
+                    "receipts": {it["work_id"]: w.op("effect_list", work_id=it["work_id"]) for it in items},
+                    "events": {it["work_id"]: w.op("events", work_id=it["work_id"]) for it in items},
+                    "quarantined": [it["work_id"] for it in w.op("list", quarantined=True)]}
         raise ValueError(f"unknown command {cmd!r}")
 
     def _wl(self) -> Workload:
@@ -549,9 +569,12 @@ class _Session:
         if w.sink is not None:
             w.sink.close()
         w.sink = EffectSink(msg["sink"], w.spec)
-        if msg.get("workload_file"):
-            with open(msg["workload_file"], encoding="utf-8") as f:
-                self.workload = Workload.from_dict(json.load(f))
+        self.workload = None
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        if msg.get("workload_index"):  # storms: thousands of items, read one by one when claimed
+            self.index = ItemIndex(msg["workload_index"], w.spec)
         else:
             self.workload = Workload.from_dict(msg["workload"])
         self.ids = dict(msg.get("ids") or {})
@@ -560,6 +583,7 @@ class _Session:
         w.armed = None
         w.probe = False
         w.stale_writes = []
+        w.latency = float(msg.get("latency") or 0.0)
         if msg.get("acq_log"):
             w.acq_log = os.open(msg["acq_log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         return {"ok": True}
@@ -576,8 +600,14 @@ class _Session:
             self.conn.send({"event": "idle"})
             return self._paused_loop(wait=True)
 
-        self.w.run_storm(self._wl(), rng, between, idle)
+        self.w.run_storm(self._lookup, rng, between, idle)
         return {"ok": True, "notes": self.w.notes}
+
+    def _lookup(self, work: Mapping[str, Any]) -> Item | None:
+        k = (work.get("source_system"), work.get("source_id"), work.get("source_run_id"))
+        if self.index is not None:
+            return self.index.get(*k)
+        return next((i for i in self._wl().items if (i.source_system, i.source_id, i.source_run_id) == k), None)
 
     def _paused_loop(self, wait: bool) -> bool:
         """Handle control messages between items.  True: go on working; False: stop."""

@@ -104,38 +104,41 @@ class Workload:
         items = []
         seen: set[str] = set()
         for n, ri in enumerate(raw_items):
-            where = f"workload item {n}"
-            if not isinstance(ri, Mapping):
-                raise WorkloadError(f"{where}: expected an object")
-            for k in ("key", "source_system", "source_id"):
-                if not isinstance(ri.get(k), str) or not ri.get(k):
-                    raise WorkloadError(f"{where}: '{k}' must be a non-empty string")
-            if ri["key"] in seen:
-                raise WorkloadError(f"{where}: duplicate key {ri['key']!r}")
-            seen.add(ri["key"])
-            if spec is not None and ri["source_system"] not in spec.source_systems:
-                raise WorkloadError(f"{where}: unknown source system {ri['source_system']!r}")
-            steps = []
-            raw_steps = ri.get("steps")
-            if not isinstance(raw_steps, list) or not raw_steps:
-                raise WorkloadError(f"{where}: 'steps' must be a non-empty list")
-            ids: set[str] = set()
-            for m, rs in enumerate(raw_steps):
-                steps.append(_step(rs, f"{where} step {m}", spec, ids))
-            prio = ri.get("priority")
-            if prio is not None and (not isinstance(prio, int) or isinstance(prio, bool)):
-                raise WorkloadError(f"{where}: 'priority' must be an integer")
-            run = ri.get("source_run_id")
-            if run is not None and not isinstance(run, str):
-                raise WorkloadError(f"{where}: 'source_run_id' must be a string")
-            payload = ri.get("payload") or {}
-            if not isinstance(payload, Mapping):
-                raise WorkloadError(f"{where}: 'payload' must be an object")
-            items.append(Item(ri["key"], ri["source_system"], ri["source_id"], tuple(steps), run, prio, dict(payload)))
+            it = parse_item(ri, f"workload item {n}", spec)
+            if it.key in seen:
+                raise WorkloadError(f"workload item {n}: duplicate key {it.key!r}")
+            seen.add(it.key)
+            items.append(it)
         seed = doc.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise WorkloadError("workload: 'seed' must be an integer")
         return cls(seed, tuple(items), str(doc.get("name") or "custom"))
+
+
+def parse_item(ri: Any, where: str, spec: Spec | None = None) -> Item:
+    """One item of a workload document (checked)."""
+    if not isinstance(ri, Mapping):
+        raise WorkloadError(f"{where}: expected an object")
+    for k in ("key", "source_system", "source_id"):
+        if not isinstance(ri.get(k), str) or not ri.get(k):
+            raise WorkloadError(f"{where}: '{k}' must be a non-empty string")
+    if spec is not None and ri["source_system"] not in spec.source_systems:
+        raise WorkloadError(f"{where}: unknown source system {ri['source_system']!r}")
+    raw_steps = ri.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise WorkloadError(f"{where}: 'steps' must be a non-empty list")
+    ids: set[str] = set()
+    steps = [_step(rs, f"{where} step {m}", spec, ids) for m, rs in enumerate(raw_steps)]
+    prio = ri.get("priority")
+    if prio is not None and (not isinstance(prio, int) or isinstance(prio, bool)):
+        raise WorkloadError(f"{where}: 'priority' must be an integer")
+    run = ri.get("source_run_id")
+    if run is not None and not isinstance(run, str):
+        raise WorkloadError(f"{where}: 'source_run_id' must be a string")
+    payload = ri.get("payload") or {}
+    if not isinstance(payload, Mapping):
+        raise WorkloadError(f"{where}: 'payload' must be an object")
+    return Item(ri["key"], ri["source_system"], ri["source_id"], tuple(steps), run, prio, dict(payload))
 
 
 def _step(rs: Any, where: str, spec: Spec | None, ids: set[str]) -> Step:
@@ -172,45 +175,68 @@ def _step(rs: Any, where: str, spec: Spec | None, ids: set[str]) -> Step:
 
 # ---------------------------------------------------------------------------------- generation
 class _Gen:
+    """Seeded generator.  Faker supplies pools of names, addresses, phrases and words once per
+    seed; items are composed from the pools (drawing each value from faker directly costs
+    milliseconds, too much for storms of thousands of items)."""
+
+    POOL = 48
+
     def __init__(self, spec: Spec, seed: int) -> None:
         from faker import Faker
 
         self.spec = spec
-        self.fake = Faker()
-        self.fake.seed_instance(seed)
+        fake = Faker()
+        fake.seed_instance(seed)
         self.rng = random.Random(seed)
         self.n = 0
+        k = self.POOL
+        self.users = [fake.user_name() for _ in range(k)]
+        self.domains = [fake.free_email_domain() for _ in range(8)]
+        self.emails = [fake.email() for _ in range(k)]
+        self.names = [fake.name() for _ in range(k)]
+        self.companies = [fake.company() for _ in range(k)]
+        self.phrases = [fake.catch_phrase() for _ in range(k)]
+        self.sentences = [fake.sentence(nb_words=8) for _ in range(k)]
+        self.words = sorted({fake.word() for _ in range(k)})
+        self.hosts = sorted({fake.domain_word() for _ in range(k)})
+        self.slugs = [fake.slug() for _ in range(k)]
+        self.surnames = [fake.last_name().lower() for _ in range(k)]
+        self.locales = [fake.locale() for _ in range(16)]
+        self.stamps = [fake.date_time_this_year().strftime("%Y%m%dT%H%M%S") for _ in range(k)]
+        self.uuids = [fake.uuid4() for _ in range(k)]
+
+    def pick(self, pool: list[str]) -> str:
+        return pool[self.rng.randrange(len(pool))]
 
     def source(self, system: str) -> tuple[str, str | None]:
         self.n += 1
-        f = self.fake
+        n = self.n
         if system == "conversation":
-            sid = f"{f.user_name()}@{f.free_email_domain()}/msg-{self.n:05d}"
+            sid = f"{self.pick(self.users)}@{self.pick(self.domains)}/msg-{n:05d}"
         elif system == "scheduler":
-            sid = f"job-{f.slug()}"
+            sid = f"job-{self.pick(self.slugs)}-{n:05d}"
         elif system == "control":
-            sid = f"ctl-{f.word()}-{self.n:05d}"
+            sid = f"ctl-{self.pick(self.words)}-{n:05d}"
         else:
-            sid = f"{f.last_name().lower()}-{f.bothify('??-####')}-{self.n:05d}"
-        run = f"run-{f.date_time_this_year().strftime('%Y%m%dT%H%M%S')}-{self.n:05d}" \
-            if system in self.spec.run_id_required_for else None
+            sid = f"{self.pick(self.surnames)}-{self.rng.randrange(10**4):04d}-{n:05d}"
+        run = f"run-{self.pick(self.stamps)}-{n:05d}" if system in self.spec.run_id_required_for else None
         return sid, run
 
     def payload(self) -> dict[str, Any]:
-        f = self.fake
-        return {"customer": f.name(), "email": f.email(), "company": f.company(), "note": f.sentence(nb_words=8)}
+        return {"customer": self.pick(self.names), "email": self.pick(self.emails), "company": self.pick(self.companies),
+                "note": self.pick(self.sentences)}
 
     def effect(self, step_id: str, cls_: str) -> Step:
-        f = self.fake
         kind = self.spec.step_classes[cls_]
         verb = self.rng.choice(_VERBS.get(kind, ["call"]))
-        tool = f"{f.domain_word()}.{verb}"
-        inp = {"to": f.email(), "subject": f.catch_phrase(), "amount": self.rng.randint(1, 50000) / 100,
-               "locale": f.locale()}
+        tool = f"{self.pick(self.hosts)}.{verb}"
+        inp = {"to": self.pick(self.emails), "subject": self.pick(self.phrases), "amount": self.rng.randint(1, 50000) / 100,
+               "locale": self.pick(self.locales)}
         return Step(step_id, "effect", cls_, tool, inp)
 
     def wait(self, step_id: str, kind: str) -> Step:
-        ref = f"{kind}:{self.fake.uuid4()}"
+        self.n += 1
+        ref = f"{kind}:{self.pick(self.uuids)[:18]}-{self.n:05d}"
         return Step(step_id, "wait", wait_kind=kind, wait_ref=ref, wait_timeout=WAIT_TIMEOUT)
 
 
@@ -258,3 +284,55 @@ def generate_workload(spec: Spec, seed: int = 0, *, items: int = 20, max_steps: 
         prio = g.rng.randint(spec.priority_min, spec.priority_max)
         out.append(Item(f"item-{i + 1}", system, sid, tuple(steps), run, prio, g.payload()))
     return Workload(seed, tuple(out), "generated")
+
+
+# ---------------------------------------------------------------------------------- storm index
+class ItemIndex:
+    """A workload in a small SQLite file, looked up item by item (storm workers claim a few
+    items each; parsing the whole workload in every new worker would cost more than the kill)."""
+
+    def __init__(self, path: str, spec: Spec | None = None) -> None:
+        import sqlite3
+
+        self.spec = spec
+        self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self.cache: dict[tuple[Any, ...], Item | None] = {}
+
+    @staticmethod
+    def write(workload: Workload, path: str) -> None:
+        import json
+        import sqlite3
+
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("CREATE TABLE item (n INTEGER PRIMARY KEY, source_system TEXT, source_id TEXT, "
+                         "source_run_id TEXT, doc TEXT NOT NULL)")
+            conn.execute("CREATE UNIQUE INDEX item_source ON item(source_system, source_id, ifnull(source_run_id, ''))")
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+            conn.executemany("INSERT INTO item VALUES (?, ?, ?, ?, ?)",
+                             [(n, it.source_system, it.source_id, it.source_run_id, json.dumps(it.to_dict()))
+                              for n, it in enumerate(workload.items)])
+            conn.execute("INSERT INTO meta VALUES ('seed', ?), ('name', ?)", (workload.seed, workload.name))
+            conn.commit()
+        finally:
+            conn.close()
+
+    def get(self, source_system: str, source_id: str, source_run_id: str | None) -> Item | None:
+        import json
+
+        k = (source_system, source_id, source_run_id)
+        if k not in self.cache:
+            r = self.conn.execute("SELECT n, doc FROM item WHERE source_system = ? AND source_id = ? AND "
+                                  "ifnull(source_run_id, '') = ifnull(?, '')", k).fetchone()
+            self.cache[k] = None if r is None else parse_item(json.loads(r[1]), f"workload item {r[0]}", self.spec)
+        return self.cache[k]
+
+    def workload(self) -> Workload:
+        import json
+
+        seed = self.conn.execute("SELECT value FROM meta WHERE key = 'seed'").fetchone()
+        items = [json.loads(r[0]) for r in self.conn.execute("SELECT doc FROM item ORDER BY n")]
+        return Workload.from_dict({"seed": int(seed[0]) if seed else 0, "items": items}, self.spec)
+
+    def close(self) -> None:
+        self.conn.close()
