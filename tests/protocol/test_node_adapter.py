@@ -201,7 +201,7 @@ def test_other_profiles_are_unsupported(node: WireClient, contract: dict[str, An
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_random_walks_have_no_violations(node: WireClient, spec: Spec, contract: dict[str, Any], seed: int) -> None:
     walk = Walk(node, spec, contract, seed)
-    found = walk.run(1000)
+    found = walk.run(700)
     assert not found, "\n".join(map(str, found[:10]))
     assert len(walk.model.items) >= 5 and sum(len(e) for e in walk.model.events.values()) > 40, "the walk went somewhere"
 
