@@ -438,8 +438,8 @@ def read_results(path: str | os.PathLike[str]) -> Loaded:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        hint = " (the file looks truncated)" if exc.pos >= len(text.rstrip()) else ""
-        raise ResultsError(f"{name}: not valid JSON{hint}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        hint = " (the file looks truncated)" if not text.rstrip().endswith("}") else ""
+        raise ResultsError(f"{name}: not valid JSON{hint}: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION:
         if not isinstance(doc.get("integrity"), dict):
             raise ResultsError(f"{name}: has no integrity hash; only files written by ledgercheck can be read")

@@ -7,6 +7,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,9 +186,11 @@ class Chromium:
                                   capture_output=True, text=True, timeout=timeout, check=False)
 
     def dump_dom(self, url: str) -> str:
-        proc = self._run("--virtual-time-budget=2000", "--dump-dom", url)
+        proc = self._run("--dump-dom", url)
         assert proc.returncode == 0, f"chromium --dump-dom failed ({proc.returncode}): {proc.stderr[-800:]}"
         return proc.stdout
+
+    pixel = staticmethod(lambda data, x, y: png_pixel(data, x, y))
 
     def screenshot(self, url: str, out: Path, width: int, height: int) -> tuple[int, int]:
         proc = self._run(f"--screenshot={out}", f"--window-size={width},{height}", url)
@@ -202,11 +205,63 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
+def png_pixel(data: bytes, x: int, y: int) -> tuple[int, int, int]:
+    """The RGB colour at (x, y) of an 8-bit, non-interlaced RGB or RGBA PNG (what Chromium writes)."""
+    pos, idat = 8, b""
+    width = depth = color = interlace = 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, _, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+    bpp = 3 if color == 2 else 4
+    stride = width * bpp
+    raw = zlib.decompress(idat)
+    prev = bytearray(stride)
+    for row in range(y + 1):
+        start = row * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                line[i] = (line[i] + pred) & 0xFF
+        prev = line
+    return prev[x * bpp], prev[x * bpp + 1], prev[x * bpp + 2]
+
+
+MISSING_CHROMIUM = ("Chromium is required for the HTML report tests and was not found: install it with "
+                    "`apt-get install -y chromium` (CI does), or set LEDGERCHECK_CHROMIUM to a Chromium binary")
+
+
+def require_chromium() -> Chromium:
+    """A usable Chromium, or a test failure that says how to get one (never a silent skip)."""
+    binary = find_chromium()
+    if binary is None or not os.access(binary, os.X_OK):
+        pytest.fail(MISSING_CHROMIUM + (f" ({binary} is not executable)" if binary else ""), pytrace=False)
+    return Chromium(binary)
+
+
 @pytest.fixture(scope="session")
 def chromium() -> Chromium:
-    binary = find_chromium()
-    if binary is None:
-        pytest.fail("Chromium is required for the HTML report tests and was not found: install it with "
-                    "`apt-get install -y chromium` (CI does), or set LEDGERCHECK_CHROMIUM to a Chromium binary",
-                    pytrace=False)
-    return Chromium(binary)
+    return require_chromium()
+
+
+@pytest.fixture
+def chromium_finder() -> tuple[Any, str]:
+    """The lookup the ``chromium`` fixture uses, and its failure message (to test that it fails loudly)."""
+    return require_chromium, MISSING_CHROMIUM
