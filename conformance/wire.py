@@ -316,8 +316,8 @@ def reference_markdown(spec: Spec) -> str:
     types = result_types(spec)
     out: list[str] = []
     w = out.append
-    w(f"Generated from contract `{spec.name}` {spec.version} by `ledgercheck protocol reference`; "
-      "a test fails when this section is stale.")
+    w(f"Generated from contract `{spec.name}` {spec.version} by `ledgercheck protocol docs` "
+      "(`ledgercheck protocol reference` prints it); a test fails when this section is stale.")
     w("")
     w("### Operations")
     w("")
