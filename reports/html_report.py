@@ -132,7 +132,7 @@ def _reproduce(doc: Mapping[str, Any], results_sha256: str) -> str:
         ("hypothesis profile", _opt(r["hypothesis_profile"], _code)),
         ("timeout scale", h(f'{r["timeout_scale"]:g}×')),
         ("shard", _opt(shard)),
-        ("workers", h(_workers(r["workers"]))),
+        ("workers", h(r["workers"] if r["workers"] else "0 (tests ran in the main process)")),
         ("working directory", _code(r["cwd"])),
         ("started / finished", f'{h(r["started_at"])} → {h(r["finished_at"])}'),
     ]
@@ -307,7 +307,8 @@ def _window_rows(ws: Sequence[Mapping[str, Any]]) -> str:
             f'<td>{h(w["decision_expected"])} → {observed_dec}</td><td>{h(allowed)} → {observed_eff}</td>'
             f'<td>{_opt(w["final_status"])}</td><td>{_badge(w["verdict"], verdict_cls)}</td></tr>')
         if w["verdict"] != "pass":
-            extra = f'<p class="who">counts against {", ".join(_code(c) for c in w["clauses"])}</p>'
+            seed = f' · seed {_code(w["seed"])}' if w.get("seed") is not None else ""
+            extra = f'<p class="who">counts against {", ".join(_code(c) for c in w["clauses"])}{seed}</p>'
             extra += f'<pre class="message">{h(w["message"])}</pre>' if w["message"] else ""
             extra += _cmd(w["replay"]) if w["replay"] else ""
             extra += f'<p class="who">replay file {_code(w["replay_file"])}</p>' if w["replay_file"] else ""
