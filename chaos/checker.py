@@ -239,8 +239,12 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
     key_of = {w: k for k, w in obs.ids.items()}
     for v in obs.early_victims:
         k = key_of.get(v.get("work_id"), v.get("work_id"))
-        V.append(Violation("recovery.scan", f"{where}: recovery took {k} ({v.get('decision')}) before its lease "
-                           "lapsed (lease_expires_at + grace for its source not yet passed)"))
+        if k in waiting_before:
+            V.append(Violation("recovery.waiting_untouched", f"{where}: recovery took waiting work {k} "
+                               f"({v.get('decision')}, {v.get('reason')})"))
+        else:
+            V.append(Violation("recovery.scan", f"{where}: recovery took {k} ({v.get('decision')}) before its lease "
+                               "lapsed (lease_expires_at + grace for its source not yet passed)"))
     d_obs = "none"
     if wid is not None and wid in by_wid:
         d_obs = str(by_wid[wid].get("decision"))

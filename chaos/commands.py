@@ -1,0 +1,291 @@
+"""`ledgercheck crash ...`: crash points, single windows, exhaustive exploration, storms, replays.
+
+Exit status: 0 when everything passed, 1 when a window (or the storm) failed or could not be
+evaluated, 2 for bad input (unknown point, unusable adapter, corrupt replay file, bad contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ledgercheck.spec import Spec, SpecError, load_spec
+
+from .points import ChaosError
+
+DEFAULT_ADAPTER = "reference"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("crash", help="kill workers at named crash points and check recovery against the contract")
+    cs = p.add_subparsers(dest="crash_command", required=True, metavar="SUBCOMMAND")
+
+    def common(q: argparse.ArgumentParser, seed: bool = True) -> None:
+        q.add_argument("--adapter", default=DEFAULT_ADAPTER,
+                       help="adapter address: reference, python:MODULE:FACTORY or exec:COMMAND (default: reference)")
+        q.add_argument("--spec", action="append", default=[], help="contract file (repeat for overlays)")
+        if seed:
+            q.add_argument("--seed", type=int, default=0, help="seed for the workload (and the kill schedule)")
+        q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+        q.add_argument("--tmp-dir", default=None, help="where scenario ledgers and sinks are created (default: system temp)")
+        q.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one worker step")
+        q.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # module:Class of a worker variant (tests)
+
+    q = cs.add_parser("points", help="list the crash points of the worker and the adapter, with the matrix")
+    common(q, seed=False)
+    q.set_defaults(func=cmd_points)
+
+    q = cs.add_parser("run", help="run one crash window")
+    common(q)
+    q.add_argument("--point", required=True, help="crash point name (see `ledgercheck crash points`)")
+    q.add_argument("--occurrence", type=int, default=1, help="which passage of the point to stop at (default 1)")
+    q.add_argument("--mode", choices=["kill", "pause"], default="kill",
+                   help="kill: SIGKILL the worker; pause: SIGSTOP it, let another take over, SIGCONT it (fencing)")
+    q.add_argument("--replay-dir", default=None, help="where replay files of failing windows go")
+    q.set_defaults(func=cmd_run)
+
+    q = cs.add_parser("explore", help="run every crash point x occurrence of a workload and report every window")
+    common(q)
+    q.add_argument("--points", default=None, help="comma-separated crash points (default: all)")
+    q.add_argument("--max-occurrence", type=int, default=None, help="stop at this occurrence of each point")
+    q.add_argument("--jobs", type=int, default=1, help="windows run side by side (default 1)")
+    q.add_argument("--no-fencing", action="store_true", help="skip the pause-and-takeover windows")
+    q.add_argument("--workload", default=None, help="workload JSON file (default: the built-in default workload)")
+    q.add_argument("--replay-dir", default=None, help="where replay files of failing windows go")
+    q.set_defaults(func=cmd_explore)
+
+    q = cs.add_parser("storm", help="N workers on one ledger, random SIGKILLs, end checks")
+    common(q)
+    q.add_argument("--workers", type=int, default=4)
+    q.add_argument("--kills", type=int, default=150)
+    q.add_argument("--items", type=int, default=None, help="items in the generated workload (default max(200, 4 x kills))")
+    q.add_argument("--time-limit", type=float, default=600.0, help="stop killing after this many seconds")
+    q.add_argument("--replay-dir", default=None, help="where the replay file of a failing storm goes")
+    q.set_defaults(func=cmd_storm)
+
+    q = cs.add_parser("replay", help="re-create the kill a replay file describes and check it again")
+    q.add_argument("file", help="replay file written by a failing window or storm")
+    q.add_argument("--adapter", default=None, help="run against this adapter instead of the recorded one")
+    q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    q.add_argument("--tmp-dir", default=None)
+    q.set_defaults(func=cmd_replay)
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _spec(files: list[str]) -> Spec:
+    try:
+        return load_spec(files or None)
+    except SpecError as exc:
+        raise ChaosError(str(exc.problems[0]) if exc.problems else str(exc)) from None
+
+
+def _fail(cmd: str, exc: BaseException) -> int:
+    print(f"ledgercheck crash {cmd}: {exc}", file=sys.stderr)
+    return 2
+
+
+class Progress:
+    """A status line on stderr for anything that runs longer than a couple of seconds."""
+
+    def __init__(self, what: str, quiet_for: float = 2.0) -> None:
+        import time
+
+        self.time = time.monotonic
+        self.what = what
+        self.start = self.time()
+        self.quiet_for = quiet_for
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+        self.bad = 0
+
+    def __call__(self, done: int, total: int | None, info: dict[str, Any]) -> None:
+        if info.get("verdict") not in (None, "pass"):
+            self.bad += 1
+        now = self.time()
+        elapsed = now - self.start
+        if elapsed < self.quiet_for or (not self.tty and now - self.last < 5.0):
+            return
+        self.last = now
+        of = f"/{total}" if total else ""
+        bad = f", {self.bad} not passing" if "verdict" in info else ""
+        line = f"[{self.what}] {done}{of}{bad}, {elapsed:.0f}s"
+        if self.tty:
+            print("\r" + line.ljust(60), end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown and self.tty:
+            print(file=sys.stderr)
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def window_table(windows: list[dict[str, Any]]) -> str:
+    head = ["point", "class", "occ", "decision exp/obs", "effects exp/obs", "final", "verdict"]
+    rows = []
+    for w in windows:
+        point = w["point"] + (" [takeover]" if "recovery.fencing_after_takeover" in w["clauses"] else "")
+        rows.append([point, _cell(w["step_class"]), str(w["occurrence"]),
+                     f"{_cell(w['decision_expected'])}/{_cell(w['decision_observed'])}",
+                     f"{_cell(w['effects_expected'])}/{_cell(w['effects_observed'])}", _cell(w["final_status"]),
+                     w["verdict"].upper()])
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _print_failures(windows: list[dict[str, Any]]) -> None:
+    for w in windows:
+        if w["verdict"] == "pass":
+            continue
+        print(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']} ({_cell(w['step_class'])}): {w['message']}")
+        if w.get("replay"):
+            print(f"  reproduce: {w['replay']}")
+
+
+# ---------------------------------------------------------------------------------- commands
+def cmd_points(args: argparse.Namespace) -> int:
+    from .explore import Explorer
+    from .points import WORKER_POINTS, unknown_points, worker_points
+
+    try:
+        spec = _spec(args.spec)
+        with Explorer(args.adapter, spec, timeout=args.timeout, tmp_root=args.tmp_dir, worker=args.worker) as ex:
+            adapter_points = [p for p in ex.adapter_points if p not in WORKER_POINTS]
+            caps = ex.handshake.get("capabilities") or {}
+    except ChaosError as exc:
+        return _fail("points", exc)
+    out = {"adapter": args.adapter, "worker_points": [], "adapter_points": adapter_points,
+           "not_implemented": unknown_points(spec), "capabilities": caps}
+    for p in worker_points(spec):
+        cp = spec.crash_points[p]
+        out["worker_points"].append({"point": p, "journal": cp.journal, "description": cp.description,
+                                     "matrix": {c: {"decision": row[p].decision, "effects": row[p].effects}
+                                                for c, row in spec.matrix.items() if p in row}})
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"worker crash points (contract {spec.name} {spec.version}):")
+    for wp in out["worker_points"]:
+        print(f"  {wp['point']:<32} journal {wp['journal']:<9} {wp['description']}")
+        for c, m in wp["matrix"].items():
+            print(f"      {c:<32} {m['decision']:<10} {m['effects']}")
+    print(f"adapter crash points ({args.adapter}): {', '.join(adapter_points) or 'none declared'}")
+    if out["not_implemented"]:
+        print(f"contract points the worker has no place for: {', '.join(out['not_implemented'])}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .explore import run_one
+
+    try:
+        spec = _spec(args.spec)
+        w = run_one(args.adapter, spec, args.point, args.occurrence, seed=args.seed, mode=args.mode,
+                    replay_dir=args.replay_dir, worker=args.worker, timeout=args.timeout, tmp_root=args.tmp_dir)
+    except ChaosError as exc:
+        return _fail("run", exc)
+    if args.json:
+        print(json.dumps(w, indent=1))
+    else:
+        print(window_table([w]))
+        _print_failures([w])
+    return 0 if w["verdict"] == "pass" else 1
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from .explore import explore
+    from .workload import Workload, WorkloadError
+
+    progress = Progress("crash explore")
+    try:
+        spec = _spec(args.spec)
+        workload = None
+        if args.workload:
+            try:
+                with open(args.workload, encoding="utf-8") as f:
+                    workload = Workload.from_dict(json.load(f), spec)
+            except (OSError, ValueError, WorkloadError) as exc:
+                raise ChaosError(f"{args.workload}: {exc}") from None
+        points = [p.strip() for p in args.points.split(",") if p.strip()] if args.points else None
+        windows = explore(args.adapter, spec, seed=args.seed, points=points, workload=workload,
+                          max_occurrence=args.max_occurrence, replay_dir=args.replay_dir, progress=progress,
+                          jobs=args.jobs, fencing=not args.no_fencing, worker=args.worker, timeout=args.timeout,
+                          tmp_root=args.tmp_dir)
+    except ChaosError as exc:
+        progress.close()
+        return _fail("explore", exc)
+    progress.close()
+    bad = [w for w in windows if w["verdict"] != "pass"]
+    if args.json:
+        print(json.dumps({"adapter": args.adapter, "seed": args.seed, "windows": windows,
+                          "passed": len(windows) - len(bad), "not_passed": len(bad)}, indent=1))
+    else:
+        print(window_table(windows))
+        _print_failures(windows)
+        print(f"\n{len(windows)} windows: {len(windows) - len(bad)} passed, "
+              f"{sum(w['verdict'] == 'fail' for w in windows)} failed, {sum(w['verdict'] == 'error' for w in windows)} errors")
+    return 1 if bad else 0
+
+
+def cmd_storm(args: argparse.Namespace) -> int:
+    from .storm import storm
+
+    progress = Progress("crash storm")
+    try:
+        spec = _spec(args.spec)
+        s = storm(args.adapter, spec, seed=args.seed, workers=args.workers, kills=args.kills, items=args.items,
+                  time_limit=args.time_limit, replay_dir=args.replay_dir, progress=progress, worker=args.worker,
+                  timeout=args.timeout, tmp_root=args.tmp_dir)
+    except ChaosError as exc:
+        progress.close()
+        return _fail("storm", exc)
+    progress.close()
+    print_storm(s, args.json)
+    return 0 if s["verdict"] == "pass" else 1
+
+
+def print_storm(s: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(s, indent=1))
+        return
+    if s["verdict"] == "error":
+        print(f"ERROR: {s.get('message')}")
+    else:
+        print(f"{s['kills']} kills of {s['workers']} workers over {s['items']} items ({s['steps']} effect steps) "
+              f"in {s['elapsed']:.1f}s ({s['kills_per_s']} kills/s), {s['barriers']} recoveries")
+        print(f"recovery decisions: {', '.join(f'{k} {v}' for k, v in s['victims'].items()) or 'none'}")
+        print(f"final: {', '.join(f'{k} {v}' for k, v in s['final'].items())}")
+        print(f"effects: {s['effects']['applied']} applied of {s['effects']['submissions']} submissions; "
+              f"{s['acquisitions']} lease grants checked")
+        print(f"verdict: {s['verdict'].upper()} ({s['violation_count']} violation(s))")
+    for v in s.get("violations") or []:
+        print(f"  [{v['clause']}] {v['message']}")
+    if s.get("replay"):
+        print(f"reproduce: {s['replay']}")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay
+
+    try:
+        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir)
+    except ChaosError as exc:
+        return _fail("replay", exc)
+    if "point" in res:
+        if args.json:
+            print(json.dumps(res, indent=1))
+        else:
+            print(window_table([res]))
+            _print_failures([res])
+    else:
+        print_storm(res, args.json)
+    return 0 if res["verdict"] == "pass" else 1

@@ -1,0 +1,67 @@
+"""Each deliberately broken ledger or worker is caught, at the right crash point, by the right clause;
+the same windows pass against the reference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import BROKEN_WORKER
+from ledgercheck.chaos.explore import explore
+from ledgercheck.spec import Spec
+
+
+def _failing(windows: list[dict], clause: str) -> list[dict]:
+    return [w for w in windows if w["verdict"] == "fail" and clause in (w["message"] or "")]
+
+
+CASES = [
+    # (adapter, worker, points, takeover windows only, clause, classes that must fail)
+    ("python:broken_ledgers:EagerReceipt", None, ["after_intent_before_submit"], False, "recovery.marker_kept",
+     {"idempotent_with_key", "checkpointed", "non_idempotent_with_lookup", "non_idempotent_without_lookup", "pure"}),
+    ("python:broken_ledgers:DropMarker", None, ["after_submit_before_record"], False, "recovery.marker_kept",
+     {"idempotent_with_key", "checkpointed", "non_idempotent_with_lookup", "non_idempotent_without_lookup", "pure"}),
+    ("reference", BROKEN_WORKER, ["after_submit_before_record"], False, "recovery.effects_allowed",
+     {"non_idempotent_with_lookup", "non_idempotent_without_lookup"}),
+    ("python:broken_ledgers:NoFencing", None, ["after_submit_before_record", "during_renew"], True,
+     "recovery.fencing_after_takeover", {"idempotent_with_key", "checkpointed", "non_idempotent_with_lookup", "pure"}),
+    ("python:broken_ledgers:WaitingIsStale", None, ["after_waiting_set"], False, "recovery.waiting_untouched",
+     {"idempotent_with_key", "checkpointed", "non_idempotent_with_lookup", "non_idempotent_without_lookup", "pure"}),
+]
+IDS = ["eager-receipt", "drop-marker", "blind-retry-worker", "no-fencing", "waiting-is-stale"]
+
+
+@pytest.mark.parametrize("adapter, worker, points, takeover, clause, classes", CASES, ids=IDS)
+def test_broken_variant_is_caught(spec: Spec, scratch: str | None, tmp_path, adapter: str, worker: str | None,
+                                  points: list[str], takeover: bool, clause: str, classes: set[str]) -> None:
+    ws = explore(adapter, spec, points=points, fencing=takeover, worker=worker, jobs=2, tmp_root=scratch,
+                 replay_dir=str(tmp_path))
+    if takeover:
+        ws = [w for w in ws if "recovery.fencing_after_takeover" in w["clauses"]]
+    bad = _failing(ws, clause)
+    assert {w["step_class"] for w in bad} >= classes
+    for w in bad:
+        assert w["point"] in points
+        assert f"at {w['point']}" in w["message"]
+        assert clause in w["clauses"]
+        doc = json.loads(open(w["replay_file"], encoding="utf-8").read())
+        assert (doc["point"], doc["occurrence"], doc["adapter"]) == (w["point"], w["occurrence"], adapter)
+        assert w["replay"] == f"ledgercheck crash replay {w['replay_file']}"
+    assert not [w for w in ws if w["verdict"] == "error"]
+
+
+def test_blind_worker_is_only_wrong_where_retrying_is_unsafe(spec: Spec, scratch: str | None, tmp_path) -> None:
+    ws = explore("reference", spec, points=["after_submit_before_record"], fencing=False, worker=BROKEN_WORKER, jobs=2,
+                 tmp_root=scratch, replay_dir=str(tmp_path))
+    by_class: dict[str, set[str]] = {}
+    for w in ws:
+        by_class.setdefault(w["step_class"], set()).add(w["verdict"])
+    assert by_class["idempotent_with_key"] == by_class["checkpointed"] == by_class["pure"] == {"pass"}
+    unsafe = [w for w in ws if w["step_class"] == "non_idempotent_without_lookup"]
+    assert all("recovery.quarantine.visible" in w["message"] for w in unsafe)
+
+
+def test_the_same_windows_pass_on_the_reference(spec: Spec, scratch: str | None) -> None:
+    ws = explore("reference", spec, points=["after_intent_before_submit", "after_waiting_set"], fencing=True,
+                 jobs=2, tmp_root=scratch)
+    assert ws and all(w["verdict"] == "pass" for w in ws), [w["message"] for w in ws if w["verdict"] != "pass"]
