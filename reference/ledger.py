@@ -46,7 +46,10 @@ _INSERT_WORK = (
 _BY_IDENTITY = SELECT_WORK + (" WHERE source_system = ? AND source_id = ? AND "
                               "ifnull(source_run_id, char(0)) = ifnull(?, char(0))")
 _BY_ID = SELECT_WORK + " WHERE work_id = ?"
+# monitor scans name their (partial) indexes: a query that could not use one fails loudly
 _LEASED = SELECT_WORK + " INDEXED BY work_lease WHERE lease_token IS NOT NULL"
+_WAIT_DUE = SELECT_WORK + " INDEXED BY work_wait WHERE waiting_deadline < ?"
+_RETRY_DUE = SELECT_WORK + " INDEXED BY work_retry WHERE next_retry_at <= ?"
 
 
 class _Tx:
@@ -368,6 +371,14 @@ class Ledger(RecoveryOps, JournalOps):
         return [{"work_id": r[0], "seq": r[1], "type": r[2], "from_status": r[3], "to_status": r[4], "at": r[5],
                  "actor": r[6], "data": decode(r[7])} for r in rows]
 
+    def status_since(self, work_id: str) -> float:
+        """When the record entered its current status (the instant of its last transition event)."""
+        rows = self._read("SELECT at FROM work_event WHERE work_id = ? AND to_status IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                          (work_id,))
+        if not rows:
+            raise LedgerError("not_found", f"no work {work_id!r}")
+        return rows[0][0]
+
     def claim(self, *, owner: str, now: float, work_id: str | None = None) -> dict[str, Any] | None:
         self._check("claim", {"owner": owner, "now": now, "work_id": work_id})
         now = float(now)
@@ -455,7 +466,7 @@ class Ledger(RecoveryOps, JournalOps):
                 out.append((rec, reasons["heartbeat"]))
             elif self.exec_timeout is not None and s["started_at"] is not None and now > s["started_at"] + self.exec_timeout:
                 out.append((rec, reasons["execution"]))
-        for r in cur.execute(SELECT_WORK + " WHERE waiting_deadline < ?", (now,)).fetchall():
+        for r in cur.execute(_WAIT_DUE, (now,)).fetchall():
             rec = load(r)
             if rec.snap["status"] in self.waiting and now > rec.snap["waiting_deadline"]:
                 out.append((rec, reasons["waiting"]))
@@ -577,8 +588,7 @@ class Ledger(RecoveryOps, JournalOps):
         srcs = self.targets.get("promote_due", {})
         moves = []
         with self._tx as cur:
-            for r in cur.execute(SELECT_WORK + " WHERE next_retry_at <= ? ORDER BY seq", (now,)).fetchall():
-                rec = load(r)
+            for rec in sorted((load(r) for r in cur.execute(_RETRY_DUE, (now,)).fetchall()), key=lambda x: x.seq):
                 src = rec.snap["status"]
                 if src not in srcs:
                     continue

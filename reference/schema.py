@@ -64,12 +64,12 @@ def contract_shape(spec: Spec) -> dict[str, Any]:
     return {
         "statuses": {n: {"terminal": s.terminal, "initial": s.initial, "leased": s.leased, "waiting_kind": s.waiting_kind}
                      for n, s in spec.statuses.items()},
-        "source_systems": list(spec.source_systems),
+        "source_systems": sorted(spec.source_systems),
         "priority": [spec.priority_min, spec.priority_max],
-        "run_id_required_for": list(spec.run_id_required_for),
+        "run_id_required_for": sorted(spec.run_id_required_for),
         "events": {n: e.transition for n, e in spec.events.items()},
-        "receipt_states": list(spec.receipt_states),
-        "step_classes": list(spec.step_classes),
+        "receipt_states": sorted(spec.receipt_states),
+        "step_classes": sorted(spec.step_classes),
         "first_seq": spec.first_seq,
     }
 
