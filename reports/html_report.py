@@ -154,16 +154,19 @@ def _reproduce(doc: Mapping[str, Any], results_sha256: str) -> str:
 
 def _evidence(doc: Mapping[str, Any], clause_id: str) -> list[dict[str, Any]]:
     out = []
+    clause = next(c for c in doc["clauses"] if c["id"] == clause_id)
+    # what explains the outcome: failures, errors and known bugs; skips only when they are the reason
+    shown = ("failed", "error", "xpassed", "xfailed") + (("skipped",) if clause["outcome"] == "error" else ())
     for t in doc["tests"]:
-        if t["clause"] == clause_id and t["outcome"] != "passed":
+        if t["clause"] == clause_id and t["outcome"] in shown:
             out.append({"who": t["nodeid"], "outcome": t["outcome"], "message": t["message"],
                         "counterexample": t["counterexample"], "replay": t["replay"], "file": None,
-                        "seconds": t["duration_s"]})
+                        "seconds": t["duration_s"], "seed": t.get("seed")})
     for w in doc["crash_windows"]:
         if clause_id in w["clauses"] and w["verdict"] != "pass":
             out.append({"who": window_nodeid(w), "outcome": "failed" if w["verdict"] == "fail" else "error",
                         "message": w["message"], "counterexample": None, "replay": w["replay"],
-                        "file": w["replay_file"], "seconds": w["duration_s"]})
+                        "file": w["replay_file"], "seconds": w["duration_s"], "seed": w.get("seed")})
     return out
 
 
@@ -182,7 +185,8 @@ def _problem(doc: Mapping[str, Any], c: Mapping[str, Any]) -> str:
     for e in evs:
         out.append('<div class="evidence">'
                    f'<p class="who">{_code(e["who"])} {_badge(TEST_LABEL[e["outcome"]], TEST_CLASS[e["outcome"]])} '
-                   f'<span class="none">{h(fmt_seconds(e["seconds"]))}</span></p>')
+                   f'<span class="none">{h(fmt_seconds(e["seconds"]))}'
+                   f'{" · seed " + h(e["seed"]) if e["seed"] is not None else ""}</span></p>')
         if e["message"]:
             out.append(f'<pre class="message">{h(e["message"])}</pre>')
         if e["counterexample"]:

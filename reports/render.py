@@ -14,7 +14,7 @@ from typing import Any
 from .html_report import render_html
 from .junit_report import render_junit
 from .markdown_report import render_markdown
-from .results import _atomic_write, validate_results, write_results
+from .results import atomic_write, validate_results, write_results
 from .summary import verdict_line
 
 __all__ = ["FORMATS", "render_html", "render_junit", "render_markdown", "render_formats", "verdict_line",
@@ -38,7 +38,7 @@ def render_formats(doc: Mapping[str, Any], out_dir: str | os.PathLike[str], form
         else:
             text = render_junit(doc)
         path = out / name
-        _atomic_write(path, text.encode("utf-8"))
+        atomic_write(path, text.encode("utf-8"))
         written[key] = str(path)
     return written
 

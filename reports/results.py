@@ -45,7 +45,7 @@ from .integrity import (
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "Loaded", "ResultsError", "build_results", "environment_info", "load_results",
-    "merge_results", "read_results", "results_file_sha256", "schema", "utc_now", "validate_results",
+    "atomic_write", "merge_results", "read_results", "results_file_sha256", "schema", "utc_now", "validate_results",
     "write_results",
 ]
 
@@ -275,12 +275,20 @@ def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, A
     for i, w in enumerate(doc["crash_windows"]):
         _check_part(w, "crash_window", f"crash_windows[{i}]")
     _check_facts(doc, "results")
-    doc = with_integrity(verdicts.apply(doc))
+    doc = _sealed(verdicts.apply(doc), "results")
     validate_results(doc)
     return doc
 
 
 # ---- validation ----------------------------------------------------------------------------------
+
+
+def _sealed(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``doc`` with its integrity hash, or a ResultsError if something in it is not JSON (NaN, a set, ...)."""
+    try:
+        return with_integrity(doc)
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{source}: holds a value JSON cannot represent ({exc})") from None
 
 
 def _check_facts(doc: Mapping[str, Any], source: str) -> None:
@@ -369,7 +377,11 @@ def validate_results(doc: Any, source: str = "results") -> None:
     err = _schema_error(doc)
     if err is not None:
         raise ResultsError(f"{source}: {_where(err.absolute_path)}: {_short(err.message, 160)}")
-    if "integrity" in doc and doc["integrity"]["sha256"] != content_sha256(doc):
+    try:
+        actual = content_sha256(doc)
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{source}: holds a value JSON cannot represent ({exc})") from None
+    if "integrity" in doc and doc["integrity"]["sha256"] != actual:
         raise ResultsError(f"{source}: content does not match its integrity hash (edited after it was written?)")
     _check_facts(doc, source)
     _compare_derived(doc, source)
@@ -380,13 +392,26 @@ def validate_results(doc: Any, source: str = "results") -> None:
 
 def results_file_sha256(doc: Mapping[str, Any]) -> str:
     """SHA-256 of the file :func:`write_results` writes for ``doc``, without writing it."""
-    return bytes_sha256(file_bytes(with_integrity(doc)))
+    return bytes_sha256(file_bytes(_sealed(doc, "results")))
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _umask() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: readers never see half a file.
+    The file gets the usual permissions (0666 less the umask), not the temporary file's private ones."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -404,13 +429,21 @@ def write_results(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
     validation, so nothing inconsistent reaches the disk.
     """
     p = Path(path)
-    full = with_integrity(doc)
+    full = _sealed(doc, str(p))
     validate_results(full, str(p))
     data = file_bytes(full)
     sha = bytes_sha256(data)
-    _atomic_write(p, data)
-    _atomic_write(p.with_name(p.name + SIDECAR_SUFFIX), sidecar_text(sha, p.name).encode("utf-8"))
+    atomic_write(p, data)
+    atomic_write(p.with_name(p.name + SIDECAR_SUFFIX), sidecar_text(sha, p.name).encode("utf-8"))
     return sha
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not a JSON number")
 
 
 @dataclass(frozen=True)
@@ -436,7 +469,9 @@ def read_results(path: str | os.PathLike[str]) -> Loaded:
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{name}: not UTF-8 text (byte {exc.start})") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
+    except _NotJSON as exc:
+        raise ResultsError(f"{name}: not valid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if not text.rstrip().endswith("}") else ""
         raise ResultsError(f"{name}: not valid JSON{hint}: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
@@ -586,6 +621,6 @@ def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "crash_windows": [copy.deepcopy(w) for d in docs for w in d["crash_windows"]],
     }
     _check_facts(doc, "merged results")
-    doc = with_integrity(verdicts.apply(doc))
+    doc = _sealed(verdicts.apply(doc), "merged results")
     validate_results(doc, "merged results")
     return doc

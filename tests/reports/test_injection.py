@@ -146,6 +146,7 @@ def test_run_error_detail_is_inert(factory) -> None:
     doc = factory.build(tests=[], windows=[], run=factory.run(error="adapter died: <img src=x onerror=alert(6)> | `x`\n|"),
                         adapter={"address": "exec:./x"})
     html, md = render_html(doc), render_markdown(doc)
+    assert ET.fromstring(render_junit(doc)).get("name") == "ledgercheck (unidentified adapter) (no version)"
     assert "<img" not in html and "&lt;img src=x onerror=alert(6)&gt;" in html
     assert "<img" not in _outside_code_spans(md)
     assert "**ERROR** ``adapter died: <img src=x onerror=alert(6)> | `x` |``" in md

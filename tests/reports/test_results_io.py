@@ -14,6 +14,7 @@ from ledgercheck.reports.results import (
     FORMAT,
     FORMAT_VERSION,
     ResultsError,
+    _umask,
     environment_info,
     load_results,
     read_results,
@@ -38,6 +39,7 @@ def test_round_trip(realistic, tmp_path: Path) -> None:
     data = path.read_bytes()
     assert sha == hashlib.sha256(data).hexdigest() == results_file_sha256(realistic)
     assert (tmp_path / "results.json.sha256").read_text() == f"{sha}  results.json\n"
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()  # readable like any other file, not 0600
     loaded = read_results(path)
     assert loaded.doc == realistic and loaded.sha256 == sha and loaded.sidecar
     assert loaded.doc["integrity"]["sha256"] == content_sha256(loaded.doc)
@@ -127,6 +129,18 @@ def test_garbage_is_refused(tmp_path: Path, content: bytes, needle: str) -> None
     path = tmp_path / "results.json"
     path.write_bytes(content)
     assert needle in refused(path)
+
+
+def test_non_json_numbers_are_refused(realistic, factory, tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    write_results(realistic, path)
+    (tmp_path / "results.json.sha256").unlink()
+    path.write_text(path.read_text().replace('"duration_s": 41.7', '"duration_s": NaN', 1))
+    assert "NaN is not a JSON number" in refused(path)
+    tests = factory.tests()
+    tests[0]["duration_s"] = float("inf")
+    with pytest.raises(ResultsError, match="^results: holds a value JSON cannot represent"):
+        factory.build(tests=tests)
 
 
 def test_missing_file_is_refused(tmp_path: Path) -> None:
