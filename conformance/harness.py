@@ -165,8 +165,18 @@ class Harness:
             raise ClauseFailure(found, self.context())
 
     def verify_all(self) -> None:
-        self.do("list")
-        self.verify(*self.model.items)
+        """Compare everything the claimed profiles can read with the model."""
+        if self.claims("list"):
+            self.do("list")
+            self.verify(*self.model.items)
+        if self.claims("outbox_pending") and self.model.outbox:
+            self.do("outbox_pending", max=max(1, len(self.model.outbox)))
+        if self.claims("inbox_dead"):
+            for recipient in self.model.inbox:
+                self.do("inbox_dead", recipient=recipient)
+        if self.claims("log_read"):
+            for stream in self.model.logs:
+                self.do("log_read", stream=stream)
 
     # ------------------------------------------------------------------ symbolic trace
     def symbolize(self, args: dict[str, Any]) -> dict[str, Any]:

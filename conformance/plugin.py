@@ -40,6 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-profile", metavar="NAMES", default=None, help="comma-separated profiles to test (default: all the adapter claims)")
     g.addoption("--ledger-only", action="store_true", help="run only the ledger suite, deselect other collected tests")
     g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=["ci", "dev", "thorough"], help="stateful test budget (ci, dev, thorough)")
+    g.addoption("--ledger-seed", type=int, default=None, metavar="N", help="seed for the stateful tests (default: random, recorded in the results)")
     g.addoption("--ledger-stateful-only", action="store_true", help="run only the stateful model-based tests")
     g.addoption("--ledger-clauses-only", action="store_true", help="run only the clause tests")
     g.addoption("--ledger-timeout", type=float, default=10.0, metavar="SECONDS", help="per-call timeout for the adapter (before scaling)")
@@ -49,7 +50,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-results", metavar="PATH", default=None, help="write the run's results (JSON) to PATH")
     g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and the hypothesis example database live")
     g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
-    parser.addini("ledger_adapter", "default --ledger-adapter", default=None)
+    g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration of the recovery profile")
+    g.addoption("--ledger-reproduce", metavar="CMD", default=None, help=argparse_suppress())
+
+
+def argparse_suppress() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
 
 
 def _opt(config: pytest.Config, name: str) -> Any:
@@ -151,7 +159,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     if _opt(config, "ledger_only"):
         items.clear()
-    root = LedgerRoot.from_parent(session, name="ledgercheck")
+    root = LedgerRoot.from_parent(session, name="ledgercheck", nodeid="ledgercheck")
     new: list[pytest.Item] = []
     profiles_of = {c.id: c.profile for c in sess.spec.clauses}
     if not _opt(config, "ledger_stateful_only"):
@@ -265,10 +273,11 @@ class StatefulItem(LedgerItem):
             self.add_marker(pytest.mark.skip(reason=f"not claimed: none of {', '.join(sorted(wanted))}"))
 
     def runtest(self) -> None:
-        from hypothesis.database import DirectoryBasedExampleDatabase
-        from hypothesis.stateful import run_state_machine_as_test
+        import random
 
-        from .stateful import hypothesis_settings, make_machine
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        from .stateful import hypothesis_settings, make_machine, run_machine
 
         sess = self.sess
         base = sess.harness
@@ -280,8 +289,12 @@ class StatefulItem(LedgerItem):
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
         db = DirectoryBasedExampleDatabase(str(sess.artifacts / "hypothesis" / sess.slug))
         opts = hypothesis_settings(self.config.getoption("ledger_hypothesis_profile"), database=db)
+        seed = self.config.getoption("ledger_seed")
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**32)
+        self.user_properties.append(("ledger_seed", seed))
         try:
-            run_state_machine_as_test(machine, settings=opts)
+            run_machine(machine, opts, seed)
         except ClauseFailure as exc:
             self.user_properties.append(("ledger_clause", exc.clauses[0]))
             self.user_properties.append(("ledger_counterexample", "\n".join(getattr(exc, "__notes__", []) or []) or str(exc)))

@@ -1,0 +1,198 @@
+"""`ledgercheck certify` and `ledgercheck replay`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_CERTIFIED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("certify", help="run the conformance suite against an adapter and write a compliance report")
+    c.add_argument("--adapter", default="reference", metavar="ADDRESS",
+                   help="reference (default), python:MODULE:FACTORY, exec:COMMAND, or an installed adapter name")
+    c.add_argument("--profile", default=None, metavar="NAMES", help="comma-separated profiles (default: every profile the adapter claims)")
+    c.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
+    c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: reports/out/<adapter>/<timestamp>)")
+    c.add_argument("--hypothesis-profile", default="ci", choices=["ci", "dev", "thorough"], help="stateful test budget")
+    c.add_argument("--seed", type=int, default=None, help="seed for the stateful tests (default: random, recorded)")
+    c.add_argument("-n", "--workers", default=None, metavar="N", help="run on N processes (pytest-xdist), or 'auto'")
+    c.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-call adapter timeout (before scaling)")
+    c.add_argument("--timeout-scale", type=float, default=1.0, metavar="FACTOR", help="multiply every timeout and wait")
+    c.add_argument("--wall-scale", type=float, default=0.01, metavar="FACTOR", help="time scale for wall-clock adapters")
+    c.add_argument("--shard", default=None, metavar="K/N", help="run one deterministic shard (merge with `ledgercheck report merge`)")
+    c.add_argument("--artifact", default=None, metavar="FILE", help="the tested artifact; its SHA-256 goes into the report")
+    c.add_argument("--no-chaos", action="store_true", help="skip the crash-window exploration of the recovery profile")
+    c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
+    c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    c.set_defaults(func=cmd_certify)
+
+    r = sub.add_parser("replay", help="replay a saved operation trace against an adapter (no hypothesis needed)")
+    r.add_argument("trace", help="trace file written by a failing conformance test")
+    r.add_argument("--adapter", default=None, metavar="ADDRESS", help="adapter to replay against (default: the one recorded in the trace)")
+    r.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
+    r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_replay)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "adapter"
+
+
+def _reproduce(args: argparse.Namespace, seed: int) -> str:
+    cmd = ["ledgercheck", "certify", "--adapter", args.adapter, "--seed", str(seed), "--hypothesis-profile", args.hypothesis_profile]
+    if args.profile:
+        cmd += ["--profile", args.profile]
+    for f in args.spec:
+        cmd += ["--spec", f]
+    if args.timeout_scale != 1.0:
+        cmd += ["--timeout-scale", str(args.timeout_scale)]
+    if args.shard:
+        cmd += ["--shard", args.shard]
+    if args.no_chaos:
+        cmd.append("--no-chaos")
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    import pytest
+    from ledgercheck.spec import SpecError, load_spec
+
+    from .client import AdapterError, connect
+
+    # Fail fast, in one line, on a contract or adapter that cannot even start.
+    try:
+        spec = load_spec(args.spec or None)
+    except SpecError as exc:
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        probe = connect(args.adapter, spec, timeout=args.timeout * args.timeout_scale, startup_timeout=30 * args.timeout_scale)
+        name = probe.handshake.get("name") or "adapter"
+        probe.close()
+    except AdapterError as exc:
+        print(f"ledgercheck certify: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(args.out) if args.out else Path("reports") / "out" / _slug(name) / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    if results.exists():
+        results.unlink()
+    with tempfile.TemporaryDirectory(prefix="ledgercheck-certify-") as empty:
+        pyargs = [
+            empty, "--rootdir", empty, "-p", "no:cacheprovider", "-o", "addopts=", "-o", "testpaths=",
+            "--ledger-adapter", args.adapter, "--ledger-only", "--ledger-results", str(results),
+            "--ledger-hypothesis-profile", args.hypothesis_profile, "--ledger-seed", str(seed),
+            "--ledger-timeout", str(args.timeout), "--ledger-timeout-scale", str(args.timeout_scale),
+            "--ledger-wall-scale", str(args.wall_scale), "--ledger-reproduce", _reproduce(args, seed),
+            "--ledger-artifacts", str(Path(".ledgercheck").resolve()),
+        ]
+        for f in args.spec:
+            pyargs += ["--ledger-spec", str(Path(f).resolve())]
+        if args.profile:
+            pyargs += ["--ledger-profile", args.profile]
+        if args.shard:
+            pyargs += ["--ledger-shard", args.shard]
+        if args.artifact:
+            pyargs += ["--ledger-artifact-file", str(Path(args.artifact).resolve())]
+        if args.no_chaos:
+            pyargs.append("--ledger-no-chaos")
+        if args.keyword:
+            pyargs += ["-k", args.keyword]
+        if args.workers:
+            pyargs += ["-n", str(args.workers)]
+        pyargs += ["-q", "--no-header", "-rN"] if not args.quiet else ["-qq", "--no-header", "-rN", "-p", "no:terminalprogress"]
+        if args.json:
+            pyargs += ["--capture=sys", "-qq"]
+        rc = pytest.main(pyargs)
+    if not results.exists():
+        print(f"ledgercheck certify: the suite produced no results (pytest exit status {int(rc)})", file=sys.stderr)
+        return EXIT_ERROR
+    from ledgercheck.reports.render import verdict_line, write_bundle
+    from ledgercheck.reports.results import ResultsError, load_results
+
+    try:
+        doc = load_results(str(results))
+    except ResultsError as exc:
+        print(f"ledgercheck certify: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    paths = write_bundle(doc, str(out))
+    line = verdict_line(doc)
+    if args.json:
+        print(json.dumps({"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
+                          "line": line, "files": paths, "seed": seed}, indent=2))
+    else:
+        print()
+        print(line)
+        for key in ("html", "markdown", "junit", "results"):
+            if key in paths:
+                print(f"  {key:9} {paths[key]}")
+    return int(doc["exit_code"])
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from ledgercheck.spec import SpecError, load_spec
+
+    from .client import AdapterError, connect
+    from .harness import AdapterFailure, Harness
+    from .trace import TraceError, check_spec, load_trace, replay
+
+    try:
+        doc = load_trace(args.trace)
+    except TraceError as exc:
+        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        spec = load_spec(args.spec or None)
+    except SpecError as exc:
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        return EXIT_ERROR
+    warning = check_spec(doc, spec, args.trace)
+    if warning:
+        print(f"ledgercheck replay: warning: {warning}", file=sys.stderr)
+    address = args.adapter or doc.get("adapter")
+    if not address:
+        print(f"ledgercheck replay: {args.trace}: no adapter recorded; pass --adapter", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        client = connect(address, spec, timeout=args.timeout)
+    except AdapterError as exc:
+        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
+    h = Harness(client, spec, profiles)
+    try:
+        found = replay(h, doc, args.trace)
+    except (TraceError, AdapterFailure) as exc:
+        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        client.close()
+    summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "steps": len(doc["steps"]),
+                               "violations": [{"clause": v.clause, "op": v.op, "message": v.message} for v in found]}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif found:
+        print(f"{args.trace}: {len(found)} violation(s) against {address} after {len(doc['steps'])} recorded steps:")
+        for v in found:
+            print(f"  {v}")
+    else:
+        print(f"{args.trace}: all {len(doc['steps'])} steps conform against {address}")
+    return EXIT_FAILED if found else EXIT_CERTIFIED

@@ -1,0 +1,140 @@
+"""Turn the pytest reports of a ledger run into the results document (ledgercheck.reports)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One entry per test, from its reports (setup skip, call, or a failed setup/teardown)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    for rep, props in reports:
+        e = by_id.get(rep.nodeid)
+        if e is None:
+            e = by_id[rep.nodeid] = {
+                "nodeid": rep.nodeid,
+                "clause": props.get("ledger_clause"),
+                "kind": props.get("ledger_kind", "clause"),
+                "outcome": "passed",
+                "not_claimed": bool(props.get("ledger_not_claimed", False)),
+                "duration_s": 0.0,
+                "message": None,
+                "counterexample": props.get("ledger_counterexample"),
+                "replay": props.get("ledger_replay"),
+            }
+        e["duration_s"] = round(e["duration_s"] + float(getattr(rep, "duration", 0.0) or 0.0), 6)
+        e["clause"] = props.get("ledger_clause", e["clause"])
+        e["not_claimed"] = e["not_claimed"] or bool(props.get("ledger_not_claimed", False))
+        e["replay"] = props.get("ledger_replay", e["replay"])
+        e["counterexample"] = props.get("ledger_counterexample", e["counterexample"])
+        xfail = hasattr(rep, "wasxfail")
+        if rep.skipped:
+            e["outcome"] = "xfailed" if xfail else "skipped"
+            e["message"] = _skip_reason(rep) if not xfail else f"known bug: {rep.wasxfail}"
+        elif rep.failed:
+            if props.get("ledger_error") is not None or rep.when != "call":
+                e["outcome"] = "error"
+                e["message"] = str(props.get("ledger_error") or _longrepr(rep))[:4000]
+            else:
+                e["outcome"] = "failed"
+                e["message"] = _longrepr(rep)[:4000]
+        elif rep.passed and rep.when == "call":
+            e["outcome"] = "xpassed" if xfail else "passed"
+            if xfail:
+                e["message"] = f"declared as a known bug ({rep.wasxfail}) but passed"
+    return list(by_id.values())
+
+
+def _skip_reason(rep: pytest.TestReport) -> str:
+    lr = rep.longrepr
+    if isinstance(lr, tuple) and len(lr) == 3:
+        return str(lr[2]).removeprefix("Skipped: ")
+    return str(lr)
+
+
+def _longrepr(rep: pytest.TestReport) -> str:
+    return str(rep.longreprtext or rep.longrepr or "")
+
+
+def run_info(config: pytest.Config, started: float, kind: str = "conformance") -> dict[str, Any]:
+    finished = time.time()
+    workers = getattr(config.option, "numprocesses", None) or 0
+    shard = config.getoption("ledger_shard")
+    shard_doc = None
+    if shard:
+        k, n = shard.split("/")
+        shard_doc = {"index": int(k), "count": int(n)}
+    argv = ["pytest", *[str(a) for a in config.invocation_params.args]]
+    command = config.getoption("ledger_reproduce") or " ".join(shlex.quote(a) for a in argv)
+    return {
+        "id": uuid.uuid4().hex,
+        "kind": kind,
+        "started_at": _iso(started),
+        "finished_at": _iso(finished),
+        "duration_s": round(finished - started, 3),
+        "command": command,
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "seed": config.getoption("ledger_seed"),
+        "hypothesis_profile": config.getoption("ledger_hypothesis_profile"),
+        "timeout_scale": float(config.getoption("ledger_timeout_scale")),
+        "shard": shard_doc,
+        "workers": int(workers) if isinstance(workers, int) else 0,
+    }
+
+
+def adapter_info(sess: Any) -> dict[str, Any]:
+    from .plugin import artifact_sha256
+
+    hs = dict(sess.client.handshake) if sess.client else {}
+    return {
+        "address": sess.address,
+        "transport": sess.client.kind if sess.client else "unknown",
+        "name": hs.get("name"),
+        "version": hs.get("version"),
+        "protocol": hs.get("protocol"),
+        "profiles": list(hs.get("profiles") or []),
+        "capabilities": dict(hs.get("capabilities") or {}),
+        "crash_points": list(hs.get("crash_points") or []),
+        "known_bugs": dict(hs.get("known_bugs") or {}),
+        "artifact_sha256": artifact_sha256(sess.config.getoption("ledger_artifact_file")) or hs.get("artifact_sha256"),
+    }
+
+
+def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_windows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    from ledgercheck.reports.results import build_results, environment_info
+
+    tests = test_entries(getattr(config, "_ledger_reports", []))
+    return build_results(
+        run=run_info(config, sess.started, kind),
+        spec=sess.base_spec,
+        adapter=adapter_info(sess),
+        environment=environment_info(str(sess.artifacts.resolve().parent)),
+        tests=tests,
+        crash_windows=list(crash_windows or getattr(config, "_ledger_crash_windows", [])),
+        requested_profiles=list(sess.requested),
+    )
+
+
+def write_run_results(config: pytest.Config, sess: Any, path: Path) -> None:
+    from ledgercheck.reports.results import write_results
+
+    doc = build(config, sess)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_results(doc, str(path))
+    config._ledger_results_doc = doc  # type: ignore[attr-defined]
+
+
+__all__ = ["build", "test_entries", "write_run_results"]
