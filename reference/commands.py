@@ -111,6 +111,9 @@ def _runner(name: str, fn: Callable[[argparse.Namespace, Ledger], int]) -> Calla
                 return 2
             print(f"{prefix}: {exc.code}: {exc.message}", file=sys.stderr)
             return 2 if exc.code in BAD_INPUT else 1
+        except OSError as exc:
+            print(f"{prefix}: {args.db}: {exc}", file=sys.stderr)
+            return 2
         finally:
             ledger.close()
 
@@ -121,7 +124,7 @@ def _spec(args: argparse.Namespace) -> Spec:
     try:
         if args.contract:
             return load_spec(args.contract)
-        doc = stored_contract(args.db)
+        doc = stored_contract(args.db, args.busy_timeout)
         return default_spec() if doc is None else spec_from_document(doc)
     except SpecError as exc:
         where = ", ".join(args.contract) if args.contract else f"the contract stored in {args.db}"

@@ -16,6 +16,7 @@ one and the changes), and event data is encoded by one pre-built JSON encoder.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -52,6 +53,19 @@ _WAIT_DUE = SELECT_WORK + " INDEXED BY work_wait WHERE waiting_deadline < ?"
 _RETRY_DUE = SELECT_WORK + " INDEXED BY work_retry WHERE next_retry_at <= ?"
 
 
+def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Errors from a damaged file (bad text, bad JSON, values of the wrong type) become one LedgerError."""
+
+    @functools.wraps(fn)
+    def op(self: Ledger, *args: Any, **kw: Any) -> Any:
+        try:
+            return fn(self, *args, **kw)
+        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+            raise self._damaged(exc, fn.__name__) from None
+
+    return op
+
+
 class _Tx:
     """``with ledger._tx as cur``: one IMMEDIATE transaction, crash points, error mapping."""
 
@@ -77,7 +91,7 @@ class _Tx:
                 led._rollback()
                 if isinstance(ev, sqlite3.Error):
                     raise led._db_error(ev) from None
-                return False
+                return False  # LedgerError and damage errors propagate (see _guarded)
             hook = led.crash_hook
             try:
                 if hook is not None:
@@ -141,11 +155,21 @@ class Ledger(RecoveryOps, JournalOps):
             if classify(exc) == "busy":
                 raise LedgerError("busy", f"{self.path}: database stayed locked past the busy timeout while opening") from None
             raise LedgerOpenError(f"{self.path}: not a usable ledger database ({exc})") from None
+        except (ValueError, KeyError, TypeError) as exc:  # damaged contents (bad text encoding, bad JSON)
+            self.conn.close()
+            raise LedgerOpenError(f"{self.path}: damaged ledger database ({type(exc).__name__}: {exc})") from None
         self._cur = self.conn.cursor()
         self.pointer: ActivePointer | None = None
         if pointer_file is not None:
             self.pointer = ActivePointer(pointer_file, self.path, durable=self.synchronous in ("FULL", "EXTRA"))
-            self.pointer.reconcile(self.active_leases)
+            try:
+                self.pointer.reconcile(self.active_leases)
+            except OSError as exc:
+                self.conn.close()
+                raise LedgerOpenError(f"{self.pointer.path}: cannot write the active pointer ({exc.strerror or exc})") from None
+            except LedgerError as exc:
+                self.conn.close()
+                raise LedgerOpenError(f"{self.path}: {exc.message}") from None
 
     # ------------------------------------------------------------------ rules from the Spec
     def _prepare_rules(self) -> None:
@@ -218,6 +242,12 @@ class Ledger(RecoveryOps, JournalOps):
                 return self.conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise self._db_error(exc) from None
+
+    def _damaged(self, exc: Exception, op: str) -> LedgerError:
+        if isinstance(exc, sqlite3.Error):
+            return self._db_error(exc)
+        return LedgerError("internal", f"{self.path}: {op}: cannot read the ledger ({type(exc).__name__}: {exc}); "
+                                       "the file may be damaged")
 
     def _check(self, op: str, args: Mapping[str, Any]) -> None:
         bad = self._checks[op](args)
@@ -596,3 +626,14 @@ class Ledger(RecoveryOps, JournalOps):
                 self._write(cur, rec, {"status": dst, "next_retry_at": None}, now, op.event_for(dst), src, dst)
                 moves.append({"work_id": rec.snap["work_id"], "from_status": src, "to_status": dst, "reason": None})
         return moves
+
+
+PUBLIC = (
+    "create", "get", "list", "events", "claim", "close_out", "cancel", "requeue", "expire", "renew", "active",
+    "set_waiting", "resume", "fail", "promote_due", "effect_begin", "effect_lookup", "effect_record", "effect_mark",
+    "effect_list", "inbox_deliver", "inbox_drain", "inbox_ack", "inbox_nack", "inbox_dead", "outbox_enqueue",
+    "outbox_pending", "outbox_mark_sent", "log_append", "log_read", "recover", "active_leases", "status_since",
+    "integrity_check",
+)
+for _name in PUBLIC:
+    setattr(Ledger, _name, _guarded(getattr(Ledger, _name)))

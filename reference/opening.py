@@ -160,20 +160,22 @@ def _plain(value: object) -> object:
     return value
 
 
-def stored_contract(path: str | os.PathLike[str]) -> dict[str, object] | None:
-    """The contract document a ledger file was last opened with (read-only), or None."""
+def stored_contract(path: str | os.PathLike[str], busy_timeout: float = 5.0) -> dict[str, object] | None:
+    """The contract document a ledger file was last opened with (the file is only read), or None."""
     p = Path(path)
     check_file(p, create=False)
     try:
-        conn = sqlite3.connect(str(p), timeout=1.0)
+        conn = sqlite3.connect(str(p), timeout=busy_timeout)
         try:
             if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
                 return None
             row = conn.execute("SELECT value FROM meta WHERE key = 'contract'").fetchone()
         finally:
             conn.close()
+        return None if row is None else json.loads(row[0])
     except sqlite3.DatabaseError as exc:
         if classify(exc) == "busy":
             raise LedgerError("busy", f"{p}: database stayed locked past the busy timeout") from None
         raise LedgerOpenError(f"{p}: not a usable ledger database ({exc})") from None
-    return None if row is None else json.loads(row[0])
+    except ValueError as exc:  # undecodable text or JSON: the file is damaged
+        raise LedgerOpenError(f"{p}: damaged ledger database ({type(exc).__name__}: {exc})") from None
