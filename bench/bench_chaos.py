@@ -55,7 +55,7 @@ def warm_start(address: str, n: int) -> float:
 
 
 def exploration(address: str, jobs: int, tmp_root: str | None) -> tuple[int, float, int]:
-    from ledgercheck.chaos.explore import explore
+    from ledgercheck.chaos.exploration import explore
     from ledgercheck.spec import default_spec
 
     t = time.perf_counter()

@@ -10,9 +10,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "explore": "explore", "run_one": "explore", "Explorer": "explore",
-    "storm": "storm",
-    "replay": "replay", "load_replay": "replay",
+    "explore": "exploration", "run_one": "exploration", "Explorer": "exploration",
+    "storm": "storms",
+    "replay": "replays", "load_replay": "replays",
     "ChaosError": "points",
     "EffectSink": "sink",
     "Workload": "workload", "default_workload": "workload", "generate_workload": "workload",

@@ -153,7 +153,7 @@ def _print_failures(windows: list[dict[str, Any]]) -> None:
 
 # ---------------------------------------------------------------------------------- commands
 def cmd_points(args: argparse.Namespace) -> int:
-    from .explore import Explorer
+    from .exploration import Explorer
     from .points import WORKER_POINTS, unknown_points, worker_points
 
     try:
@@ -185,7 +185,7 @@ def cmd_points(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .explore import run_one
+    from .exploration import run_one
 
     try:
         spec = _spec(args.spec)
@@ -202,7 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from .explore import explore
+    from .exploration import explore
     from .workload import Workload, WorkloadError
 
     progress = Progress("crash explore")
@@ -237,7 +237,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_storm(args: argparse.Namespace) -> int:
-    from .storm import storm
+    from .storms import storm
 
     progress = Progress("crash storm")
     try:
@@ -274,7 +274,7 @@ def print_storm(s: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .replays import replay
 
     try:
         res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import BROKEN_WORKER
-from ledgercheck.chaos.explore import explore
+from ledgercheck.chaos.exploration import explore
 from ledgercheck.spec import Spec
 
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 from conftest import FULL
-from ledgercheck.chaos.explore import explore
+from ledgercheck.chaos.exploration import explore
 from ledgercheck.chaos.points import worker_points
 from ledgercheck.spec import Spec
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 from conftest import FULL
-from ledgercheck.chaos.replay import load_replay, replay
-from ledgercheck.chaos.storm import storm
+from ledgercheck.chaos.replays import load_replay, replay
+from ledgercheck.chaos.storms import storm
 from ledgercheck.spec import Spec
 
 

@@ -145,10 +145,10 @@ def replay(path: str, *, address: str | None = None, tmp_root: str | None = None
     doc = load_replay(path)
     spec = replay_spec(doc, path)
     if doc["kind"] == "storm":
-        from .storm import storm_from_replay
+        from .storms import storm_from_replay
 
         return storm_from_replay(doc, spec, path, address=address)
-    from .explore import run_one
+    from .exploration import run_one
 
     workload = replay_workload(doc, spec, path)
     window = run_one(address or doc["adapter"], spec, doc["point"], doc["occurrence"], seed=doc["seed"],

@@ -23,7 +23,7 @@ from ledgercheck.spec import Spec
 from .checker import alternatives, expected_decision
 from .points import WORKER_POINTS, ChaosError, check_contract, unknown_points, worker_points
 from .pool import WorkerPool
-from .replay import attach_replay, default_replay_dir
+from .replays import attach_replay, default_replay_dir
 from .scenario import Harness, NotReached, WindowResult
 from .workload import Workload, default_workload
 

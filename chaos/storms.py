@@ -31,10 +31,10 @@ from typing import Any
 from ledgercheck.spec import Spec
 
 from .checker import Violation, fold_problems, storm_step_allowed
-from .explore import check_adapter
+from .exploration import check_adapter
 from .points import DONE, QUARANTINE, ChaosError
 from .pool import WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
-from .replay import FORMAT, VERSION, _contract, default_replay_dir, replay_command, write_replay
+from .replays import FORMAT, VERSION, _contract, default_replay_dir, replay_command, write_replay
 from .scenario import T0
 from .sink import EffectSink
 from .workload import ItemIndex, Workload, generate_workload
@@ -466,7 +466,7 @@ def storm_from_replay(doc: Mapping[str, Any], spec: Spec, path: str, *, address:
         raise ChaosError(f"{path}: bad storm parameters: {exc}") from None
     workload = None
     if doc.get("workload") is not None:
-        from .replay import replay_workload
+        from .replays import replay_workload
 
         workload = replay_workload(doc, spec, path)
     summary = _run_storm(address or doc["adapter"], spec, params, workload=workload, replay_dir=None, progress=None,
