@@ -336,6 +336,7 @@ class _StderrTail:
         self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.total = 0
         self._fd = fd
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="adapter-stderr")
         self._thread.start()
 
@@ -351,10 +352,12 @@ class _StderrTail:
             self.total += len(chunk)
             parts = (partial + chunk).split(b"\n")
             partial = parts.pop()[-STDERR_LINE_CHARS:]
-            for p in parts:
-                self.lines.append(p[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip("\r"))
+            with self._lock:
+                for p in parts:
+                    self.lines.append(p[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip("\r"))
         if partial:
-            self.lines.append(partial.decode("utf-8", "replace"))
+            with self._lock:
+                self.lines.append(partial.decode("utf-8", "replace"))
         try:
             os.close(self._fd)
         except OSError:
@@ -362,6 +365,10 @@ class _StderrTail:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+    def tail(self, lines: int) -> list[str]:
+        with self._lock:
+            return list(self.lines)[-lines:]
 
 
 class WireClient(Client):
@@ -479,7 +486,7 @@ class WireClient(Client):
     def stderr_tail(self, lines: int = 20) -> str:
         if self._stderr is None:
             return ""
-        return "\n".join(list(self._stderr.lines)[-lines:])
+        return "\n".join(self._stderr.tail(lines))
 
     @property
     def stderr_bytes(self) -> int:
