@@ -8,6 +8,7 @@ step.  Workloads travel as plain JSON (to worker processes and in replay files).
 
 from __future__ import annotations
 
+import datetime
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -202,7 +203,8 @@ class _Gen:
         self.slugs = [fake.slug() for _ in range(k)]
         self.surnames = [fake.last_name().lower() for _ in range(k)]
         self.locales = [fake.locale() for _ in range(16)]
-        self.stamps = [fake.date_time_this_year().strftime("%Y%m%dT%H%M%S") for _ in range(k)]
+        start, end = datetime.datetime(2024, 1, 1), datetime.datetime(2024, 12, 31)  # fixed: no wall clock
+        self.stamps = [fake.date_time_between(start, end).strftime("%Y%m%dT%H%M%S") for _ in range(k)]
         self.uuids = [fake.uuid4() for _ in range(k)]
 
     def pick(self, pool: list[str]) -> str:
