@@ -127,6 +127,8 @@ class Storm:
         while True:
             msg = self._recv(s, what)
             ev = msg.get("event")
+            if ev == "tick":
+                continue
             if ev == "idle":
                 s.idle = True
                 if event == "idle":
@@ -270,7 +272,7 @@ class Storm:
                 msg = self._recv(s, "storm")
                 if msg.get("event") == "idle":
                     s.idle = True
-                else:
+                elif msg.get("event") != "tick":
                     raise StormError(f"storm: worker {s.h.name} sent {str(msg)[:120]}")
 
     def _left(self) -> int:

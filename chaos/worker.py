@@ -35,6 +35,7 @@ from .workload import Item, ItemIndex, Workload
 
 # Operations whose failure means the adapter itself broke (not a refusal by the rules).
 BUSY_RETRIES = 50
+TICK = 2.0  # seconds between "still working" messages of a storm worker
 
 
 class OpFailed(Exception):
@@ -593,7 +594,13 @@ class _Session:
         rng = random.Random(int(msg.get("seed", 0)))
         self.w.notes = []
 
+        last = [time.monotonic()]
+
         def between() -> bool:
+            now = time.monotonic()
+            if now - last[0] > TICK:  # busy is not hung: tell the harness now and then
+                last[0] = now
+                self.conn.send({"event": "tick"})
             return self._paused_loop(wait=False) if self.conn.poll() else True
 
         def idle() -> bool:
