@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import random
 import sqlite3
 import subprocess
@@ -13,11 +15,22 @@ from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference.ledger import Ledger, LedgerOpenError
 from ledgercheck.reference.verify import verify
 
+from ledgercheck.cli import main
+
 CLI = [sys.executable, "-m", "ledgercheck"]
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The operator CLI through its real entry point, in this process (an escaping exception fails the test)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return subprocess.CompletedProcess(["ledgercheck", *args], rc, out.getvalue(), err.getvalue())
+
+
+def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """The same in a real process (exit status and stderr as a shell sees them); the timeout guards against a hang."""
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
 
 
 def one_line_error(res: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -43,7 +56,7 @@ def test_random_bytes(tmp_path: Path) -> None:
     with pytest.raises(LedgerOpenError, match="not a SQLite database") as info:
         Ledger(bad)
     assert str(bad) in str(info.value) and "\n" not in str(info.value)
-    one_line_error(cli("ledger", "list", "--db", str(bad)), 2, str(bad), "not a SQLite database")
+    one_line_error(cli_process("ledger", "list", "--db", str(bad)), 2, str(bad), "not a SQLite database")
 
 
 def test_random_bytes_behind_a_sqlite_header(tmp_path: Path) -> None:
@@ -140,7 +153,7 @@ def test_locked_database_is_waited_for_then_refused_busy(procs: list[str], tmp_p
                 fn(**kw)
             assert info.value.code == "busy" and info.value.definite and str(path) in info.value.message
         assert led.get(work_id=w["work_id"]) == w and [x["work_id"] for x in led.list()] == [w["work_id"]]  # readers go on
-        one_line_error(cli("ledger", "recover", "--db", str(path), "--busy-timeout", "0.2"), 1, "busy")
+        one_line_error(cli_process("ledger", "recover", "--db", str(path), "--busy-timeout", "0.2"), 1, "busy")
         assert cli("ledger", "list", "--db", str(path), "--busy-timeout", "0.2").returncode == 0
     finally:
         locker.kill()

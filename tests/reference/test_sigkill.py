@@ -6,7 +6,7 @@ change lacks its event or the other way round (the transition events chain from 
 status and end at the record's status); event seqs are gapless; no record holds a lease in a
 status that is not leased; and the active pointer matches the database again.
 
-The default run does a dozen kills on one file (each reopen also recovers the file the last kill
+The default run does ten kills on one file (each reopen also recovers the file the last kill
 left); LEDGERCHECK_KILL_RUNS=200 does more.  The ledger's own crash points (inside the
 transaction before COMMIT, and after COMMIT before the pointer is rewritten) are killed at
 deterministically as well.
@@ -28,7 +28,7 @@ from ledgercheck.reference.ledger import CRASH_POINTS, Ledger
 from ledgercheck.reference.pointer import read_pointer
 from ledgercheck.reference.verify import verify
 
-RUNS = int(os.environ.get("LEDGERCHECK_KILL_RUNS", "12"))
+RUNS = int(os.environ.get("LEDGERCHECK_KILL_RUNS", "10"))
 SEED = int(os.environ.get("LEDGERCHECK_KILL_SEED", "20261121"))
 
 
