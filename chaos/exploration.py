@@ -25,7 +25,7 @@ from .points import WORKER_POINTS, ChaosError, check_contract, unknown_points, w
 from .pool import WorkerPool
 from .replays import attach_replay, default_replay_dir
 from .scenario import Harness, NotReached, WindowResult
-from .workload import Workload, default_workload
+from .workload import Workload, WorkloadError, default_workload
 
 Progress = Callable[[int, int | None, dict[str, Any]], None]
 REQUIRED_PROFILES = ("core", "lease", "idempotency", "recovery")
@@ -52,13 +52,18 @@ def check_adapter(handshake: Mapping[str, Any], address: str) -> None:
 class Explorer:
     """Shared set-up for explore/run/replay: pool, handshake checks, workload, baseline."""
 
-    def __init__(self, address: str, spec: Spec, *, seed: int = 0, workload: Workload | None = None,
+    def __init__(self, address: str, spec: Spec, *, seed: int = 0, workload: Workload | Mapping[str, Any] | None = None,
                  worker: str | None = None, jobs: int = 1, timeout: float = 60.0, tmp_root: str | None = None) -> None:
         problems = check_contract(spec)
         if problems:
             raise ChaosError(f"the contract does not fit the crash harness: {problems[0]}")
         self.address, self.spec, self.seed, self.worker = address, spec, seed, worker
         self.jobs = max(1, jobs)
+        if workload is not None and not isinstance(workload, Workload):
+            try:
+                workload = Workload.from_dict(workload, spec)
+            except WorkloadError as exc:
+                raise ChaosError(str(exc)) from None
         self.pool = WorkerPool(address, spec, spare=self.jobs + 1, worker=worker)
         try:
             probe = self.pool.get()
@@ -155,7 +160,8 @@ def _where(ctx: Mapping[str, Any]) -> str:
     return f"{ctx.get('item')} step {ctx.get('step')} ({ctx.get('stage')}, in {ctx.get('op') or 'no operation'})"
 
 
-def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None = None, workload: Workload | None = None,
+def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None = None,
+            workload: Workload | Mapping[str, Any] | None = None,
             max_occurrence: int | None = None, replay_dir: str | None = None, progress: Progress | None = None,
             jobs: int = 1, fencing: bool = True, worker: str | None = None, timeout: float = 60.0,
             tmp_root: str | None = None) -> list[dict[str, Any]]:

@@ -17,8 +17,6 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-BROKEN_WORKER = f"{HERE / 'broken_workers.py'}:BlindRetryWorker"
-FULL = bool(os.environ.get("LEDGERCHECK_CHAOS_FULL"))
 
 
 def scratch_root() -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import BROKEN_WORKER
+from chaos_support import BROKEN_WORKER
 from ledgercheck.chaos.exploration import explore
 from ledgercheck.spec import Spec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import FULL
+from chaos_support import FULL
 from ledgercheck.chaos.exploration import explore
 from ledgercheck.chaos.points import worker_points
 from ledgercheck.spec import Spec

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import FULL
+from chaos_support import FULL
 from ledgercheck.chaos.replays import load_replay, replay
 from ledgercheck.chaos.storms import storm
 from ledgercheck.spec import Spec
