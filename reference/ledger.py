@@ -47,6 +47,8 @@ _INSERT_WORK = (
 _BY_IDENTITY = SELECT_WORK + (" WHERE source_system = ? AND source_id = ? AND "
                               "ifnull(source_run_id, char(0)) = ifnull(?, char(0))")
 _BY_ID = SELECT_WORK + " WHERE work_id = ?"
+_VERSION = "SELECT event_count FROM work WHERE seq = ?"
+CACHE_MAX = 4096
 # monitor scans name their (partial) indexes: a query that could not use one fails loudly
 _LEASED = SELECT_WORK + " INDEXED BY work_lease WHERE lease_token IS NOT NULL"
 _WAIT_DUE = SELECT_WORK + " INDEXED BY work_wait WHERE waiting_deadline < ?"
@@ -88,6 +90,7 @@ class _Tx:
         led = self.led
         try:
             if et is not None:
+                led._pending.clear()
                 led._rollback()
                 if isinstance(ev, sqlite3.Error):
                     raise led._db_error(ev) from None
@@ -102,6 +105,8 @@ class _Tx:
                 if isinstance(exc, sqlite3.Error):
                     raise led._db_error(exc) from None
                 raise
+            if led._pending:
+                led._remember()
             if hook is not None:
                 hook("ledger.after_commit")
             return False
@@ -138,6 +143,11 @@ class Ledger(RecoveryOps, JournalOps):
         self.synchronous = str(synchronous).upper()
         self._lock = threading.Lock()
         self._tx = _Tx(self)
+        # Records this connection committed or read, by work id.  A cached record is only used
+        # after checking that its event_count (which every change of a row increases, see
+        # schema.py) is still the row's; it saves materialising the whole row again.
+        self._cache: dict[str, Rec] = {}
+        self._pending: list[Rec] = []
         self._prepare_rules()
         check_file(self.path, create)
         try:
@@ -260,10 +270,25 @@ class Ledger(RecoveryOps, JournalOps):
 
     # ------------------------------------------------------------------ rows and events
     def _get(self, cur: sqlite3.Cursor, work_id: str) -> Rec:
-        r = cur.execute(_BY_ID, (work_id,)).fetchone()
-        if r is None:
-            raise LedgerError("not_found", f"no work {work_id!r}")
-        return load(r)
+        hit = self._cache.get(work_id)
+        if hit is not None and cur.execute(_VERSION, (hit.seq,)).fetchone() == (hit.n,):
+            rec = Rec(hit.snap.copy(), hit.seq, hit.n, hit.rp)
+        else:
+            r = cur.execute(_BY_ID, (work_id,)).fetchone()
+            if r is None:
+                raise LedgerError("not_found", f"no work {work_id!r}")
+            rec = load(r)
+        self._pending.append(rec)
+        return rec
+
+    def _remember(self) -> None:
+        """After a COMMIT: cache the records the transaction read or wrote, as committed."""
+        cache = self._cache
+        for rec in self._pending:
+            cache[rec.snap["work_id"]] = Rec(rec.snap.copy(), rec.seq, rec.n, rec.rp)
+        self._pending.clear()
+        while len(cache) > CACHE_MAX:
+            del cache[next(iter(cache))]
 
     def _write(self, cur: sqlite3.Cursor, rec: Rec, changes: dict[str, Any], now: float, etype: str,
                src: str | None, dst: str | None) -> dict[str, Any]:
@@ -286,6 +311,7 @@ class Ledger(RecoveryOps, JournalOps):
                                    encode({f: new[f] for f in fields})))
         rec.snap = new
         rec.n = n + 1
+        self._pending.append(rec)
         return new
 
     def _dst(self, op: str, rec: Rec, want: str | None = None) -> str:
@@ -371,14 +397,22 @@ class Ledger(RecoveryOps, JournalOps):
             }
             cur.execute(INSERT_EVENT, (wid, self._first, self._created_event, None, status, now, self.actor,
                                        encode({f: snap[f] for f in self._event_fields[self._created_event]})))
+            self._pending.append(Rec(snap, seq, 1, encode(retry_policy) if retry_policy else None))
         return {"work": snap, "created": True}
 
     def get(self, *, work_id: str) -> dict[str, Any]:
         self._check("get", {"work_id": work_id})
-        rows = self._read(_BY_ID, (work_id,))
-        if not rows:
+        with self._lock:
+            try:
+                hit = self._cache.get(work_id)
+                if hit is not None and self.conn.execute(_VERSION, (hit.seq,)).fetchone() == (hit.n,):
+                    return hit.snap.copy()
+                r = self.conn.execute(_BY_ID, (work_id,)).fetchone()
+            except sqlite3.Error as exc:
+                raise self._db_error(exc) from None
+        if r is None:
             raise LedgerError("not_found", f"no work {work_id!r}")
-        return load(rows[0]).snap
+        return load(r).snap
 
     def list(self, *, status: str | None = None, quarantined: bool | None = None) -> list[dict[str, Any]]:
         self._check("list", {"status": status, "quarantined": quarantined})

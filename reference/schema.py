@@ -180,7 +180,10 @@ def _triggers(spec: Spec) -> list[str]:
   SELECT RAISE(ABORT, 'invalid_transition: a status change must append its event')
    WHERE NEW.status <> OLD.status AND NEW.event_count <= OLD.event_count;
   SELECT RAISE(ABORT, 'invalid_transition: lease_version decreased') WHERE NEW.lease_version < OLD.lease_version;
-  SELECT RAISE(ABORT, 'invalid_transition: event_count decreased') WHERE NEW.event_count < OLD.event_count;
+  SELECT RAISE(ABORT, 'invalid_transition: every change of a work record appends an event') WHERE NEW.event_count <= OLD.event_count;
+  SELECT RAISE(ABORT, 'invalid_transition: the identity of a work record never changes')
+   WHERE NEW.seq IS NOT OLD.seq OR NEW.work_id IS NOT OLD.work_id OR NEW.source_system IS NOT OLD.source_system
+      OR NEW.source_id IS NOT OLD.source_id OR NEW.source_run_id IS NOT OLD.source_run_id OR NEW.created_at IS NOT OLD.created_at;
   SELECT RAISE(ABORT, 'invalid_transition: a terminal record changes only by requeue')
    WHERE {terminal} AND NEW.status = OLD.status AND ({frozen});
 END""",

@@ -1,7 +1,7 @@
 """Helper processes for the reference tests, run as ``python procs.py ROLE ARGS...``.
 
     lock DB SECONDS            hold BEGIN IMMEDIATE on DB (prints "locked"), then exit
-    claim DB OUT GO            wait for the file GO, then claim, renew and close out until nothing
+    claim DB OUT GO            print "ready", wait for the file GO, then claim, renew and close out until nothing
                                is left; one JSON line per claim to OUT
     write DB SEED              a worker doing a random mix of ledger operations forever (prints
                                "ready"); it is meant to be SIGKILLed
@@ -34,6 +34,7 @@ def lock(db: str, seconds: str) -> None:
 def claim(db: str, out: str, go: str) -> None:
     led = Ledger(db, busy_timeout=30.0)
     me = f"pid-{os.getpid()}"
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     now = 1000.0

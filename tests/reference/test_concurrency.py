@@ -12,14 +12,17 @@ from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference.ledger import Ledger
 from ledgercheck.reference.verify import verify
 
-ITEMS = 120
+ITEMS = 200
 
 
 def claim_round(procs: list[str], db: Path, tmp: Path, tag: str, claimers: int) -> list[dict[str, Any]]:
     go = tmp / f"go-{tag}"
     outs = [tmp / f"claims-{tag}-{i}.jsonl" for i in range(claimers)]
-    ps = [subprocess.Popen([*procs, "claim", str(db), str(o), str(go)], stderr=subprocess.PIPE, text=True) for o in outs]
-    go.touch()  # all start together
+    ps = [subprocess.Popen([*procs, "claim", str(db), str(o), str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+          for o in outs]
+    for p in ps:  # every claimer has its ledger open before any of them starts
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+    go.touch()
     for p in ps:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err

@@ -46,6 +46,14 @@ def test_raw_status_change_without_event_refused(db: Path, populated: Any, rawdb
             "must append its event")
 
 
+def test_raw_change_without_event_or_of_identity_refused(db: Path, populated: Any, rawdb: Any) -> None:
+    c = rawdb(db)
+    wid = populated["running"]["work_id"]
+    refused(c, "UPDATE work SET priority = 0 WHERE work_id = ?", (wid,), "appends an event")
+    refused(c, "UPDATE work SET work_id = 'other', event_count = event_count + 1 WHERE work_id = ?", (wid,), "identity")
+    refused(c, "UPDATE work SET source_id = 'other', event_count = event_count + 1 WHERE work_id = ?", (wid,), "identity")
+
+
 def test_raw_lease_version_decrease_refused(db: Path, populated: Any, rawdb: Any) -> None:
     c = rawdb(db)
     refused(c, "UPDATE work SET lease_version = lease_version - 1 WHERE work_id = ?", (populated["running"]["work_id"],),
@@ -54,15 +62,17 @@ def test_raw_lease_version_decrease_refused(db: Path, populated: Any, rawdb: Any
 
 def test_raw_lease_coupling_refused(db: Path, populated: Any, rawdb: Any) -> None:
     c = rawdb(db)
-    refused(c, "UPDATE work SET lease_token = 'sneaky' WHERE work_id = ?", (populated["queued"]["work_id"],), "CHECK")
-    refused(c, "UPDATE work SET lease_token = NULL WHERE work_id = ?", (populated["running"]["work_id"],), "CHECK")
-    refused(c, "UPDATE work SET waiting_ref = NULL WHERE work_id = ?", (populated["waiting_user"]["work_id"],), "CHECK")
-    refused(c, "UPDATE work SET waiting_kind = 'external' WHERE work_id = ?", (populated["waiting_user"]["work_id"],), "CHECK")
+    bump = ", event_count = event_count + 1"  # past the trigger, so that the CHECK is what refuses
+    refused(c, f"UPDATE work SET lease_token = 'sneaky'{bump} WHERE work_id = ?", (populated["queued"]["work_id"],), "CHECK")
+    refused(c, f"UPDATE work SET lease_token = NULL{bump} WHERE work_id = ?", (populated["running"]["work_id"],), "CHECK")
+    refused(c, f"UPDATE work SET waiting_ref = NULL{bump} WHERE work_id = ?", (populated["waiting_user"]["work_id"],), "CHECK")
+    refused(c, f"UPDATE work SET waiting_kind = 'external'{bump} WHERE work_id = ?", (populated["waiting_user"]["work_id"],), "CHECK")
 
 
 def test_raw_terminal_record_frozen(db: Path, populated: Any, rawdb: Any) -> None:
     c = rawdb(db)
-    refused(c, "UPDATE work SET result = '\"forged\"' WHERE work_id = ?", (populated["done"]["work_id"],), "only by requeue")
+    refused(c, "UPDATE work SET result = '\"forged\"', event_count = event_count + 1 WHERE work_id = ?", (populated["done"]["work_id"],),
+            "only by requeue")
 
 
 def test_raw_event_update_and_delete_refused(db: Path, populated: Any, rawdb: Any) -> None:
@@ -90,6 +100,25 @@ def test_guards_do_not_fire_on_the_ledgers_own_writes(kit: Any, spec: Any) -> No
     kit.led.recover(now=T0 + 10**6)
     kit.led.expire(now=T0 + 10**6)
     assert verify(kit.led) == []
+
+
+def test_a_connection_never_trusts_a_stale_copy_of_a_record(db: Path, spec: Any) -> None:
+    """Each ledger keeps the records it wrote; another writer's change must be seen, never the old copy."""
+    with Ledger(db, spec) as a, Ledger(db, spec) as b:
+        w = a.create(source_system="manual", source_id="x", now=T0)["work"]
+        w = a.claim(owner="a", work_id=w["work_id"], now=T0)
+        a.renew(work_id=w["work_id"], token=w["lease_token"], now=T0 + 1)
+        b.expire(now=T0 + 3600)
+        b.requeue(work_id=w["work_id"], now=T0 + 3601)
+        taken = b.claim(owner="b", now=T0 + 3602)
+        assert a.get(work_id=w["work_id"]) == taken
+        with pytest.raises(LedgerError) as info:
+            a.renew(work_id=w["work_id"], token=w["lease_token"], now=T0 + 3603)
+        assert info.value.code == "stale_lease"
+        r = a.renew(work_id=w["work_id"], token=taken["lease_token"], now=T0 + 3604)
+        assert r["owner"] == "b" and r["lease_version"] == 2 and len(a.events(work_id=w["work_id"])) == 7
+        r["owner"] = "mutated by the caller"  # a caller's copy is its own
+        assert a.get(work_id=w["work_id"])["owner"] == "b" == b.get(work_id=w["work_id"])["owner"]
 
 
 def test_overlay_transition_is_followed(tmp_path: Path, overlay: Any) -> None:
