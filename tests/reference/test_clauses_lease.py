@@ -102,7 +102,8 @@ def test_lease_fencing(kit: Any) -> None:
     w = kit.running(now=T0)
     wid = w["work_id"]
     rec = led.effect_begin(work_id=wid, step_id="s", tool="t", input={"a": 1}, step_class="pure", token=w["lease_token"], now=T0)["receipt"]
-    for forged in ("forged", w["lease_token"][:-1] + "0", ""):
+    near = w["lease_token"][:-1] + ("1" if w["lease_token"][-1] == "0" else "0")  # one character off
+    for forged in ("forged", near, ""):
         kit.refused("stale_lease", led.renew, work_id=wid, token=forged, now=T0 + 1)
         kit.refused("stale_lease", led.close_out, work_id=wid, token=forged, status="done", now=T0 + 1)
         kit.refused("stale_lease", led.set_waiting, work_id=wid, token=forged, kind="user", ref="r", now=T0 + 1)
