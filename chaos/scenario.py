@@ -149,8 +149,9 @@ class Harness:
     def baseline(self) -> dict[str, Any]:
         """Run the workload once with no crash; returns point counts and the trace of contexts."""
         base, ledger, sink = self._dirs()
-        h = self.worker()
+        h: WorkerHandle | None = None
         try:
+            h = self.worker()
             self._open(h, ledger, sink, T0, "A")
             ids = self._req(h, {"cmd": "setup"}, "create the workload")["ids"]
             self._req(h, {"cmd": "arm", "point": None}, "reset the point counts")
@@ -164,7 +165,8 @@ class Harness:
             verdict = check_window(self.spec, self.workload, "(no crash)", obs)
             self.pool.put(h)
         except WindowError as exc:
-            h.kill()
+            if h is not None:
+                h.kill()
             raise ChaosError(f"baseline run failed: {exc}") from None
         finally:
             shutil.rmtree(base, ignore_errors=True)
