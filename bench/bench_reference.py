@@ -25,6 +25,7 @@ import platform
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from multiprocessing.connection import Connection
@@ -116,7 +117,7 @@ KINDS = {"raw": Raw, "reference": Reference}
 
 # ---------------------------------------------------------------------- contending processes
 def _worker(conn: Connection, barrier: Any, tag: str) -> None:
-    """Runs chunks on command: (kind, path, synchronous, start, count) -> seconds."""
+    """Runs chunks on command: (kind, path, synchronous, start, count) -> seconds, or an error line."""
     stores: dict[tuple[str, str], Any] = {}
     while True:
         msg = conn.recv()
@@ -127,12 +128,17 @@ def _worker(conn: Connection, barrier: Any, tag: str) -> None:
             store = stores.get((kind, path))
             if store is None:
                 store = stores[(kind, path)] = KINDS[kind](path, sync)
-            barrier.wait()
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+            barrier.abort()
+            conn.send(f"{type(exc).__name__}: {exc}")
+            continue
+        try:
+            barrier.wait(timeout=120)
             t = time.perf_counter()
             for i in range(start, start + count):
                 store.item(i, tag)
             conn.send(time.perf_counter() - t)
-        except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+        except Exception as exc:  # noqa: BLE001
             conn.send(f"{type(exc).__name__}: {exc}")
     for store in stores.values():
         store.close()
@@ -157,13 +163,17 @@ class Pair:
         half = count // 2
         for n, pipe in enumerate(self.pipes):
             pipe.send((kind, path, sync, start + n * half, half))
-        self.barrier.wait(timeout=120)
+        try:
+            self.barrier.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            pass  # a worker could not start; its answer says why
         t = time.perf_counter()
         answers = [pipe.recv() for pipe in self.pipes]
         wall = time.perf_counter() - t
         for a in answers:
             if isinstance(a, str):
                 raise SystemExit(f"bench: a {kind} worker failed: {a}")
+        self.barrier.reset()
         return wall
 
     def close(self) -> None:
