@@ -102,6 +102,7 @@ class _Tx:
                     hook("ledger.after_event_insert")
                 led._cur.execute("COMMIT")
             except BaseException as exc:
+                led._pending.clear()
                 led._rollback()
                 if isinstance(exc, sqlite3.Error):
                     raise led._db_error(exc) from None

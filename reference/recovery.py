@@ -41,7 +41,7 @@ class RecoveryOps:
             s = rec.snap
             if s["status"] in self.leased and now > s["lease_expires_at"] + self.spec.lease_for(s["source_system"]).grace:
                 found.append(rec)
-        for r in cur.execute(SELECT_WORK + f" INDEXED BY work_recover WHERE {recover_filter(self.spec)}").fetchall():
+        for r in cur.execute(SELECT_WORK + f" WHERE {recover_filter(self.spec)}").fetchall():
             found.append(load(r))
         recover = self.targets.get("recover", {})
         return sorted((rec for rec in found if recover.get(rec.snap["status"])), key=lambda rec: rec.seq)

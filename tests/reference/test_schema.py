@@ -121,6 +121,25 @@ def test_a_connection_never_trusts_a_stale_copy_of_a_record(db: Path, spec: Any)
         assert a.get(work_id=w["work_id"])["owner"] == "b" == b.get(work_id=w["work_id"])["owner"]
 
 
+def test_an_interrupted_transaction_leaves_no_trace(db: Path, spec: Any) -> None:
+    """A hook raising inside the transaction (before COMMIT) rolls everything back, cached copies included."""
+    with Ledger(db, spec) as led:
+        w = led.create(source_system="manual", source_id="x", now=T0)["work"]
+        w = led.claim(owner="a", work_id=w["work_id"], now=T0)
+
+        def boom(point: str) -> None:
+            if point == "ledger.after_event_insert":
+                raise RuntimeError("interrupted")
+
+        led.crash_hook = boom
+        with pytest.raises(RuntimeError):
+            led.close_out(work_id=w["work_id"], token=w["lease_token"], status="done", now=T0 + 1)
+        led.crash_hook = None
+        assert led.get(work_id=w["work_id"]) == w and len(led.events(work_id=w["work_id"])) == 2
+        assert led.renew(work_id=w["work_id"], token=w["lease_token"], now=T0 + 2)["status"] == "running"
+        assert verify(led) == []
+
+
 def test_overlay_transition_is_followed(tmp_path: Path, overlay: Any) -> None:
     # the shipped table without the retry_scheduled -> cancelled edge
     s2 = overlay("""transitions:
