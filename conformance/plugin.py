@@ -285,7 +285,7 @@ class StatefulItem(LedgerItem):
         profiles = [p for p in sess.claimed if p in wanted and p in sess.requested]
         h = Harness(base.client, sess.spec, profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
                     wall_scale=sess.wall_scale)
-        machine = make_machine(h)
+        machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
         db = DirectoryBasedExampleDatabase(str(sess.artifacts / "hypothesis" / sess.slug))
         opts = hypothesis_settings(self.config.getoption("ledger_hypothesis_profile"), database=db)

@@ -8,6 +8,7 @@ source system, the bounds of a retry delay); they never add rules of their own.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -243,9 +244,13 @@ class Spec:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
 
     # ---- identity -------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """SHA-256 of the merged document in canonical JSON: two specs with equal digests are the same contract."""
+        """SHA-256 of the merged document in canonical JSON: two specs with equal digests are the same contract.
+
+        Computed once per Spec (the document is frozen); ``dataclasses.replace`` makes a new Spec
+        with its own cache.
+        """
         return sha256_hex(canonical_json(_plain(self.document)))
 
     # ---- statuses and transitions -----------------------------------------------------------

@@ -455,8 +455,40 @@ def load_spec(paths: Sequence[str | Path] | None = None) -> Spec:
     return build_spec(doc, files)
 
 
+_FROM_DOCUMENT: dict[str, Spec] = {}
+_BY_IDENTITY: dict[int, tuple[Mapping[str, Any], Spec]] = {}
+
+
 def spec_from_document(doc: Mapping[str, Any]) -> Spec:
-    """Validate and build a Spec from an already merged document (as sent by the harness)."""
+    """Validate and build a Spec from an already merged document (as sent by the harness).
+
+    The harness sends the same document on every reset, so results are cached by the
+    document's canonical SHA-256 (validation costs far more than hashing).
+    """
+    from .contract import canonical_json, sha256_hex
+
+    same = _BY_IDENTITY.get(id(doc))
+    if same is not None and same[0] is doc:
+        return same[1]
+    try:
+        key = sha256_hex(canonical_json(_copy(dict(doc))))
+    except (TypeError, ValueError):
+        key = ""
+    if key and key in _FROM_DOCUMENT:
+        spec = _FROM_DOCUMENT[key]
+    else:
+        spec = _spec_from_document(doc)
+        if key:
+            if len(_FROM_DOCUMENT) > 16:
+                _FROM_DOCUMENT.clear()
+            _FROM_DOCUMENT[key] = spec
+    if len(_BY_IDENTITY) > 16:
+        _BY_IDENTITY.clear()
+    _BY_IDENTITY[id(doc)] = (doc, spec)  # holds the document, so its id is not reused
+    return spec
+
+
+def _spec_from_document(doc: Mapping[str, Any]) -> Spec:
     pos = Positions()
     problems = schema_problems(doc, pos)
     if not problems:

@@ -95,7 +95,9 @@ def _no_check(clause_id: str) -> CaseFn:
 
 
 def fail(clause: str, message: str, h: Harness | None = None) -> None:
-    raise ClauseFailure([Violation(clause, message)], h.context() if h else "")
+    if h is not None:
+        h.fail([Violation(clause, message)])
+    raise ClauseFailure([Violation(clause, message)])
 
 
 def check(cond: bool, clause: str, message: str, h: Harness | None = None) -> None:
