@@ -531,13 +531,16 @@ class Model:
 
     def _op_close_out(self, a: dict[str, Any]) -> Expectation:
         dst = a["status"]
+        wid0 = a["work_id"]
+        if wid0 in self.items:
+            it0 = self.items[wid0]
+            edge = self.spec.edge(it0["status"], dst)
+            if edge is not None and "close_out" in edge.ops and edge.guard == "cancel_requested" and not it0["cancel_requested"]:
+                codes = {"invalid_transition"} | ({"stale_lease"} if self._lease_problem(it0, a.get("token"), a["now"]) else set())
+                return Refuse(frozenset(codes), "core.cancel.intent_first", f"{wid0}: close-out as {dst} needs a recorded cancel request")
         it, refuse = self._lease_guard("close_out", a, dst)
         if refuse:
             return refuse
-        edge = self.spec.edge(it["status"], dst)
-        if edge.guard == "cancel_requested" and not it["cancel_requested"]:
-            codes = {"invalid_transition"} | ({"stale_lease"} if self._lease_problem(it, a.get("token"), a["now"]) else set())
-            return Refuse(frozenset(codes), "core.cancel.intent_first", f"{it['work_id']}: close-out as {dst} needs a recorded cancel request")
         wid, now = it["work_id"], a["now"]
 
         def h(res: Any) -> list[Violation]:
@@ -980,7 +983,8 @@ class Model:
         key = a["key"]
         rec = self.receipts.get(key)
         if rec is None:
-            return Refuse(frozenset({"not_found"}), "core.not_found", f"no receipt {key[:12]}")
+            codes = {"not_found"} | ({"invalid_argument"} if a["state"] == "completed" else set())
+            return Refuse(frozenset(codes), "core.not_found", f"no receipt {key[:12]}")
         if a["state"] == "completed":
             return Refuse(frozenset({"invalid_argument", "invalid_transition"}), "idem.receipt_states", "completing a receipt needs its result (effect_record)")
         if (rec["state"], a["state"]) not in self.spec.receipt_transitions:
@@ -1250,7 +1254,8 @@ class Model:
                     continue
                 stale = now > limit
             elif it["status"] in self.spec.terminal_statuses and it["status_reason"] == hb and not it["quarantined"] \
-                    and self.spec.targets("recover", it["status"]):
+                    and self.spec.targets("recover", it["status"]) \
+                    and (self.events.get(wid) or [{}])[-1].get("type") == self.spec.operations["expire"].event_for("timeout"):
                 stale = True
             if not stale:
                 continue

@@ -29,9 +29,6 @@ from .client import AdapterError, Client, connect
 from .clock import plain, scaled_document, scaled_spec
 from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable
 
-STATEFUL = ("lifecycle", "messaging")
-MESSAGING_PROFILES = {"inbox", "outbox", "eventlog"}
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("ledgercheck", "work-ledger conformance (ledgercheck)")
@@ -169,7 +166,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 continue
             new.append(ClauseItem.from_parent(root, name=f"{prof}::{cs.name}", case=cs, profile=prof))
     if not _opt(config, "ledger_clauses_only"):
-        for name in STATEFUL:
+        from .stateful import FAMILIES
+
+        for name in FAMILIES:
             new.append(StatefulItem.from_parent(root, name=f"stateful::{name}", machine=name))
     shard = _opt(config, "ledger_shard")
     if shard:
@@ -266,11 +265,12 @@ class StatefulItem(LedgerItem):
         self.profile = None
         self.add_marker(pytest.mark.ledger_clause(None, None, "stateful"))
         self.user_properties += [("ledger_kind", "stateful")]
-        profiles = set(self.sess.claimed) & set(self.sess.requested)
-        wanted = MESSAGING_PROFILES if machine == "messaging" else set(self.sess.spec.profiles) - {"inbox", "outbox"}
-        if not profiles & wanted:
+        from .stateful import machine_profiles
+
+        self.profiles = machine_profiles([p for p in self.sess.claimed if p in self.sess.requested], machine)
+        if not self.profiles:
             self.user_properties.append(("ledger_not_claimed", True))
-            self.add_marker(pytest.mark.skip(reason=f"not claimed: none of {', '.join(sorted(wanted))}"))
+            self.add_marker(pytest.mark.skip(reason=f"not claimed: the adapter claims no profile the {machine} machine checks"))
 
     def runtest(self) -> None:
         import random
@@ -281,9 +281,7 @@ class StatefulItem(LedgerItem):
 
         sess = self.sess
         base = sess.harness
-        wanted = MESSAGING_PROFILES if self.machine == "messaging" else set(sess.spec.profiles) - {"inbox", "outbox"}
-        profiles = [p for p in sess.claimed if p in wanted and p in sess.requested]
-        h = Harness(base.client, sess.spec, profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
+        h = Harness(base.client, sess.spec, self.profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
                     wall_scale=sess.wall_scale)
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"

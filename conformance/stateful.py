@@ -14,6 +14,7 @@ short program, which is also saved as a JSON trace that replays without hypothes
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from faker import Faker
@@ -99,6 +100,16 @@ class Pools:
 
 
 LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_")
+FAMILIES = ("lifecycle", "messaging")
+MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog"})
+
+
+def machine_profiles(claimed: Iterable[str], family: str) -> list[str]:
+    """The profiles a machine family checks: messaging = inbox, outbox and the event-log
+    streams; lifecycle = everything else (the event-log profile's fold checks included)."""
+    if family == "messaging":
+        return [p for p in claimed if p in MESSAGING_PROFILES]
+    return [p for p in claimed if p not in ("inbox", "outbox")]
 
 
 def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str | None = None) -> type[RuleBasedStateMachine]:
@@ -162,6 +173,7 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
     leased = tuple(n for n, s_ in spec.statuses.items() if s_.leased)
     waiting = tuple(spec.waiting_statuses.values())
     terminal_t = tuple(terminal)
+    poke_ops = [op for op in ("claim", "close_out", "cancel", "requeue", "renew", "set_waiting", "resume", "fail") if op in enabled]
     cancellable = tuple({t.src for t in spec.edges_of("cancel")} | set(spec.operations["cancel"].intent_from))
 
     class LedgerMachine(RuleBasedStateMachine):
@@ -184,10 +196,48 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
               delta=st.sampled_from([-QUANTUM, 0.0, QUANTUM]))
         def jump(self, i: int, which: str, delta: float) -> None:
             """Move the clock to an instant that matters for one item (just before, at, just after)."""
-            it = h.model.items[pick(self, i)]
+            where = {"wait_deadline": waiting, "next_retry": ("retry_scheduled",)}.get(which, leased)
+            it = h.model.items[pick(self, i, where)]
             t = boundary(it, which)
             if t is not None and t + delta > h.now():
                 h.advance_to(t + delta)
+
+        @precondition(lambda self: h.model.items and "fail" in enabled)
+        @rule(i=idx, cls=st.sampled_from(errors))
+        def attempt(self, i: int, cls: str) -> None:
+            """One execution attempt that fails: promote when due, claim, fail (retries deepen fast)."""
+            wid = pick(self, i, ("retry_scheduled",) + claimable)
+            it = h.model.items[wid]
+            if it["status"] == "retry_scheduled" and "promote_due" in enabled:
+                h.advance_to(it["next_retry_at"])
+                h.do("promote_due")
+            if h.model.items[wid]["status"] in claimable:
+                h.do("claim", owner=pools.owners[0], work_id=wid)
+            if h.model.items[wid]["status"] in leased:
+                h.do("fail", work_id=wid, token=h.model.items[wid]["lease_token"], error_class=cls)
+
+        @precondition(lambda self: h.model.items)
+        @rule(i=st.integers(0, 63), op=st.sampled_from(poke_ops), tok=tokens, arg=st.integers(0, 7))
+        def poke(self, i: int, op: str, tok: str, arg: int) -> None:
+            """Any item operation on an item of any status (statuses drawn first, so finished and
+            waiting work is hit as often as queued work): the contract's refusals get exercised."""
+            ids = items(self)
+            present = sorted({h.model.items[w]["status"] for w in ids})
+            status = present[i % len(present)]
+            fit = [w for w in ids if h.model.items[w]["status"] == status]
+            wid = fit[(i // len(present)) % len(fit)]
+            args: dict[str, Any] = {"work_id": wid}
+            if op in ("close_out", "renew", "set_waiting", "fail"):
+                args["token"] = token_for(wid, tok)
+            if op == "close_out":
+                args["status"] = terminal[arg % len(terminal)]
+            elif op == "set_waiting":
+                args.update(kind=kinds[arg % len(kinds)], ref=pools.refs[arg % len(pools.refs)])
+            elif op == "fail":
+                args["error_class"] = errors[arg % len(errors)]
+            elif op in ("claim", "resume"):
+                args["owner"] = pools.owners[arg % len(pools.owners)]
+            h.do(op, **args)
 
         @precondition(lambda self: h.model.items)
         @rule(i=idx, status=st.sampled_from(list(spec.statuses)))

@@ -41,8 +41,15 @@ class RecoveryOps:
             s = rec.snap
             if s["status"] in self.leased and now > s["lease_expires_at"] + self.spec.lease_for(s["source_system"]).grace:
                 found.append(rec)
+        marked = self.spec.operations["expire"].event_for("timeout")
         for r in cur.execute(SELECT_WORK + f" WHERE {recover_filter(self.spec)}").fetchall():
-            found.append(load(r))
+            rec = load(r)
+            # only the monitor's own timeout (its event is the record's last), not a holder's
+            # close-out that happens to give the same reason
+            last = cur.execute("SELECT type FROM work_event WHERE work_id = ? ORDER BY seq DESC LIMIT 1",
+                               (rec.snap["work_id"],)).fetchone()
+            if last is not None and last[0] == marked:
+                found.append(rec)
         recover = self.targets.get("recover", {})
         return sorted((rec for rec in found if recover.get(rec.snap["status"])), key=lambda rec: rec.seq)
 

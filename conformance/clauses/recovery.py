@@ -51,7 +51,17 @@ def _scan(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         again = h.do("recover").value
         check(all(v["work_id"] != wid for v in again), "recovery.scan", "recovered work was reported again", h)
 
+    def holder_timeout(h: Harness) -> None:
+        wid = h.create()
+        tok = h.claim(wid)
+        h.do("close_out", work_id=wid, token=tok, status="timeout", reason=h.spec.timeout_reasons["heartbeat"])
+        h.advance(3600.0)
+        out = h.do("recover")
+        check(all(v["work_id"] != wid for v in out.value), "recovery.scan",
+              "a holder's own close-out as timeout was treated as a lapsed lease", h)
+
     yield "lapsed-lease", lapsed
+    yield "holder-close-out-not-stale", holder_timeout
     yield "live-lease", live_untouched
     yield "after-monitor-timeout", marked_by_monitor
     yield "once", only_once

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ledgercheck.conformance.client import connect
+from ledgercheck.conformance.harness import Harness
+from ledgercheck.spec import default_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session")
+def spec():
+    return default_spec()
+
+
+@pytest.fixture
+def harness_for(spec):
+    """harness_for(address, profiles=None) -> Harness on a fresh ledger; closed after the test."""
+    clients = []
+
+    def make(address: str, profiles: list[str] | None = None) -> Harness:
+        c = connect(address, spec)
+        clients.append(c)
+        h = Harness(c, spec, profiles if profiles is not None else c.profiles)
+        h.fresh()
+        return h
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+def run_ledgercheck(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI as a real subprocess (what a CI job does)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "ledgercheck", *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def run_suite(tmp_path: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run pytest with the ledgercheck plugin in an empty directory (only the ledger suite)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    work = tmp_path / "run"
+    work.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q",
+           "--ledger-only", "--ledger-artifacts", str(tmp_path / "artifacts"), *args]
+    return subprocess.run(cmd, cwd=work, env=e, capture_output=True, text=True, timeout=timeout)

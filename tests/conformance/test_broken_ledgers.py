@@ -1,0 +1,70 @@
+"""The harness must catch deliberately broken ledgers, each for the right clause.
+
+Every class in ``ledgercheck.fixtures.broken`` breaks one clause of the contract (named in its
+``BREAKS``).  For each of them:
+
+* the clause tests of that clause's profile fail, and a failure names the clause;
+* the stateful model-based tests alone (no clause tests) find the bug too, with a fixed seed
+  and the same budget for every ledger, and blame that clause.
+
+The reference ledger passes the very same runs (tests/conformance/test_reference_conformance.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from ledgercheck.conformance.clauses import NoCheck, all_cases
+from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, NotApplicable
+from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
+from ledgercheck.fixtures import broken
+
+MESSAGING = {"inbox", "outbox"}
+STATEFUL_BUDGET = 150  # examples, same for every ledger
+SEED = 0
+
+
+def _address(cls: type) -> str:
+    return f"python:ledgercheck.fixtures.broken:{cls.__name__}"
+
+
+def test_there_are_enough_broken_ledgers(spec):
+    assert len(broken.ALL) >= 15
+    for cls in broken.ALL:
+        assert cls.BREAKS in {c.id for c in spec.clauses}, cls.__name__
+        assert cls.WHAT, cls.__name__
+    assert len({cls.BREAKS for cls in broken.ALL}) == len(broken.ALL), "each ledger breaks a different clause"
+
+
+@pytest.mark.parametrize("cls", broken.ALL, ids=lambda c: c.__name__)
+def test_clause_tests_catch_it(cls, spec, harness_for):
+    profile = spec.clause(cls.BREAKS).profile
+    h = harness_for(_address(cls))
+    failed: dict[str, list[str]] = {}
+    for case in all_cases(spec):
+        if spec.clause(case.clause).profile != profile:
+            continue
+        try:
+            h.fresh()
+            case.fn(h)
+        except ClauseFailure as exc:
+            failed.setdefault(case.clause, []).extend(exc.clauses)
+        except (NotApplicable, NoCheck, DriveBlocked):
+            pass
+    assert failed, f"{cls.__name__} ({cls.WHAT}) passed every clause test of profile {profile}"
+    assert cls.BREAKS in failed, f"{cls.__name__}: expected {cls.BREAKS} to fail, failing clauses were {sorted(failed)}"
+    assert cls.BREAKS in failed[cls.BREAKS], f"{cls.__name__}: the failing test of {cls.BREAKS} blamed {failed[cls.BREAKS]}"
+
+
+@pytest.mark.parametrize("cls", broken.ALL, ids=lambda c: c.__name__)
+def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
+    family = "messaging" if spec.clause(cls.BREAKS).profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else "lifecycle"
+    h = harness_for(_address(cls))
+    h = harness_for(_address(cls), machine_profiles(h.client.profiles, family))
+    machine = make_machine(h, only=family)
+    with pytest.raises(BaseException) as info:
+        run_machine(machine, hypothesis_settings("dev", database=None, max_examples=STATEFUL_BUDGET), SEED)
+    errors = info.value.exceptions if isinstance(info.value, BaseExceptionGroup) else [info.value]
+    clause_failures = [e for e in errors if isinstance(e, ClauseFailure)]
+    assert clause_failures, f"{cls.__name__}: stateful run ended with {errors!r:.300}"
+    blamed = sorted({c for e in clause_failures for c in e.clauses})
+    assert cls.BREAKS in blamed, f"{cls.__name__}: stateful tests blamed {blamed}, expected {cls.BREAKS}"
