@@ -350,7 +350,9 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
         fw = (obs.final.get(item.key) or {}).get("work") or {}
         allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")))
         s = item.steps[alt.crashed]
-        observed = obs.applied.get(spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool), 0)
+        key = spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool)
+        # what the world saw: a stale worker's application counts (the sink is the ground truth)
+        observed = obs.applied.get(key, 0) + obs.stale_applied.get(key, 0)
     checked |= {v.clause for v in V}
     clauses = [c for c in CLAUSE_ORDER if c in checked] + sorted(c for c in checked if c not in CLAUSE_ORDER)
     return Verdict(V, clauses, alt, d_exp, d_obs, allowance, observed)

@@ -65,6 +65,7 @@ class WindowResult:
         v = self.verdict_detail
         return {
             "point": self.point,
+            "mode": "takeover" if self.mode == "pause" else "kill",
             "step_class": self.step_class,
             "occurrence": self.occurrence,
             "decision_expected": v.decision_expected if v else None,
@@ -73,7 +74,10 @@ class WindowResult:
             "effects_observed": v.effects_observed if v else None,
             "final_status": self.final_status,
             "verdict": self.verdict,
-            "clauses": list(v.clauses) if v else [],
+            # a passing window vouches for every clause it checked; a failing one names only
+            # the clauses it found broken, so reports blame precisely
+            "clauses": (sorted({x.clause for x in v.violations}) if v and v.violations and self.verdict == "fail"
+                        else list(v.clauses) if v else []),
             "message": self.message,
             "replay": None,
             "replay_file": None,

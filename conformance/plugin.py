@@ -159,8 +159,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     root = LedgerRoot.from_parent(session, name="ledgercheck", nodeid="ledgercheck")
     new: list[pytest.Item] = []
     profiles_of = {c.id: c.profile for c in sess.spec.clauses}
+    chaos = not _opt(config, "ledger_no_chaos")
     if not _opt(config, "ledger_stateful_only"):
-        for cs in all_cases(sess.spec):
+        for cs in all_cases(sess.spec, chaos=chaos):
             prof = profiles_of[cs.clause]
             if prof not in sess.requested:
                 continue
@@ -170,6 +171,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
         for name in FAMILIES:
             new.append(StatefulItem.from_parent(root, name=f"stateful::{name}", machine=name))
+    if chaos and not _opt(config, "ledger_stateful_only") and not _opt(config, "ledger_clauses_only") and "recovery" in sess.requested:
+        points = list(sess.spec.crash_points) + [p for p in (sess.client.crash_points if sess.client else []) if p not in sess.spec.crash_points]
+        for point in points:
+            new.append(ChaosItem.from_parent(root, name=f"recovery::chaos[{point}]", point=point))
     shard = _opt(config, "ledger_shard")
     if shard:
         m = re.fullmatch(r"(\d+)/(\d+)", shard)
@@ -305,6 +310,61 @@ class StatefulItem(LedgerItem):
         except AdapterFailure as exc:
             self.user_properties.append(("ledger_error", str(exc)))
             raise
+
+
+class ChaosItem(LedgerItem):
+    """Every crash window at one crash point: real worker processes, real SIGKILL, recovery,
+    and the recovery checker (see ledgercheck.chaos)."""
+
+    kind = "chaos"
+
+    def __init__(self, *, point: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.point = point
+        self.clause = None
+        self.profile = "recovery"
+        self.add_marker(pytest.mark.ledger_clause(None, "recovery", "chaos"))
+        self.user_properties += [("ledger_kind", "chaos"), ("ledger_profile", "recovery")]
+        reason = _not_claimed(self.sess, "recovery")
+        if reason:
+            self.user_properties.append(("ledger_not_claimed", True))
+            self.add_marker(pytest.mark.skip(reason=reason))
+
+    def runtest(self) -> None:
+        from ledgercheck.chaos import ChaosError, explore
+
+        from .model import Violation
+
+        sess = self.sess
+        caps = (sess.client.handshake.get("capabilities") or {}) if sess.client else {}
+        if sess.wall or not caps.get("durable"):
+            why = "needs an adapter whose state survives a process kill (capability durable) and takes an injected clock"
+            self.user_properties.append(("ledger_error", f"crash windows at {self.point} could not be explored: {why}"))
+            raise NoCheck(f"crash windows at {self.point} could not be explored: {why}")
+        seed = self.config.getoption("ledger_seed") or 0
+        try:
+            windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
+                              replay_dir=str(sess.artifacts / "replays" / sess.slug),
+                              timeout=60.0 * sess.timeout_scale)
+        except ChaosError as exc:
+            self.user_properties.append(("ledger_error", f"chaos: {exc}"))
+            raise NoCheck(f"chaos exploration at {self.point} failed: {exc}") from None
+        self.user_properties.append(("ledger_crash_windows", windows))
+        errors = [w for w in windows if w["verdict"] == "error"]
+        bad = [w for w in windows if w["verdict"] == "fail"]
+        if errors and not bad:
+            msg = "; ".join(f"{w['point']}#{w['occurrence']}: {w['message']}" for w in errors[:3])
+            self.user_properties.append(("ledger_error", f"crash windows could not be evaluated: {msg}"))
+            raise NoCheck(f"{len(errors)} crash window(s) could not be evaluated: {msg}")
+        if bad:
+            found = [Violation(c, f"{w['point']} #{w['occurrence']} ({w.get('step_class')}): {w['message']}"
+                               + (f" -- replay: {w['replay']}" if w.get("replay") else ""))
+                     for w in bad for c in (w["clauses"] or ["recovery.no_loss"])]
+            self.user_properties.append(("ledger_clause", found[0].clause))
+            if bad[0].get("replay"):
+                self.user_properties.append(("ledger_replay", bad[0]["replay"]))
+                self._replay = bad[0]["replay"]
+            raise ClauseFailure(found, f"{len(bad)} of {len(windows)} crash windows at {self.point} broke the contract")
 
 
 @pytest.hookimpl(hookwrapper=True)

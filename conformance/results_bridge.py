@@ -116,14 +116,17 @@ def adapter_info(sess: Any) -> dict[str, Any]:
 def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_windows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from ledgercheck.reports.results import build_results, environment_info
 
-    tests = test_entries(getattr(config, "_ledger_reports", []))
+    reports = getattr(config, "_ledger_reports", [])
+    tests = test_entries(reports)
+    if crash_windows is None:
+        crash_windows = [w for _, props in reports for w in (props.get("ledger_crash_windows") or [])]
     return build_results(
         run=run_info(config, sess.started, kind),
         spec=sess.base_spec,
         adapter=adapter_info(sess),
         environment=environment_info(str(sess.artifacts.resolve().parent)),
         tests=tests,
-        crash_windows=list(crash_windows or getattr(config, "_ledger_crash_windows", [])),
+        crash_windows=list(crash_windows),
         requested_profiles=list(sess.requested),
     )
 

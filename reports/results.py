@@ -198,25 +198,49 @@ def _tests(tests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec) -> list[dict[str, Any]]:
+def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec, adapter_points: Iterable[str] = ()) -> list[dict[str, Any]]:
+    adapter_points = set(adapter_points)
     out = []
     for i, w in enumerate(windows):
         where = f"crash_windows[{i}]"
-        _need(w, ("point", "step_class", "occurrence", "verdict", "clauses"), where)
+        _need(w, ("point", "occurrence", "verdict", "clauses"), where)
         rec = dict(w)
+        rec.setdefault("mode", "kill")
+        rec.setdefault("step_class", None)
         point, cls = rec["point"], rec["step_class"]
-        if point not in spec.crash_points:
-            raise ResultsError(f"{where}: unknown crash point {point!r}")
-        if cls not in spec.step_classes:
+        if point not in spec.crash_points and point not in adapter_points:
+            raise ResultsError(f"{where}: unknown crash point {point!r} (neither the contract's nor one the adapter declared)")
+        if cls is not None and cls not in spec.step_classes:
             raise ResultsError(f"{where}: unknown step class {cls!r}")
-        entry = spec.matrix[cls][point]
-        for key, want in (("decision_expected", entry.decision), ("effects_expected", entry.effects)):
+        row = spec.matrix[cls] if cls is not None else {}
+        if cls is None:
+            # the kill did not land inside a step (between items, say): no matrix cell applies
+            decisions = {d for d in spec.decisions} | set(spec.scanner.values()) - {"by_class"}
+            effects = set(spec.allowances)
+            default_decision = default_effects = None
+        elif point in spec.crash_points:
+            # the contract's own point: the matrix cell, except that a journal the scanner sees as
+            # "none" may hold earlier steps' completed receipts (then the scanner resumes)
+            entry = row[point]
+            cp = spec.crash_points[point]
+            decisions = {entry.decision}
+            if cp.journal != "pending" and not cp.waiting:
+                decisions |= {spec.scanner["completed"], spec.scanner["none"]}
+            effects = {entry.effects}
+            default_decision, default_effects = entry.decision, entry.effects
+        else:
+            # a point the adapter declared inside its own operations: the kill leaves the state
+            # before or after that operation, so any cell of the class's row may apply
+            decisions = {e.decision for e in row.values()} | set(spec.scanner.values()) - {"by_class"}
+            effects = {e.effects for e in row.values()}
+            default_decision = default_effects = None
+        for key, allowed, default in (("decision_expected", decisions, default_decision), ("effects_expected", effects, default_effects)):
             if rec.get(key) is None:
-                rec[key] = want
-            elif rec[key] != want:
-                raise ResultsError(f"{where}: {key} {rec[key]!r} contradicts the contract's matrix ({cls} x {point}: {want!r})")
-        allowance = spec.allowances[entry.effects]
-        rec["effects_min"], rec["effects_max"] = allowance.min, allowance.max
+                rec[key] = default
+            elif rec[key] not in allowed:
+                raise ResultsError(f"{where}: {key} {rec[key]!r} contradicts the contract's matrix ({cls} x {point}: {'/'.join(sorted(allowed))})")
+        allowance = spec.allowances.get(rec["effects_expected"]) if rec["effects_expected"] else None
+        rec["effects_min"], rec["effects_max"] = (allowance.min, allowance.max) if allowance else (None, None)
         rec["clauses"] = list(rec["clauses"])
         for key in ("decision_observed", "effects_observed", "final_status", "message", "replay", "replay_file"):
             rec.setdefault(key, None)
@@ -266,7 +290,7 @@ def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, A
         "clauses": [{"id": c.id, "profile": c.profile, "level": c.level, "statement": c.statement, "source": c.source}
                     for c in spec.clauses],
         "tests": _tests(tests),
-        "crash_windows": _windows(crash_windows, spec),
+        "crash_windows": _windows(crash_windows, spec, a.get("crash_points") or ()),
     }
     _check_part(r, "run", "run")
     _check_part(a, "adapter", "adapter")
@@ -313,7 +337,7 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         if t["nodeid"] in seen:
             raise ResultsError(f"{source}: test {t['nodeid']} appears twice")
         seen.add(t["nodeid"])
-    keys: set[tuple[str, str, int]] = set()
+    keys: set[tuple[str, str, str, int]] = set()
     for w in doc["crash_windows"]:
         where = f"{source}: crash window {verdicts.window_nodeid(w)}"
         bad = [c for c in w["clauses"] if c not in known]
@@ -323,12 +347,14 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         if k in keys:
             raise ResultsError(f"{where} appears twice")
         keys.add(k)
-        if w["verdict"] == "pass":
+        # a passing kill window must show what its verdict claims; takeover windows judge fencing
+        # (the stale worker's own effects are accounted apart), so only kill windows are re-checked
+        if w["verdict"] == "pass" and w.get("mode", "kill") == "kill" and w["decision_expected"] is not None:
             if w["decision_observed"] != w["decision_expected"]:
                 raise ResultsError(f"{where}: verdict pass, but decision {w['decision_observed']!r} "
                                    f"is not the expected {w['decision_expected']!r}")
             n, lo, hi = w["effects_observed"], w["effects_min"], w["effects_max"]
-            if n is None or n < lo or (hi is not None and n > hi):
+            if lo is not None and (n is None or n < lo or (hi is not None and n > hi)):
                 raise ResultsError(f"{where}: verdict pass, but {n} effect(s) is outside {w['effects_expected']} "
                                    f"({lo}..{'' if hi is None else hi})")
 

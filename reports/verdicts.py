@@ -38,11 +38,12 @@ class Evidence:
 
 def window_nodeid(w: Mapping[str, Any]) -> str:
     """A stable, readable name for a crash window, used where a test would show its node id."""
-    return f"crash-window::{w['point']}[{w['step_class']}]#{w['occurrence']}"
+    mode = "" if w.get("mode", "kill") == "kill" else f"/{w['mode']}"
+    return f"crash-window::{w['point']}{mode}[{w['step_class']}]#{w['occurrence']}"
 
 
-def window_key(w: Mapping[str, Any]) -> tuple[str, str, int]:
-    return (str(w["point"]), str(w["step_class"]), int(w["occurrence"]))
+def window_key(w: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    return (str(w["point"]), str(w.get("mode", "kill")), str(w["step_class"]), int(w["occurrence"]))
 
 
 def evidence_by_clause(tests: Iterable[Mapping[str, Any]],

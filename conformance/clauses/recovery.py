@@ -1,4 +1,9 @@
-"""Clause tests of the recovery profile (scanner decisions; crash windows come from chaos)."""
+"""Clause tests of the recovery profile (scanner decisions; crash windows come from chaos).
+
+``recovery.no_loss``, ``recovery.effects_allowed`` and ``recovery.fencing_after_takeover`` can
+only be judged by killing real processes: the plugin runs the chaos exploration, one test per
+crash point, and every crash window counts for the clauses it checked (see CHAOS_CLAUSES).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from ledgercheck.spec import Spec
 
 from ..harness import Harness, NotApplicable
 from . import CaseFn, case, cases, check
+
+CHAOS_CLAUSES = ("recovery.no_loss", "recovery.effects_allowed", "recovery.fencing_after_takeover")
 
 
 def _stale_with(h: Harness, journal: str, cls: str | None) -> str:

@@ -42,9 +42,10 @@ def test_windows_cover_every_point_class_and_decision(spec: Spec, windows: list[
 
 
 def test_window_shape(windows: list[dict]) -> None:
-    keys = {"point", "step_class", "occurrence", "decision_expected", "decision_observed", "effects_expected",
+    keys = {"point", "mode", "step_class", "occurrence", "decision_expected", "decision_observed", "effects_expected",
             "effects_observed", "final_status", "verdict", "clauses", "message", "replay", "replay_file"}
     assert all(set(w) == keys for w in windows)
+    assert {w["mode"] for w in windows} == {"kill", "takeover"}
 
 
 def test_takeover_windows_refuse_every_stale_write(windows: list[dict]) -> None:

@@ -197,7 +197,7 @@ def test_timings(factory) -> None:
     (lambda f: {"tests": f.tests() + f.tests()[:1]}, "appears twice"),
     (lambda f: {"tests": [{**f.tests()[0], "outcome": "ok"}]}, "tests[0].outcome"),
     (lambda f: {"requested": ["core", "billing"]}, "unknown profile(s) billing"),
-    (lambda f: {"windows": [{**f.windows()[0], "decision_expected": "resume"}]}, "contradicts the contract's matrix"),
+    (lambda f: {"windows": [{**f.windows()[0], "decision_expected": "quarantine"}]}, "contradicts the contract's matrix"),
     (lambda f: {"windows": [{**f.windows()[0], "decision_observed": "resume"}]}, "verdict pass, but decision"),
     (lambda f: {"windows": [{**f.windows()[1], "effects_observed": 3}]}, "outside exactly_once"),
     (lambda f: {"windows": [{**f.windows()[0], "point": "after_lunch"}]}, "unknown crash point"),
