@@ -104,6 +104,7 @@ class Model:
         self._events_before: dict[str, int] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
+        self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
 
     # ------------------------------------------------------------------ public interface
     def fork(self) -> Model:
@@ -182,6 +183,8 @@ class Model:
 
     # ------------------------------------------------------------------ helpers
     def _same(self, kind: str, a: Any, b: Any) -> bool:
+        if a is b or (a == b and type(a) is type(b)):
+            return True
         if kind == "none":
             return True
         if kind == "presence":
@@ -192,7 +195,7 @@ class Model:
             return _is_num(a) and _is_num(b) and abs(a - b) <= self.tol
         if _is_num(a) and _is_num(b):
             return a == b
-        return a == b and type(a) is type(b) or (a == b and {type(a), type(b)} <= {int, float})
+        return a == b and {type(a), type(b)} <= {int, float}
 
     def _compare_work(self, expect: Mapping[str, Any], actual: Mapping[str, Any], blame: Mapping[str, str], default: str) -> list[Violation]:
         out: list[Violation] = []
@@ -200,14 +203,14 @@ class Model:
         if status not in self.spec.statuses:
             out.append(Violation("core.status.enum", f"{expect['work_id']}: status {status!r} is not a contract status"))
             return out
-        for name, f in self.spec.work_fields.items():
-            if f.compare == "none":
-                continue
+        for name, kind in self._compared:
             if name not in actual:
                 out.append(Violation(blame.get(name, default), f"{expect['work_id']}: snapshot lacks field {name!r}"))
                 continue
-            if not self._same(f.compare, expect.get(name), actual.get(name)):
-                out.append(Violation(blame.get(name, default), f"{expect['work_id']}: {name} is {actual.get(name)!r}, the contract says {expect.get(name)!r}"))
+            a, b = expect.get(name), actual[name]
+            if (a is b or (a == b and type(a) is type(b))) or self._same(kind, a, b):
+                continue
+            out.append(Violation(blame.get(name, default), f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
         return out
 
     def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
@@ -520,10 +523,7 @@ class Model:
         if dst is not None and not self.spec.allowed(it["status"], dst) or dst is not None and op not in self.spec.edge(it["status"], dst).ops:
             return it, self._refuse_transition(it, dst, op, lp)
         if lp is not None:
-            clause = "lease.fencing"
-            if lp == "token of an earlier lease" and self.items[wid]["lease_version"] > 1:
-                clause = "lease.takeover"
-            return it, Refuse(frozenset({"stale_lease"}), clause, f"{wid}: {lp}")
+            return it, Refuse(frozenset({"stale_lease"}), "lease.fencing", f"{wid}: {lp}")
         return it, None
 
     def _release(self, new: dict[str, Any]) -> None:
@@ -712,8 +712,6 @@ class Model:
             return Refuse(frozenset({"stale_lease", "invalid_transition"}), clause, f"{wid} is {it['status']} and holds no lease")
         if lp is not None:
             clause = "lease.renew.grace" if lp.startswith("lease lapsed") else "lease.renew.conditions"
-            if lp == "token of an earlier lease":
-                clause = "lease.takeover" if it["lease_version"] > 1 else "lease.renew.conditions"
             return Refuse(frozenset({"stale_lease"}), clause, f"{wid}: {lp}")
         lt = self.spec.lease_for(it["source_system"])
         in_grace = now > it["lease_expires_at"] + self.tol
@@ -813,7 +811,7 @@ class Model:
         if not targets:
             return self._refuse_transition(it, "failed", "fail", lp)
         if lp is not None:
-            return Refuse(frozenset({"stale_lease"}), "lease.takeover" if lp == "token of an earlier lease" and it["lease_version"] > 1 else "lease.fencing", f"{wid}: {lp}")
+            return Refuse(frozenset({"stale_lease"}), "lease.fencing", f"{wid}: {lp}")
         policy = self.spec.retry_policy_for(it["source_system"], self.policies.get(wid))
         retryable = self.spec.error_classes[a["error_class"]]
         op = self.spec.operations["fail"]

@@ -31,7 +31,7 @@ PROFILES = {
     "dev": {"max_examples": 150, "stateful_step_count": 50},
     "thorough": {"max_examples": 2000, "stateful_step_count": 100},
 }
-FULL_CHECK_EVERY = 10
+FULL_CHECK_EVERY = 25
 
 
 def run_machine(machine: type[RuleBasedStateMachine], opts: settings, seed: int | None) -> None:
@@ -187,20 +187,26 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
             pass
 
         # ---------------------------------------------------------- time
-        @rule(dt=st.sampled_from(steps))
-        def advance(self, dt: float) -> None:
+        @rule(dt=st.sampled_from(steps), then=st.sampled_from(["", *monitors]))
+        def advance(self, dt: float, then: str) -> None:
+            """Let time pass, then (like a real monitor loop would) maybe run a monitor."""
             h.advance(dt)
+            if then:
+                h.do(then)
 
         @precondition(lambda self: h.model.items)
         @rule(i=idx, which=st.sampled_from(["lease_expiry", "lapse", "wait_deadline", "next_retry", "exec_limit"]),
-              delta=st.sampled_from([-QUANTUM, 0.0, QUANTUM]))
-        def jump(self, i: int, which: str, delta: float) -> None:
-            """Move the clock to an instant that matters for one item (just before, at, just after)."""
+              delta=st.sampled_from([-QUANTUM, 0.0, QUANTUM]), then=st.sampled_from(["", *monitors]))
+        def jump(self, i: int, which: str, delta: float, then: str) -> None:
+            """Move the clock to an instant that matters for one item (just before, at, just
+            after it), then maybe run a monitor at exactly that instant."""
             where = {"wait_deadline": waiting, "next_retry": ("retry_scheduled",)}.get(which, leased)
             it = h.model.items[pick(self, i, where)]
             t = boundary(it, which)
             if t is not None and t + delta > h.now():
                 h.advance_to(t + delta)
+            if then:
+                h.do(then)
 
         @precondition(lambda self: h.model.items and "fail" in enabled)
         @rule(i=idx, cls=st.sampled_from(errors))

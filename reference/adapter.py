@@ -33,6 +33,8 @@ class ReferenceAdapter:
         self.synchronous = synchronous
         self.ledger: Ledger | None = None
         self._tmp: str | None = None
+        self._scratch: Path | None = None
+        self._serial = 0
         self.crash_hook: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ session
@@ -55,18 +57,29 @@ class ReferenceAdapter:
                 self.spec = spec_from_document(config["contract"])
             except SpecError as exc:
                 raise LedgerError("invalid_argument", f"reset: the contract does not validate: {exc.problems[0]}") from None
-        if config.get("dir"):
-            root = Path(config["dir"])
-            root.mkdir(parents=True, exist_ok=True)
-        else:
-            self._tmp = tempfile.mkdtemp(prefix="ledgercheck-ref-")
-            root = Path(self._tmp)
         sync = str(config.get("synchronous", self.synchronous)).upper()
         if sync not in ("NORMAL", "FULL"):
             raise LedgerError("invalid_argument", f"reset: synchronous must be NORMAL or FULL, not {sync!r}")
+        if config.get("dir"):
+            root = Path(config["dir"])
+            root.mkdir(parents=True, exist_ok=True)
+            path = root / "ledger.db"
+        else:
+            # a fresh file in this adapter's scratch directory, copied from an empty ledger made
+            # once per contract: a reset costs a file copy, not a schema build
+            if self._tmp is None:
+                self._tmp = tempfile.mkdtemp(prefix="ledgercheck-ref-")
+            root = Path(self._tmp)
+            self._serial += 1
+            path = root / f"ledger-{self._serial}.db"
+            self._scratch = path
+            try:
+                shutil.copyfile(self._template(root), path)
+            except OSError as exc:
+                raise LedgerError("internal", f"reset: cannot prepare {path}: {exc.strerror}") from None
         try:
             self.ledger = Ledger(
-                root / "ledger.db",
+                path,
                 self.spec,
                 synchronous=sync,
                 pointer_file=(root / "active-work.json") if config.get("pointer") else None,
@@ -75,13 +88,35 @@ class ReferenceAdapter:
         except LedgerOpenError as exc:
             raise LedgerError("invalid_argument", f"reset: {exc}") from None
 
+    def _template(self, root: Path) -> Path:
+        """An empty ledger for the current contract, checkpointed into a single file."""
+        tpl = root / f"template-{self.spec.digest[:16]}.db"
+        if not tpl.exists():
+            tmp = root / f"{tpl.name}.building"
+            led = Ledger(tmp, self.spec)
+            led.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            led.close()
+            for suffix in ("-wal", "-shm"):
+                Path(str(tmp) + suffix).unlink(missing_ok=True)
+            tmp.replace(tpl)
+        return tpl
+
     def close(self) -> None:
         if self.ledger is not None:
-            self.ledger.close()
+            if self._scratch is not None:
+                self.ledger.discard()
+            else:
+                self.ledger.close()
             self.ledger = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        if self._scratch is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(self._scratch) + suffix).unlink(missing_ok=True)
+            self._scratch = None
+
+    def __del__(self) -> None:
+        tmp = self.__dict__.get("_tmp")
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def set_crash_hook(self, hook: Callable[[str], None] | None) -> None:
         """Called with a point name at each of the ledger's own crash points (chaos runs)."""

@@ -119,6 +119,9 @@ class _Tx:
             led._lock.release()
 
 
+_RULES: dict[str, dict[str, Any]] = {}
+
+
 class Ledger(RecoveryOps, JournalOps):
     """A work ledger on a SQLite file (WAL mode).
 
@@ -191,6 +194,20 @@ class Ledger(RecoveryOps, JournalOps):
 
     # ------------------------------------------------------------------ rules from the Spec
     def _prepare_rules(self) -> None:
+        """Derive everything the operations need from the Spec (once per contract, shared)."""
+        cached = _RULES.get(self.spec.digest)
+        if cached is None or cached.get("spec") is not self.spec:
+            before = set(self.__dict__)
+            self._derive_rules()
+            cached = {k: v for k, v in self.__dict__.items() if k not in before}
+            cached["spec"] = self.spec
+            if len(_RULES) > 16:
+                _RULES.clear()
+            _RULES[self.spec.digest] = cached
+        self.__dict__.update({k: v for k, v in cached.items() if k != "spec"})
+        self._upd = {}
+
+    def _derive_rules(self) -> None:
         s = self.spec
         self._checks = compile_all(s)
         self.targets: dict[str, dict[str, list[str]]] = {}
@@ -224,6 +241,14 @@ class Ledger(RecoveryOps, JournalOps):
             self.conn.close()
         except sqlite3.Error:
             pass
+
+    def discard(self) -> None:
+        """Close a ledger whose file is about to be deleted: skip the durable checkpoint."""
+        try:
+            self.conn.execute("PRAGMA synchronous = OFF")
+        except sqlite3.Error:
+            pass
+        self.close()
 
     def __enter__(self) -> Ledger:
         return self

@@ -146,10 +146,18 @@ def _validate(conn: sqlite3.Connection, path: Path, spec: Spec) -> None:
         raise LedgerOpenError(f"{path}: created for a contract with different {', '.join(diff)}{detail}")
 
 
+_TEXT: dict[str, str] = {}
+
+
 def _contract_text(spec: Spec) -> str:
     # keys keep the contract's order (canonical JSON would sort them, and the order of mappings
-    # such as statuses and source systems is part of how a Spec is read back)
-    return json.dumps(_plain(spec.document), ensure_ascii=False, separators=(",", ":"))
+    # such as statuses and source systems is part of how a Spec is read back); cached per digest
+    text = _TEXT.get(spec.digest)
+    if text is None:
+        if len(_TEXT) > 16:
+            _TEXT.clear()
+        text = _TEXT[spec.digest] = json.dumps(_plain(spec.document), ensure_ascii=False, separators=(",", ":"))
+    return text
 
 
 def _plain(value: object) -> object:
