@@ -43,6 +43,9 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         if rep.skipped:
             e["outcome"] = "xfailed" if xfail else "skipped"
             e["message"] = _skip_reason(rep) if not xfail else f"known bug: {rep.wasxfail}"
+        elif rep.failed and str(rep.longrepr or "").startswith("[XPASS(strict)]"):
+            e["outcome"] = "xpassed"
+            e["message"] = f"declared as a known bug but passed: {str(rep.longrepr)[len('[XPASS(strict)] '):]}"
         elif rep.failed:
             if props.get("ledger_error") is not None or rep.when != "call":
                 e["outcome"] = "error"

@@ -36,6 +36,16 @@ def harness_for(spec):
         c.close()
 
 
+@pytest.fixture
+def cli():
+    return run_ledgercheck
+
+
+@pytest.fixture
+def suite():
+    return run_suite
+
+
 def run_ledgercheck(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the CLI as a real subprocess (what a CI job does)."""
     e = dict(os.environ)
