@@ -79,6 +79,7 @@ class Harness:
         self.epoch = self.clock.now()
         self.recent: deque[str] = deque(maxlen=12)
         self.failed = False  # set once a check failed; later checks of the same run are moot
+        self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
 
     # ------------------------------------------------------------------ lifecycle
     def fresh(self) -> None:
@@ -95,6 +96,7 @@ class Harness:
         self.trace = []
         self.recent.clear()
         self.failed = False
+        self.coverage.clear()
 
     def claims(self, op: str) -> bool:
         prof = self.spec.operations[op].profile
@@ -133,8 +135,11 @@ class Harness:
         if self.record:
             self.trace.append({"op": op, "args": self.symbolize(args)})
         self.recent.append(f"{op}({_short(args)})")
+        wid0 = args.get("work_id")
+        before = self.model.items[wid0]["status"] if isinstance(wid0, str) and wid0 in self.model.items else None
         exp = self.model.expect(op, args)
         out = self.client.call(op, **args)
+        self.coverage.add((op, before, out.ok))
         if not out.ok and not out.definite:
             raise AdapterFailure(op, out)
         found = self.model.settle(op, exp, out)

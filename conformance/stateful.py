@@ -18,17 +18,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from faker import Faker
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from ledgercheck.spec import Spec
 
 from .clock import QUANTUM
 from .harness import DriveBlocked, Harness, NotApplicable
+from .model import Refuse
 
 PROFILES = {
-    "ci": {"max_examples": 40, "stateful_step_count": 40},
-    "dev": {"max_examples": 150, "stateful_step_count": 50},
+    "ci": {"max_examples": 40, "stateful_step_count": 50},
+    "dev": {"max_examples": 150, "stateful_step_count": 60},
     "thorough": {"max_examples": 2000, "stateful_step_count": 100},
 }
 FULL_CHECK_EVERY = 25
@@ -145,11 +146,52 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
         toks = h.model.tokens.get(wid, [])
         if choice == "live" and h.model.items[wid]["lease_token"]:
             return h.model.items[wid]["lease_token"]
-        if choice == "stale" and toks:
-            return toks[0]
+        if choice == "stale":
+            live = h.model.items[wid]["lease_token"]
+            old = [t for t in toks if t != live]
+            if old:
+                return old[-1]
         return "forged-token"
 
-    tokens = st.sampled_from(["live", "live", "live", "stale", "forged"])
+    # half of the guarded writes carry the live token, half a stale (an earlier lease's, when
+    # the item had one) or a forged one: fencing gets exercised as much as the happy path
+    tokens = st.sampled_from(["live", "stale", "live", "forged"])
+
+    all_statuses = list(spec.statuses)
+    sources = list(spec.source_systems)
+
+    def fresh(i: int) -> str:
+        src = sources[i % len(sources)]
+        run = {"source_run_id": f"probe-{len(h.model.items)}"} if src in spec.run_id_required_for else {}
+        return h.do("create", source_system=src, source_id=f"probe-{len(h.model.items)}", **run).value["work"]["work_id"]
+
+    def sweep_calls(wid: str) -> list[tuple[str, dict[str, Any]]]:
+        it = h.model.items[wid]
+        live = it["lease_token"]
+        toks = [t for t in [live, "forged-token", *[t for t in h.model.tokens.get(wid, []) if t != live][-1:]] if t]
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for op in ("claim", "resume"):
+            if op in enabled:
+                calls.append((op, {"work_id": wid, "owner": pools.owners[1]}))
+        for op in ("cancel", "requeue"):
+            if op in enabled:
+                calls.append((op, {"work_id": wid}))
+        for tok in toks:
+            if "renew" in enabled:
+                calls.append(("renew", {"work_id": wid, "token": tok}))
+            for st_ in terminal:
+                calls.append(("close_out", {"work_id": wid, "token": tok, "status": st_}))
+            if "fail" in enabled:
+                for cls in errors:
+                    calls.append(("fail", {"work_id": wid, "token": tok, "error_class": cls}))
+            if "set_waiting" in enabled:
+                for kind in kinds:
+                    calls.append(("set_waiting", {"work_id": wid, "token": tok, "kind": kind, "ref": pools.refs[0]}))
+                    calls.append(("set_waiting", {"work_id": wid, "token": tok, "kind": kind, "ref": ""}))
+            if "effect_begin" in enabled:
+                calls.append(("effect_begin", {"work_id": wid, "step_id": "step-0", "tool": pools.tools[0],
+                                               "input": pools.payloads[0], "step_class": classes[0], "token": tok}))
+        return calls
 
     def boundary(it: dict[str, Any], which: str) -> float | None:
         lt = spec.lease_for(it["source_system"])
@@ -181,6 +223,7 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
             super().__init__()
             h.fresh()
             self.steps = 0
+            self.probes = 0
 
         @initialize()
         def start(self) -> None:
@@ -244,6 +287,50 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
             elif op in ("claim", "resume"):
                 args["owner"] = pools.owners[arg % len(pools.owners)]
             h.do(op, **args)
+
+        @precondition(lambda self: h.model.items)
+        @rule(i=idx, status=st.sampled_from(list(spec.statuses)))
+        def probe(self, i: int, status: str) -> None:
+            """Take one item to a status along allowed edges, then try every operation the
+            contract refuses there: each must be refused and change nothing.  Refusals leave the
+            state alone, so one rule can try them all; every status gets its negative tests."""
+            # statuses in turn (hypothesis' own draws favour repeats); odd draws use a new item
+            status = all_statuses[(self.probes + i) % len(all_statuses)]
+            self.probes += 1
+            wid = fresh(i) if i % 2 else pick(self, i)
+            try:
+                h.drive(wid, status)
+            except (NotApplicable, DriveBlocked):
+                return
+            for op, args in sweep_calls(wid):
+                full = dict(args, now=h.now())
+                if isinstance(h.model.expect(op, full), Refuse):
+                    h.do(op, **args)
+
+        @precondition(lambda self: h.model.items)
+        @rule(i=idx, which=st.sampled_from(["lease", "wait", "retry"]), delta=st.sampled_from([-QUANTUM, 0.0, QUANTUM]))
+        def edge_of_time(self, i: int, which: str, delta: float) -> None:
+            """Take one item to the status whose clock matters, move time to just before, at or
+            just after its boundary (expiry, expiry + grace, wait deadline, retry instant) and run
+            the monitors there."""
+            target = {"lease": leased[0], "wait": waiting[0] if waiting else None, "retry": "retry_scheduled"}[which]
+            if target is None or target not in spec.statuses:
+                return
+            wid = fresh(i)  # a new item, so its boundaries lie ahead
+            try:
+                h.drive(wid, target)
+            except (NotApplicable, DriveBlocked):
+                return
+            it = h.model.items[wid]
+            instants = {"lease": ["lease_expiry", "lapse"], "wait": ["wait_deadline"], "retry": ["next_retry"]}[which]
+            for name in instants:
+                t = boundary(h.model.items[wid], name)
+                if t is None or t + delta <= h.now():
+                    continue
+                h.advance_to(t + delta)
+                for op in monitors:
+                    h.do(op)
+            _ = it
 
         @precondition(lambda self: h.model.items)
         @rule(i=idx, status=st.sampled_from(list(spec.statuses)))
@@ -410,6 +497,8 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
                 h.verify_all()
 
         def teardown(self) -> None:
+            if h.coverage:
+                target(float(len(h.coverage)), label="distinct (operation, status, outcome) triples")
             if not h.failed:  # after a failure the model is behind; the first failure is the report
                 h.verify_all()
 
