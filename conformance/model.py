@@ -505,7 +505,9 @@ class Model:
             new.update(status=dst, owner=a["owner"], lease_token=tok, lease_version=it["lease_version"] + 1,
                        lease_expires_at=now + lt.ttl, attempt=it["attempt"] + 1, started_at=now)
             blame = {"owner": "lease.acquire", "lease_token": "lease.acquire", "lease_version": "lease.version.monotonic",
-                     "lease_expires_at": self._lease_blame(it, "lease.acquire")}
+                     "lease_expires_at": self._lease_blame(it, "lease.acquire"),
+                     # attempts count toward retry limits, stints toward the execution budget
+                     "attempt": "retry.exhausted", "started_at": "retry.execution_timeout"}
             self._begin(wid)
             self.tokens[wid].append(tok)
             self._append(wid, self.spec.operations["claim"].event_for(dst), it["status"], dst, now, new)
@@ -791,7 +793,8 @@ class Model:
             new = dict(it)
             new.update(status=dst, owner=a["owner"], lease_token=tok, lease_version=it["lease_version"] + 1,
                        lease_expires_at=now + lt.ttl, waiting_kind=None, waiting_ref=None, waiting_deadline=None, started_at=now)
-            blame = {"lease_version": "lease.version.monotonic", "lease_expires_at": self._lease_blame(it, "waiting.resume")}
+            blame = {"lease_version": "lease.version.monotonic", "lease_expires_at": self._lease_blame(it, "waiting.resume"),
+                     "started_at": "retry.execution_timeout"}
             self._begin(wid)
             self.tokens[wid].append(tok)
             self._append(wid, self.spec.operations["resume"].event_for(dst), it["status"], dst, now, new)

@@ -493,6 +493,7 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
         @invariant()
         def periodic_full_check(self) -> None:
             self.steps += 1
+            h.rule_steps += 1
             if self.steps % full_check_every == 0:
                 h.verify_all()
 

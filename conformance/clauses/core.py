@@ -89,7 +89,7 @@ def _initial(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             it = h.raw("get", work_id=wid).value
             check(it["status"] == h.spec.initial_status and it["attempt"] == 0 and it["owner"] is None,
                   "core.create.initial", f"new work is {it['status']} attempt {it['attempt']} owner {it['owner']!r}", h)
-            ev = h.raw("events", work_id=wid).value
+            ev = h.events_of(wid, "core.create.initial")
             check(len(ev) == 1, "core.create.initial", f"new work has {len(ev)} events, expected exactly one", h)
         yield src, fn
 
@@ -161,7 +161,7 @@ def _edge_case(src: str, dst: str, op: str) -> CaseFn:
         h.drive(wid, src)
         before = len(h.model.events[wid])
         h.perform(wid, src, dst, op)
-        ev = h.raw("events", work_id=wid).value
+        ev = h.events_of(wid, "core.transition.allowed")
         moves = [e for e in ev[before:] if e.get("to_status") is not None]
         check(len(moves) >= 1 and moves[-1].get("from_status") in (src, None) and moves[-1].get("to_status") == dst,
               "core.transition.allowed", f"{op}: no event records {src} -> {dst}", h)
@@ -268,7 +268,7 @@ def _one_per(h: Harness) -> None:
             continue
         for src, dst, op in path:
             h.perform(wid, src, dst, op)
-            ev = h.raw("events", work_id=wid).value
+            ev = h.events_of(wid, "core.event.one_per_transition")
             moves = [e for e in ev if e.get("to_status") is not None]
             check(len(moves) > n_before, "core.event.one_per_transition", f"{op} {src} -> {dst} appended no transition event", h)
             n_before = len(moves)
@@ -278,9 +278,9 @@ def _one_per(h: Harness) -> None:
 def _refused_nothing(h: Harness) -> None:
     wid = h.create()
     h.drive(wid, "done") if "done" in h.spec.statuses else None
-    n = len(h.raw("events", work_id=wid).value)
+    n = len(h.events_of(wid, "core.event.one_per_transition"))
     _poke_everything(h, wid)
-    check(len(h.raw("events", work_id=wid).value) == n, "core.event.one_per_transition", "refused operations appended events", h)
+    check(len(h.events_of(wid, "core.event.one_per_transition")) == n, "core.event.one_per_transition", "refused operations appended events", h)
 
 
 @cases("core.event.types")
@@ -304,6 +304,7 @@ def _types(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 h.drive(wid, h.spec.operations[op].statuses[0])
                 h.advance(1.0)
                 h.do(op, work_id=wid, token=h.token(wid))
+            h.events_of(wid, "core.event.types")  # verified against the model after each step
         yield op, fn
 
 
@@ -312,7 +313,7 @@ def _append_only(h: Harness) -> None:
     wid = h.create()
     seen: list[dict] = []
     for _ in _tour(h, wid):
-        ev = h.raw("events", work_id=wid).value
+        ev = h.events_of(wid, "core.event.append_only")
         check(ev[: len(seen)] == seen, "core.event.append_only", "earlier events changed", h)
         seqs = [e["seq"] for e in ev]
         check(seqs == list(range(h.spec.first_seq, h.spec.first_seq + len(ev))), "core.event.append_only", f"seqs {seqs}", h)

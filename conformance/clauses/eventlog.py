@@ -45,7 +45,7 @@ def _fold(h: Harness) -> None:
     wid = h.create()
     for _ in _tour(h, wid):
         snap = h.raw("get", work_id=wid).value
-        ev = h.raw("events", work_id=wid).value
+        ev = h.events_of(wid, "eventlog.fold")
         folded = fold(h.spec, ev)
         for name, f in h.spec.work_fields.items():
             if f.fold and f.compare != "none":
@@ -61,3 +61,4 @@ def _data(h: Harness) -> None:
         h.drive(wid, "running")
         h.do("renew", work_id=wid, token=h.token(wid))
     h.do("cancel", work_id=wid)
+    h.events_of(wid, "eventlog.event_data")  # each step above was compared with the model's events

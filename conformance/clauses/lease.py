@@ -143,7 +143,7 @@ def _release(h: Harness) -> None:
     got = h.raw("get", work_id=wid).value
     check(got["owner"] is None and got["lease_token"] is None and got["lease_expires_at"] is None, "lease.expiry.release",
           f"expired work still has owner {got['owner']!r} token {got['lease_token']!r}", h)
-    types = [e["type"] for e in h.raw("events", work_id=wid).value]
+    types = [e["type"] for e in h.events_of(wid, "lease.expiry.release")]
     check(h.spec.operations["expire"].event_for("timeout") in types, "lease.expiry.release", f"events {types}", h)
 
 

@@ -157,7 +157,7 @@ def _bounds(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     for mode in spec.jitter_modes:
         def fn(h: Harness, mode: str = mode) -> None:
             pol = {"jitter": mode, "max_attempts": 6, "initial_backoff": 4.0, "multiplier": 2.0, "max_backoff": 40.0}
-            policy = h.spec.retry_default.merged(pol)
+            policy = h.spec.retry_default.merged(h._scaled_args("create", {"retry_policy": pol})["retry_policy"])
             for sample in range(4 if mode != "none" else 1):
                 got = _fail_at_attempts(h, pol, policy.max_attempts)
                 check(len(got) == policy.max_attempts - 1, "retry.bounds", f"{len(got)} retries scheduled for {policy.max_attempts} attempts", h)
@@ -181,7 +181,8 @@ def _cap(h: Harness) -> None:
     pol = {"max_attempts": 12, "initial_backoff": 1.0, "multiplier": 3.0, "max_backoff": 30.0, "jitter": "none"}
     got = _fail_at_attempts(h, pol, 12)
     worst = max(nra - t for t, nra in got)
-    check(worst <= 30.0 + (h.wall_tolerance if h.wall else 0.0), "retry.cap", f"a retry was delayed {worst:g}s, above max_backoff 30s", h)
+    cap = 30.0 * h.scale
+    check(worst <= cap + (h.wall_tolerance if h.wall else 0.0), "retry.cap", f"a retry was delayed {worst:g}s, above max_backoff {cap:g}s", h)
 
 
 @cases("retry.non_retryable")

@@ -1,0 +1,111 @@
+"""Conformance-suite speed, measured in one run.
+
+1. Stateful rule steps per second against the reference, in process and over the wire
+   (``exec:ledgercheck serve reference``), with the same machine, seed and budget.  A step is
+   one rule of the hypothesis state machine, with every check it implies (the operation, the
+   model's verdict, the read-back of snapshot and events, the periodic full comparison).
+2. Wall time of the default suite (``pytest --ledger-adapter reference --ledger-only``)
+   serially and with ``-n 2``, and the speed-up.
+
+Floors (from the project's issue): >= 2,000 steps/s in process, >= 1,000 steps/s over the wire,
+default suite <= 60 s, -n 2 speed-up >= 1.7x.  The script prints each figure beside its floor
+and exits 1 when one is missed (``--no-strict`` to only report).  Figures depend on the load of
+the machine; run it on a quiet one.
+
+    python bench/bench_conformance.py [--examples 40] [--skip-suite] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from ledgercheck.conformance.client import connect
+from ledgercheck.conformance.harness import Harness
+from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
+from ledgercheck.spec import default_spec
+
+FLOORS = {"steps_in_process": 2000.0, "steps_wire": 1000.0, "suite_serial_s": 60.0, "speedup": 1.7}
+
+
+def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, Any]:
+    spec = default_spec()
+    client = connect(address, spec)
+    try:
+        h = Harness(client, spec, machine_profiles(client.profiles, "lifecycle"))
+        machine = make_machine(h, only="lifecycle")
+        counted = {"steps": 0}
+        calls0 = client.calls
+        t = time.perf_counter()
+        run_machine(machine, hypothesis_settings("ci", database=None, max_examples=examples), seed)
+        dt = time.perf_counter() - t
+        counted["steps"] = h.rule_steps
+        return {"address": address, "examples": examples, "steps": counted["steps"], "seconds": round(dt, 3),
+                "steps_per_s": round(counted["steps"] / dt, 1), "adapter_calls": client.calls - calls0,
+                "calls_per_s": round((client.calls - calls0) / dt, 1)}
+    finally:
+        client.close()
+
+
+def suite_wall_time(workers: int | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="ledgercheck-bench-") as d:
+        cmd = [sys.executable, "-m", "pytest", d, "--rootdir", d, "-p", "no:cacheprovider", "-q", "--ledger-only",
+               "--ledger-adapter", "reference", "--ledger-seed", "7", "--ledger-artifacts", os.path.join(d, "artifacts")]
+        if workers:
+            cmd += ["-n", str(workers)]
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
+        dt = time.perf_counter() - t
+    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    return {"workers": workers or 1, "seconds": round(dt, 2), "exit": proc.returncode, "summary": tail}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--examples", type=int, default=40, help="hypothesis examples per stateful measurement")
+    ap.add_argument("--skip-suite", action="store_true", help="only measure stateful steps")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-strict", action="store_true", help="report missed floors without failing")
+    args = ap.parse_args()
+    out: dict[str, Any] = {"load_average": os.getloadavg()[0], "cpus": os.cpu_count()}
+    inproc = steps_per_second("reference", args.examples)
+    wire = steps_per_second("exec:ledgercheck serve reference", args.examples)
+    out["stateful"] = {"in_process": inproc, "wire": wire,
+                       "wire_cost_ratio": round(inproc["steps_per_s"] / max(wire["steps_per_s"], 1e-9), 2)}
+    checks = [("steps/s in process", inproc["steps_per_s"], FLOORS["steps_in_process"], ">="),
+              ("steps/s over the wire", wire["steps_per_s"], FLOORS["steps_wire"], ">=")]
+    if not args.skip_suite:
+        serial = suite_wall_time(None)
+        par = suite_wall_time(2)
+        speedup = round(serial["seconds"] / max(par["seconds"], 1e-9), 2)
+        out["suite"] = {"serial": serial, "n2": par, "speedup": speedup}
+        checks += [("default suite, serial (s)", serial["seconds"], FLOORS["suite_serial_s"], "<="),
+                   ("-n 2 speed-up", speedup, FLOORS["speedup"], ">=")]
+    missed = [name for name, value, floor, op in checks if not (value >= floor if op == ">=" else value <= floor)]
+    out["checks"] = [{"name": n, "value": v, "floor": f, "op": op, "met": n not in missed} for n, v, f, op in checks]
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"machine: {out['cpus']} cpus, load average {out['load_average']:.2f}")
+        for side, r in (("in process", inproc), ("over the wire", wire)):
+            print(f"stateful {side:14}: {r['steps']:6d} steps in {r['seconds']:7.2f}s = {r['steps_per_s']:8.1f} steps/s "
+                  f"({r['calls_per_s']:.0f} adapter calls/s)")
+        print(f"wire costs {out['stateful']['wire_cost_ratio']}x the in-process path per step")
+        if "suite" in out:
+            s = out["suite"]
+            print(f"default suite: serial {s['serial']['seconds']}s ({s['serial']['summary']}), "
+                  f"-n 2 {s['n2']['seconds']}s ({s['n2']['summary']}), speed-up {s['speedup']}x")
+        for c in out["checks"]:
+            mark = "ok  " if c["met"] else "MISS"
+            print(f"  [{mark}] {c['name']}: {c['value']} (floor {c['op']} {c['floor']})")
+    return 1 if missed and not args.no_strict else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
