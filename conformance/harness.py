@@ -60,6 +60,23 @@ class DriveBlocked(Exception):
     the model agreed with the adapter, so this is a fact of the scenario, not a violation."""
 
 
+def find_exception(exc: BaseException, kind: type[BaseException]) -> Any:
+    """The first exception of ``kind`` inside an exception, its groups, causes and contexts
+    (hypothesis wraps failures in exception groups and Flaky* errors)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kind):
+            return e
+        todo += list(getattr(e, "exceptions", ()) or ())
+        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
+    return None
+
+
 class Harness:
     def __init__(self, client: Client, spec: Spec, profiles: Iterable[str], *, contract_doc: dict[str, Any] | None = None,
                  timeout_scale: float = 1.0, wall_scale: float = 0.01, wall_tolerance: float = 0.05,
@@ -73,6 +90,7 @@ class Harness:
         self.wall_scale = wall_scale
         self.wall_tolerance = wall_tolerance
         self.record = record
+        self.seed = 0
         self.model = Model(spec, self.profiles, tolerance=wall_tolerance if self.wall else 0.0)
         self.clock: InjectedClock | WallClock = WallClock(wall_scale, wall_tolerance) if self.wall else InjectedClock()
         self.trace: list[dict[str, Any]] = []
@@ -86,7 +104,9 @@ class Harness:
     # ------------------------------------------------------------------ lifecycle
     def fresh(self) -> None:
         """A fresh, isolated ledger, a fresh model and a fresh clock."""
-        config: dict[str, Any] = {"contract": self.contract_doc}
+        # the same seed for every fresh ledger: an implementation that draws random numbers
+        # (retry jitter) may seed from it, so a replayed example makes the same choices
+        config: dict[str, Any] = {"contract": self.contract_doc, "seed": self.seed}
         if self.wall:
             config["timeout_scale"] = self.wall_scale
         out = self.client.reset(config)

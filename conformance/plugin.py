@@ -27,7 +27,7 @@ from ledgercheck.spec import Spec, SpecError, load_spec
 from .clauses import ClauseCase, NoCheck, all_cases
 from .client import AdapterError, Client, connect
 from .clock import plain, scaled_document, scaled_spec
-from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable
+from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, find_exception
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -297,7 +297,20 @@ class StatefulItem(LedgerItem):
             seed = random.SystemRandom().randrange(2**32)
         self.user_properties.append(("ledger_seed", seed))
         try:
-            run_machine(machine, opts, seed)
+            try:
+                run_machine(machine, opts, seed)
+            except ClauseFailure:
+                raise
+            except AdapterFailure:
+                raise
+            except BaseException as exc:  # hypothesis wraps failures (exception groups, Flaky*)
+                found = find_exception(exc, ClauseFailure) or find_exception(exc, AdapterFailure)
+                if found is None:
+                    raise
+                if found is not exc:
+                    found.add_note(f"(hypothesis reported {type(exc).__name__}: the implementation did not behave the "
+                                   f"same way when the example was replayed)")
+                raise found from None
         except ClauseFailure as exc:
             self.user_properties.append(("ledger_clause", exc.clauses[0]))
             self.user_properties.append(("ledger_counterexample", "\n".join(getattr(exc, "__notes__", []) or []) or str(exc)))

@@ -26,6 +26,7 @@ class ReferenceAdapter:
       ``contract``     the merged contract document the harness tests against
       ``synchronous``  NORMAL (default) or FULL
       ``pointer``      also maintain active-work.json next to the database
+      ``seed``         seed the jitter draws, so a replayed run makes the same choices
     """
 
     def __init__(self, spec: Spec | None = None, synchronous: str = "NORMAL") -> None:
@@ -84,6 +85,7 @@ class ReferenceAdapter:
                 synchronous=sync,
                 pointer_file=(root / "active-work.json") if config.get("pointer") else None,
                 crash_hook=self.crash_hook,
+                seed=config.get("seed") if isinstance(config.get("seed"), int) else None,
             )
         except LedgerOpenError as exc:
             raise LedgerError("invalid_argument", f"reset: {exc}") from None

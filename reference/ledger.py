@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -140,6 +141,7 @@ class Ledger(RecoveryOps, JournalOps):
         crash_hook: Callable[[str], None] | None = None,
         actor: str = "ledger",
         create: bool = True,
+        seed: int | None = None,
     ) -> None:
         if str(synchronous).upper() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
@@ -156,6 +158,9 @@ class Ledger(RecoveryOps, JournalOps):
         # schema.py) is still the row's; it saves materialising the whole row again.
         self._cache: dict[str, Rec] = {}
         self._pending: list[Rec] = []
+        # jitter draws: from a seeded generator when the caller wants replays to repeat
+        # exactly (the harness's hypothesis runs), from the OS otherwise
+        self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
         self._prepare_rules()
         check_file(self.path, create)
         try:
@@ -690,7 +695,7 @@ class Ledger(RecoveryOps, JournalOps):
             changes: dict[str, Any] = {"error_class": error_class, "status_reason": message, **_RELEASE}
             if self.spec.error_classes[error_class] and s["attempt"] < policy.max_attempts and retry_to:
                 lo, hi = self.spec.backoff_range(policy, s["attempt"])
-                frac = int.from_bytes(os.urandom(4), "big") / 0xFFFFFFFF
+                frac = self._rng.random()
                 changes.update(status=retry_to, next_retry_at=now + lo + (hi - lo) * frac)
                 dst = retry_to
             elif fail_to is not None:

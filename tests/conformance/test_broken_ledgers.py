@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from ledgercheck.conformance.clauses import NoCheck, all_cases
-from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, NotApplicable
+from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, NotApplicable, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
 from ledgercheck.fixtures import broken
 
@@ -63,8 +63,7 @@ def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
     machine = make_machine(h, only=family)
     with pytest.raises(BaseException) as info:
         run_machine(machine, hypothesis_settings("dev", database=None, max_examples=STATEFUL_BUDGET), SEED)
-    errors = info.value.exceptions if isinstance(info.value, BaseExceptionGroup) else [info.value]
-    clause_failures = [e for e in errors if isinstance(e, ClauseFailure)]
-    assert clause_failures, f"{cls.__name__}: stateful run ended with {errors!r:.300}"
-    blamed = sorted({c for e in clause_failures for c in e.clauses})
+    failure = find_exception(info.value, ClauseFailure)
+    assert failure is not None, f"{cls.__name__}: stateful run ended with {info.value!r:.300}"
+    blamed = failure.clauses
     assert cls.BREAKS in blamed, f"{cls.__name__}: stateful tests blamed {blamed}, expected {cls.BREAKS}"
