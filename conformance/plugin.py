@@ -15,6 +15,7 @@ with no test is an error.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 import time
@@ -356,9 +357,13 @@ class ChaosItem(LedgerItem):
             raise NoCheck(f"crash windows at {self.point} could not be explored: {why}")
         seed = self.config.getoption("ledger_seed") or 0
         try:
+            # two lanes of workers when this process has the machine to itself (under xdist the
+            # crash points already run side by side); scenario files in RAM where there is some
+            lanes = 1 if hasattr(self.config, "workerinput") else min(2, os.cpu_count() or 1)
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
             windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
                               replay_dir=str(sess.artifacts / "replays" / sess.slug),
-                              timeout=60.0 * sess.timeout_scale)
+                              timeout=60.0 * sess.timeout_scale, jobs=lanes, tmp_root=shm)
         except ChaosError as exc:
             self.user_properties.append(("ledger_error", f"chaos: {exc}"))
             raise NoCheck(f"chaos exploration at {self.point} failed: {exc}") from None
