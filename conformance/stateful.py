@@ -51,16 +51,10 @@ def run_machine(machine: type[RuleBasedStateMachine], opts: settings, seed: int 
 def hypothesis_settings(profile: str, database: Any = None, **over: Any) -> settings:
     if profile not in PROFILES:
         raise ValueError(f"unknown hypothesis profile {profile!r} (choose from {', '.join(PROFILES)})")
-    opts: dict[str, Any] = dict(PROFILES[profile])
+    opts: dict[str, Any] = {"phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)}
+    opts.update(PROFILES[profile])
     opts.update(over)
-    return settings(
-        deadline=None,
-        database=database,
-        suppress_health_check=list(HealthCheck),
-        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
-        print_blob=False,
-        **opts,
-    )
+    return settings(deadline=None, database=database, suppress_health_check=list(HealthCheck), print_blob=False, **opts)
 
 
 def _q(x: float) -> float:
@@ -158,6 +152,9 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
     tokens = st.sampled_from(["live", "stale", "live", "forged"])
 
     all_statuses = list(spec.statuses)
+    retryable = [c for c, r in spec.error_classes.items() if r]
+    policies: list[Any] = [None, {"max_attempts": 8, "initial_backoff": 4.0, "multiplier": 3.0, "max_backoff": 20.0},
+                           {"max_attempts": 5, "jitter": "none", "initial_backoff": 1.0}, {"max_attempts": 4, "jitter": "equal"}]
     sources = list(spec.source_systems)
 
     def fresh(i: int) -> str:
@@ -287,11 +284,13 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
                     h.do(op, **args)
 
         @precondition(lambda self: h.model.items)
-        @rule(i=idx, which=st.sampled_from(["lease", "wait", "retry"]), delta=st.sampled_from([-QUANTUM, 0.0, QUANTUM]))
-        def edge_of_time(self, i: int, which: str, delta: float) -> None:
+        @rule(i=idx, which=st.sampled_from(["lease", "wait", "retry"]), delta=st.sampled_from([-QUANTUM, 0.0, QUANTUM]),
+              journal=st.sampled_from(["none", "pending", "completed"]), cls=st.sampled_from(classes))
+        def edge_of_time(self, i: int, which: str, delta: float, journal: str, cls: str) -> None:
             """Take one item to the status whose clock matters, move time to just before, at or
             just after its boundary (expiry, expiry + grace, wait deadline, retry instant) and run
-            the monitors there."""
+            the monitors there.  Leased work first gets an effect in its journal (pending or
+            completed, of some step class), so the recovery scan's decisions are exercised."""
             target = {"lease": leased[0], "wait": waiting[0] if waiting else None, "retry": "retry_scheduled"}[which]
             if target is None or target not in spec.statuses:
                 return
@@ -301,6 +300,12 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
             except (NotApplicable, DriveBlocked):
                 return
             it = h.model.items[wid]
+            if which == "lease" and journal != "none" and "effect_begin" in enabled and it["lease_token"]:
+                rec = h.do("effect_begin", work_id=wid, step_id="step-0", tool=pools.tools[i % len(pools.tools)],
+                           input=pools.payloads[i % len(pools.payloads)], step_class=cls, token=it["lease_token"]).value
+                if journal == "completed" and rec and "effect_record" in enabled:
+                    r = rec["receipt"]
+                    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"ok": i}, token=it["lease_token"])
             instants = {"lease": ["lease_expiry", "lapse"], "wait": ["wait_deadline"], "retry": ["next_retry"]}[which]
             for name in instants:
                 t = boundary(h.model.items[wid], name)
@@ -310,6 +315,48 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
                 for op in monitors:
                     h.do(op)
             _ = it
+
+        @precondition(lambda self: "fail" in enabled)
+        @rule(policy=st.sampled_from(policies), cls=st.sampled_from(retryable or errors))
+        def retries(self, policy: Any, cls: str) -> None:
+            """A fresh item under one retry policy fails with a retryable error until it is
+            failed for good: every backoff delay, the cap and the attempt limit get checked."""
+            args: dict[str, Any] = {"source_system": "manual", "source_id": f"retry-{len(h.model.items)}"}
+            if policy is not None:
+                args["retry_policy"] = policy
+            wid = h.do("create", **args).value["work"]["work_id"]
+            for _ in range(12):
+                h.do("claim", owner=pools.owners[0], work_id=wid)
+                if h.model.items[wid]["status"] not in leased:
+                    return
+                h.do("fail", work_id=wid, token=h.model.items[wid]["lease_token"], error_class=cls)
+                it = h.model.items[wid]
+                if it["status"] != "retry_scheduled" or "promote_due" not in enabled:
+                    return
+                h.advance_to(it["next_retry_at"])
+                h.do("promote_due")
+
+        @precondition(lambda self: h.model.items and "recover" in enabled and "effect_begin" in enabled)
+        @rule(cls=st.sampled_from(classes), journal=st.sampled_from(["pending", "completed", "none"]),
+              then=st.sampled_from(["recover", "expire"]))
+        def crash(self, cls: str, journal: str, then: str) -> None:
+            """A worker dies mid-step: a fresh item is claimed, an effect of some class is begun
+            (and maybe recorded), the lease lapses, and the monitor and the recovery scan run."""
+            wid = fresh(len(h.model.items))
+            h.do("claim", owner=pools.owners[2], work_id=wid)
+            it = h.model.items[wid]
+            if it["status"] not in leased:
+                return
+            if journal != "none":
+                rec = h.do("effect_begin", work_id=wid, step_id="step-0", tool=pools.tools[0], input=pools.payloads[0],
+                           step_class=cls, token=it["lease_token"]).value
+                if journal == "completed" and rec:
+                    r = rec["receipt"]
+                    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"done": True}, token=it["lease_token"])
+            h.advance_to(boundary(h.model.items[wid], "lapse") + QUANTUM)
+            if then == "expire":
+                h.do("expire")
+            h.do("recover")
 
         @precondition(lambda self: h.model.items)
         @rule(i=idx, status=st.sampled_from(list(spec.statuses)))
@@ -422,6 +469,24 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
         def inbox_deliver(self, m: int, sender: int) -> None:
             h.do("inbox_deliver", recipient="agent", message_id=f"msg-{m}", sender=pools.senders[m % 3 if sender else sender],
                  body={"n": m})
+
+        @precondition(lambda self: "inbox_nack" in enabled)
+        @rule(m=st.integers(10, 19), sender=st.integers(0, 2), extra=st.integers(0, 1))
+        def poison(self, m: int, sender: int, extra: int) -> None:
+            """A message whose handler keeps failing: deliver, then drain and nack it until it is
+            dead-lettered (and once more): the nack count and the dead-letter limit get checked."""
+            mid = f"msg-{m}"
+            h.do("inbox_deliver", recipient="agent", message_id=mid, sender=pools.senders[sender], body={"n": m})
+            for _ in range(spec.inbox_max_nacks + 1 + extra):
+                got = h.do("inbox_drain", recipient="agent", max=None).value or []
+                mine = [x for x in got if x.get("message_id") == mid]
+                for x in got:
+                    if x.get("message_id") != mid:
+                        h.do("inbox_ack", recipient="agent", message_id=x["message_id"])
+                if not mine:
+                    break
+                h.do("inbox_nack", recipient="agent", message_id=mid, error="handler keeps failing")
+            h.do("inbox_dead", recipient="agent")
 
         @precondition(lambda self: "inbox_drain" in enabled)
         @rule(n=st.one_of(st.none(), st.integers(1, 4)))

@@ -43,6 +43,10 @@ def _read(h: Harness) -> None:
 @case("eventlog.fold", "every-step")
 def _fold(h: Harness) -> None:
     wid = h.create()
+    if h.claims("renew"):  # a renewal moves the expiry: its event must carry the new one
+        tok = h.claim(wid)
+        h.advance(5.0)
+        h.do("renew", work_id=wid, token=tok)
     for _ in _tour(h, wid):
         snap = h.raw("get", work_id=wid).value
         ev = h.events_of(wid, "eventlog.fold")
@@ -59,6 +63,7 @@ def _data(h: Harness) -> None:
     _tour(h, wid)
     if h.claims("renew"):
         h.drive(wid, "running")
+        h.advance(5.0)  # so the renewed expiry differs from the claimed one
         h.do("renew", work_id=wid, token=h.token(wid))
     h.do("cancel", work_id=wid)
     h.events_of(wid, "eventlog.event_data")  # each step above was compared with the model's events

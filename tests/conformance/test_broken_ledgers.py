@@ -13,6 +13,7 @@ The reference ledger passes the very same runs (tests/conformance/test_reference
 from __future__ import annotations
 
 import pytest
+from hypothesis import Phase
 from ledgercheck.conformance.clauses import NoCheck, all_cases
 from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, NotApplicable, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
@@ -55,14 +56,22 @@ def test_clause_tests_catch_it(cls, spec, harness_for):
     assert cls.BREAKS in failed[cls.BREAKS], f"{cls.__name__}: the failing test of {cls.BREAKS} blamed {failed[cls.BREAKS]}"
 
 
-@pytest.mark.parametrize("cls", broken.ALL, ids=lambda c: c.__name__)
+# Claim order is a SHOULD that the model deliberately leaves open (any queued item is an
+# acceptable claim, so the stateful tests never fail an adapter for its order); only the
+# clause test of core.claim.order judges it.
+STATEFUL_BLIND = {"ClaimIgnoresPriority"}
+
+
+@pytest.mark.parametrize("cls", [c for c in broken.ALL if c.__name__ not in STATEFUL_BLIND], ids=lambda c: c.__name__)
 def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
     family = "messaging" if spec.clause(cls.BREAKS).profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else "lifecycle"
     h = harness_for(_address(cls))
     h = harness_for(_address(cls), machine_profiles(h.client.profiles, family))
     machine = make_machine(h, only=family)
+    # detection only: no shrinking (the failing program's shrinking is tested elsewhere)
+    opts = hypothesis_settings("dev", database=None, max_examples=STATEFUL_BUDGET, phases=(Phase.generate,))
     with pytest.raises(BaseException) as info:
-        run_machine(machine, hypothesis_settings("dev", database=None, max_examples=STATEFUL_BUDGET), SEED)
+        run_machine(machine, opts, SEED)
     failure = find_exception(info.value, ClauseFailure)
     assert failure is not None, f"{cls.__name__}: stateful run ended with {info.value!r:.300}"
     blamed = failure.clauses
