@@ -366,6 +366,20 @@ class _StderrTail:
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
+    def settle(self, timeout: float = 0.1) -> None:
+        """Give the reader a moment to take in what the adapter already wrote (so an error
+        message about the adapter carries the lines it printed just before)."""
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            try:
+                ready, _, _ = select.select([self._fd], [], [], 0)
+            except (OSError, ValueError):
+                return
+            if not ready:
+                time.sleep(0.002)
+                return
+            time.sleep(0.002)
+
     def tail(self, lines: int) -> list[str]:
         with self._lock:
             return list(self.lines)[-lines:]
@@ -486,6 +500,7 @@ class WireClient(Client):
     def stderr_tail(self, lines: int = 20) -> str:
         if self._stderr is None:
             return ""
+        self._stderr.settle()
         return "\n".join(self._stderr.tail(lines))
 
     @property
