@@ -116,7 +116,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
         if args.keyword:
             pyargs += ["-k", args.keyword]
         if args.workers:
-            pyargs += ["-n", str(args.workers)]
+            # long tests (crash points, stateful machines) go to whichever worker is free
+            pyargs += ["-n", str(args.workers), "--dist", "worksteal"]
         pyargs += ["-q", "--no-header", "-rN"] if not args.quiet else ["-qq", "--no-header", "-rN", "-p", "no:terminalprogress"]
         if args.json:
             pyargs += ["--capture=sys", "-qq"]
