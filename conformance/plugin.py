@@ -101,11 +101,21 @@ class LedgerSession:
         self.started = time.time()
 
     @property
+    def wall_tolerance(self) -> float:
+        """How far apart the adapter's and the harness's timestamps may be (wall clocks): the
+        default, widened to twice the resolution the adapter declares for its timestamps."""
+        caps = (self.client.handshake.get("capabilities") or {}) if self.client else {}
+        res = caps.get("time_resolution")
+        base = 0.05 * self.timeout_scale
+        return max(base, 2.0 * float(res)) if isinstance(res, int | float) and not isinstance(res, bool) else base
+
+    @property
     def harness(self) -> Harness:
         if self._harness is None:
             assert self.client is not None
             self._harness = Harness(self.client, self.spec, self.claimed, contract_doc=self.contract_doc,
-                                    timeout_scale=self.timeout_scale, wall_scale=self.wall_scale)
+                                    timeout_scale=self.timeout_scale, wall_scale=self.wall_scale,
+                                    wall_tolerance=self.wall_tolerance)
         return self._harness
 
     @property
@@ -172,10 +182,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
         for name in FAMILIES:
             new.append(StatefulItem.from_parent(root, name=f"stateful::{name}", machine=name))
+    explore_ok = "recovery" in sess.claimed and not sess.wall
     if chaos and not _opt(config, "ledger_stateful_only") and not _opt(config, "ledger_clauses_only") and "recovery" in sess.requested:
         points = list(sess.spec.crash_points) + [p for p in (sess.client.crash_points if sess.client else []) if p not in sess.spec.crash_points]
         for point in points:
             new.append(ChaosItem.from_parent(root, name=f"recovery::chaos[{point}]", point=point))
+    if chaos and not explore_ok and not _opt(config, "ledger_stateful_only") and not _opt(config, "ledger_clauses_only") \
+            and ({"core", "lease"} & set(sess.requested)):
+        from ledgercheck.chaos.leases import SCENARIOS
+
+        for scenario in SCENARIOS:
+            new.append(LeaseCampaignItem.from_parent(root, name=f"lease::crash[{scenario}]", scenario=scenario))
     shard = _opt(config, "ledger_shard")
     if shard:
         m = re.fullmatch(r"(\d+)/(\d+)", shard)
@@ -201,7 +218,7 @@ class LedgerItem(pytest.Item):
         return self.config._ledger  # type: ignore[attr-defined]
 
     def reportinfo(self) -> tuple[str, int | None, str]:
-        return ("ledgercheck", None, self.name)
+        return ("ledgercheck", 0, self.name)
 
     def _fail_report(self, failure: ClauseFailure) -> None:
         h = self.sess.harness
@@ -288,7 +305,7 @@ class StatefulItem(LedgerItem):
         sess = self.sess
         base = sess.harness
         h = Harness(base.client, sess.spec, self.profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
-                    wall_scale=sess.wall_scale)
+                    wall_scale=sess.wall_scale, wall_tolerance=sess.wall_tolerance)
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
         db = DirectoryBasedExampleDatabase(str(sess.artifacts / "hypothesis" / sess.slug))
@@ -383,6 +400,52 @@ class ChaosItem(LedgerItem):
                 self.user_properties.append(("ledger_replay", bad[0]["replay"]))
                 self._replay = bad[0]["replay"]
             raise ClauseFailure(found, f"{len(bad)} of {len(windows)} crash windows at {self.point} broke the contract")
+
+
+class LeaseCampaignItem(LedgerItem):
+    """A worker process killed (or paused) while it holds a lease, for adapters the full
+    crash-window exploration cannot drive (no recovery scan, or a wall clock)."""
+
+    kind = "chaos"
+
+    def __init__(self, *, scenario: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.scenario = scenario
+        self.clause = None
+        self.profile = "lease"
+        self.add_marker(pytest.mark.ledger_clause(None, "lease", "chaos"))
+        self.user_properties += [("ledger_kind", "chaos"), ("ledger_profile", "lease")]
+        caps = (self.sess.client.handshake.get("capabilities") or {}) if self.sess.client else {}
+        why = None
+        if not caps.get("durable"):
+            why = "the adapter's state does not survive a process (capability durable)"
+        elif scenario == "stale_worker_after_takeover" and not caps.get("concurrent"):
+            why = "two processes cannot share the adapter's ledger (capability concurrent)"
+        if why:
+            self.user_properties.append(("ledger_not_claimed", True))
+            self.add_marker(pytest.mark.skip(reason=f"not claimed: {why}"))
+
+    def runtest(self) -> None:
+        from ledgercheck.chaos import ChaosError
+        from ledgercheck.chaos.leases import run_campaign
+
+        from .model import Violation
+
+        sess = self.sess
+        try:
+            windows = run_campaign(sess.address, sess.base_spec, profiles=sess.claimed, wall_scale=sess.wall_scale,
+                                   timeout=30.0 * sess.timeout_scale, scenarios=[self.scenario])
+        except ChaosError as exc:
+            self.user_properties.append(("ledger_error", f"lease campaign: {exc}"))
+            raise NoCheck(f"lease campaign {self.scenario} could not run: {exc}") from None
+        self.user_properties.append(("ledger_crash_windows", windows))
+        for w in windows:
+            if w["verdict"] == "error":
+                self.user_properties.append(("ledger_error", w["message"]))
+                raise NoCheck(w["message"])
+            if w["verdict"] == "fail":
+                self.user_properties.append(("ledger_clause", w["clauses"][0]))
+                raise ClauseFailure([Violation(c, w["message"]) for c in w["clauses"]], f"lease campaign: {self.scenario}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -153,6 +153,7 @@ class Capabilities(TypedDict, total=False):
     clock: Literal["injected", "wall"]
     durable: bool  # state survives a process restart when reset gives the same `dir`
     concurrent: bool  # several processes may open the same `dir` at once
+    time_resolution: float  # wall clocks: the granularity of the adapter's timestamps, in seconds
 
 
 class Handshake(TypedDict, total=False):

@@ -125,7 +125,8 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
         "victim_list": {"type": "array", "items": {"$ref": "#/$defs/victim"}},
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
-            "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL}, []),
+            "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL,
+                                  "time_resolution": {"type": "number", "minimum": 0}}, []),
             "crash_points": {"type": "array", "items": STR},
             "known_bugs": {"type": "object", "additionalProperties": STR},
             "artifact_sha256": _nullable(STR),

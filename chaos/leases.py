@@ -1,0 +1,316 @@
+"""Lease campaigns: real processes killed or paused while they hold a lease.
+
+The crash-window exploration (exploration.py) needs an adapter with an effect journal, a
+recovery scan and an injected clock.  Queues and durable-execution libraries often have none of
+these, yet the two questions that matter most for them are the same:
+
+* **kill while holding a lease** — a worker process claims an item and is killed with SIGKILL.
+  Once the lease has lapsed (ttl + grace, at the run's time scale), does the item come back
+  (claimable again, or marked timeout and visible), or is it stuck with a dead owner or gone?
+* **a stale worker finishing after another took over** — a worker claims an item and is paused
+  with SIGSTOP; the lease lapses, another worker takes the item over and closes it out; the
+  first worker is let go with SIGCONT and tries to renew and close out with its old token.  Every
+  one of those writes must be refused, and the new holder's close-out must stand.
+
+Each scenario runs against the adapter's durable state in a fresh directory (capability
+``durable``; the takeover scenario also needs ``concurrent``).  Time is the adapter's: an
+injected clock is moved, a wall clock is waited for (a deadline for what must happen, polled;
+both scaled by the run's factor).  Results are crash-window records (``mode`` kill or takeover at
+the contract's ``after_claim`` point), so they join a conformance run's report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+from ledgercheck.conformance.client import connect
+from ledgercheck.conformance.clock import VIRTUAL_EPOCH, plain, scaled_document, scaled_spec
+from ledgercheck.spec import Spec
+
+from .points import ChaosError
+
+SCENARIOS = ("kill_holding_lease", "stale_worker_after_takeover")
+POINT = "after_claim"
+
+
+class _Clock:
+    def __init__(self, wall: bool) -> None:
+        self.wall = wall
+        self.t = VIRTUAL_EPOCH
+
+    def now(self) -> float:
+        return time.time() if self.wall else self.t
+
+    def until(self, t: float) -> None:
+        if self.wall:
+            delay = t - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        else:
+            self.t = max(self.t, t)
+
+
+class _Worker:
+    """A separate process holding its own connection to the adapter (chaos/lease_worker.py)."""
+
+    def __init__(self, address: str, config: dict[str, Any], timeout: float) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "ledgercheck.chaos.lease_worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.timeout = timeout
+        self.ps = psutil.Process(self.proc.pid)
+        self.send({"cmd": "open", "address": address, "config": config})
+
+    def send(self, msg: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise ChaosError(f"lease worker died: {err.strip()[-300:]}")
+        reply = json.loads(line)
+        if not reply.get("ok", False) and "error" in reply and reply.get("fatal"):
+            raise ChaosError(f"lease worker: {reply['error']}")
+        return reply
+
+    def op(self, op: str, **args: Any) -> dict[str, Any]:
+        return self.send({"cmd": "op", "op": op, "args": args})
+
+    def kill(self) -> None:
+        for p in [*self.ps.children(recursive=True), self.ps]:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for p in [self.ps, *self.ps.children(recursive=True)]:
+            p.suspend()
+
+    def cont(self) -> None:
+        for p in [self.ps, *self.ps.children(recursive=True)]:
+            p.resume()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"cmd": "close"})
+            except (ChaosError, OSError, ValueError):
+                pass
+            if self.proc.poll() is None:
+                self.kill()
+
+
+def _window(mode: str, verdict: str, clauses: Iterable[str], message: str, status: str | None) -> dict[str, Any]:
+    return {"point": POINT, "mode": mode, "step_class": None, "occurrence": 1, "decision_expected": None,
+            "decision_observed": None, "effects_expected": None, "effects_observed": None, "final_status": status,
+            "verdict": verdict, "clauses": sorted(set(clauses)), "message": message, "replay": None, "replay_file": None}
+
+
+def run_campaign(address: str, spec: Spec, *, profiles: Iterable[str] | None = None, wall_scale: float = 0.01,
+                 timeout: float = 30.0, scenarios: Iterable[str] = SCENARIOS) -> list[dict[str, Any]]:
+    """Run the lease scenarios against an adapter; one crash-window record per scenario."""
+    probe = connect(address, spec, timeout=timeout)
+    hs = dict(probe.handshake)
+    probe.close()
+    caps = hs.get("capabilities") or {}
+    wall = caps.get("clock", "injected") == "wall"
+    claimed = set(profiles if profiles is not None else hs.get("profiles") or [])
+    run_spec = scaled_spec(spec, wall_scale) if wall else spec
+    doc = scaled_document(plain(spec.document), wall_scale) if wall else plain(spec.document)
+    if not caps.get("durable"):
+        raise ChaosError(f"{address}: lease campaigns need state that survives a process (capability durable)")
+    out = []
+    for name in scenarios:
+        with tempfile.TemporaryDirectory(prefix="ledgercheck-lease-") as d:
+            config = {"dir": d, "contract": doc, "seed": 0}
+            if wall:
+                config["timeout_scale"] = wall_scale
+            try:
+                if name == "kill_holding_lease":
+                    out.append(_kill_holding_lease(address, run_spec, config, wall, claimed, timeout))
+                elif name == "stale_worker_after_takeover":
+                    if not caps.get("concurrent"):
+                        continue  # not applicable: two processes cannot share this adapter's ledger
+                    out.append(_stale_worker(address, run_spec, config, wall, claimed, timeout))
+                else:
+                    raise ChaosError(f"unknown lease scenario {name!r}")
+            except ChaosError as exc:
+                out.append(_window("kill" if name == "kill_holding_lease" else "takeover", "error",
+                                   _claimed(claimed, ["recovery.no_loss"]), f"{name}: {exc}", None))
+    return out
+
+
+def _claimed(claimed: set[str], clauses: list[str]) -> list[str]:
+    prof = {"core": "core", "lease": "lease", "recovery": "recovery"}
+    keep = [c for c in clauses if prof.get(c.split(".")[0], c.split(".")[0]) in claimed]
+    return keep or clauses[:1]
+
+
+def _harness_client(address: str, spec: Spec, config: dict[str, Any], timeout: float) -> Any:
+    c = connect(address, spec, timeout=timeout)
+    out = c.reset(config)
+    if not out.ok:
+        c.close()
+        raise ChaosError(f"reset on the shared directory failed: {out.code}: {out.message}")
+    return c
+
+
+def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, owner: str) -> tuple[str, dict[str, Any] | None]:
+    """After the lease lapsed: run the monitors and try to claim the item until the deadline.
+    Returns (how it came back, the new holder's snapshot or None)."""
+    end = time.monotonic() + deadline_s
+    last = None
+    while True:
+        now = clock.now()
+        for op in ("expire", "recover", "promote_due"):
+            c.call(op, now=now)
+        got = c.call("get", work_id=wid)
+        if not got.ok:
+            return f"the item vanished ({got.code}: {got.message})", None
+        last = got.value
+        if last["status"] in spec.terminal_statuses and last["status"] != "done":
+            rq = c.call("requeue", work_id=wid, now=now, reason="operator takes the work back")
+            if rq.ok:
+                last = rq.value
+        if last["status"] == spec.initial_status or last["status"] in spec.statuses and not spec.statuses[last["status"]].leased:
+            cl = c.call("claim", owner=owner, now=now, work_id=wid)
+            if not cl.ok and cl.code == "unsupported":
+                cl = c.call("claim", owner=owner, now=now)
+            if cl.ok and cl.value and cl.value.get("work_id") == wid:
+                return "claimable again", cl.value
+        if time.monotonic() > end:
+            return f"still {last['status']}" + (f" under {last.get('owner')!r}" if last.get("owner") else ""), None
+        if clock.wall:
+            time.sleep(0.05)
+        else:
+            clock.t += 1.0
+
+
+def _kill_holding_lease(address: str, spec: Spec, config: dict[str, Any], wall: bool, claimed: set[str],
+                        timeout: float) -> dict[str, Any]:
+    clock = _Clock(wall)
+    h = _harness_client(address, spec, config, timeout)
+    try:
+        made = h.call("create", source_system="manual", source_id="lease-campaign", now=clock.now())
+        if not made.ok:
+            raise ChaosError(f"create failed: {made.code}: {made.message}")
+        wid = made.value["work"]["work_id"]
+        h.close()  # the worker must find the item in the durable state, not in a shared object
+        w = _Worker(address, {**config}, timeout)
+        try:
+            r = w.op("claim", owner="worker-doomed", now=clock.now(), work_id=wid)
+            if not r.get("ok") and r.get("code") == "unsupported":
+                r = w.op("claim", owner="worker-doomed", now=clock.now())
+            if not r.get("ok") or not r.get("value"):
+                raise ChaosError(f"the worker could not claim the item: {r}")
+            held = r["value"]
+        finally:
+            w.kill()  # SIGKILL while holding the lease
+        h = _harness_client(address, spec, config, timeout)
+        lt = spec.lease_for("manual")
+        exp = held.get("lease_expires_at") or (clock.now() + lt.ttl)
+        clock.until(exp + lt.grace + (0.05 if wall else 0.125))
+        how, new = _take_back(h, clock, spec, wid, deadline_s=max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0,
+                              owner="worker-rescue")
+        final = h.call("get", work_id=wid)
+        status = final.value["status"] if final.ok else None
+        clauses = _claimed(claimed, ["core.running.renew_or_leave", "recovery.no_loss"])
+        if new is not None:
+            v0 = held.get("lease_version") or 0
+            v1 = new.get("lease_version") or 0
+            msg = f"killed holding the lease; after ttl + grace the item was {how} (lease_version {v0} -> {v1})"
+            return _window("kill", "pass", clauses, msg, status)
+        if status is not None and (status in spec.terminal_statuses or status in spec.waiting_statuses.values()):
+            return _window("kill", "pass", clauses, f"killed holding the lease; the item ended {status} and visible", status)
+        return _window("kill", "fail", clauses, f"killed holding the lease; after ttl + grace and a deadline the item is {how}", status)
+    finally:
+        h.close()
+
+
+def _stale_worker(address: str, spec: Spec, config: dict[str, Any], wall: bool, claimed: set[str],
+                  timeout: float) -> dict[str, Any]:
+    clock = _Clock(wall)
+    h = _harness_client(address, spec, config, timeout)
+    w = None
+    try:
+        made = h.call("create", source_system="manual", source_id="lease-campaign", now=clock.now())
+        if not made.ok:
+            raise ChaosError(f"create failed: {made.code}: {made.message}")
+        wid = made.value["work"]["work_id"]
+        w = _Worker(address, {**config}, timeout)
+        r = w.op("claim", owner="worker-stale", now=clock.now(), work_id=wid)
+        if not r.get("ok") and r.get("code") == "unsupported":
+            r = w.op("claim", owner="worker-stale", now=clock.now())
+        if not r.get("ok") or not r.get("value"):
+            raise ChaosError(f"the worker could not claim the item: {r}")
+        held = r["value"]
+        old_token = held.get("lease_token") or ""
+        w.stop()  # SIGSTOP: alive but silent, lease not renewed
+        lt = spec.lease_for("manual")
+        clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
+        how, new = _take_back(h, clock, spec, wid, deadline_s=max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0,
+                              owner="worker-new")
+        clauses = _claimed(claimed, ["lease.fencing", "lease.takeover", "recovery.fencing_after_takeover"])
+        if new is None:
+            return _window("takeover", "fail", _claimed(claimed, ["core.running.renew_or_leave", "lease.takeover"]),
+                           f"paused holder; after ttl + grace nobody could take the item over: {how}", None)
+        w.cont()  # SIGCONT: the stale worker wakes up while the new holder works, old token in hand
+        accepted = []
+        for op, args in (("renew", {"work_id": wid, "token": old_token}),
+                         ("close_out", {"work_id": wid, "token": old_token, "status": "failed", "result": {"by": "worker-stale"}})):
+            res = w.op(op, now=clock.now(), **args)
+            if res.get("ok"):
+                accepted.append(op)
+        done = h.call("close_out", work_id=wid, token=new.get("lease_token") or "", status="done", now=clock.now(),
+                      result={"by": "worker-new"})
+        if not done.ok and not accepted:
+            raise ChaosError(f"the new holder could not close out: {done.code}: {done.message}")
+        final = h.call("get", work_id=wid)
+        status = final.value["status"] if final.ok else None
+        kept = final.ok and final.value.get("result") == {"by": "worker-new"} and status == "done"
+        if accepted or not kept:
+            what = ", ".join(accepted) or "nothing"
+            msg = (f"paused holder let go after another took over: its stale {what} accepted; "
+                   f"final status {status}, result {final.value.get('result') if final.ok else None!r}")
+            return _window("takeover", "fail", clauses, msg, status)
+        return _window("takeover", "pass", clauses,
+                       f"paused holder let go after another took over ({how}): its stale renew and close-out were refused", status)
+    finally:
+        if w is not None:
+            w.close()
+        h.close()
+
+
+def main_worker() -> None:  # pragma: no cover - exercised through subprocesses
+    """The worker process: JSON commands on stdin, one answer per line on stdout."""
+    client = None
+    for line in sys.stdin:
+        msg = json.loads(line)
+        try:
+            if msg["cmd"] == "open":
+                client = connect(msg["address"], None)
+                out = client.reset(msg["config"])
+                reply = {"ok": out.ok, "code": out.code, "error": out.message, "fatal": not out.ok}
+            elif msg["cmd"] == "op":
+                assert client is not None
+                out = client.call(msg["op"], **msg["args"])
+                reply = {"ok": out.ok, "value": out.value, "code": out.code, "error": out.message}
+            else:  # close
+                print(json.dumps({"ok": True}), flush=True)
+                break
+        except Exception as exc:  # noqa: BLE001 - reported to the harness
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "fatal": True}
+        print(json.dumps(reply, default=str), flush=True)
+    if client is not None:
+        client.close()
+    os._exit(0)

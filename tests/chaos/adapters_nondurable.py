@@ -1,0 +1,10 @@
+"""An adapter whose state does not survive its process (for the lease-campaign tests)."""
+
+from ledgercheck.reference.adapter import ReferenceAdapter
+
+
+class Volatile(ReferenceAdapter):
+    def hello(self, protocol: str = "1.0"):
+        hs = super().hello(protocol)
+        hs["capabilities"] = {"clock": "injected", "durable": False, "concurrent": False}
+        return hs
