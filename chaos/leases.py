@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,10 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(msg) + "\n")
         self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+        if not ready:
+            self.kill()
+            raise ChaosError(f"lease worker did not answer {msg.get('cmd')} {msg.get('op', '')} within {self.timeout:g}s")
         line = self.proc.stdout.readline()
         if not line:
             err = self.proc.stderr.read() if self.proc.stderr else ""
@@ -102,6 +107,10 @@ class _Worker:
 
     def close(self) -> None:
         if self.proc.poll() is None:
+            try:
+                self.cont()  # a paused worker cannot answer; let it go first
+            except psutil.Error:
+                pass
             try:
                 self.send({"cmd": "close"})
             except (ChaosError, OSError, ValueError):

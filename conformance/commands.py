@@ -31,6 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--wall-scale", type=float, default=0.01, metavar="FACTOR", help="time scale for wall-clock adapters")
     c.add_argument("--shard", default=None, metavar="K/N", help="run one deterministic shard (merge with `ledgercheck report merge`)")
     c.add_argument("--artifact", default=None, metavar="FILE", help="the tested artifact; its SHA-256 goes into the report")
+    c.add_argument("--artifacts", default=".ledgercheck", metavar="DIR",
+                   help="where failure traces, replay files and the hypothesis example database go (default .ledgercheck)")
     c.add_argument("--no-chaos", action="store_true", help="skip the crash-window exploration of the recovery profile")
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
@@ -48,6 +50,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "adapter"
+
+
+def _relative(p: Path) -> str:
+    """A path as the user would type it from here (relative under the current directory)."""
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
 
 
 def _reproduce(args: argparse.Namespace, seed: int) -> str:
@@ -101,7 +111,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
             "--ledger-hypothesis-profile", args.hypothesis_profile, "--ledger-seed", str(seed),
             "--ledger-timeout", str(args.timeout), "--ledger-timeout-scale", str(args.timeout_scale),
             "--ledger-wall-scale", str(args.wall_scale), "--ledger-reproduce", _reproduce(args, seed),
-            "--ledger-artifacts", str(Path(".ledgercheck").resolve()),
+            "--ledger-artifacts", _relative(Path(args.artifacts).resolve()),
         ]
         for f in args.spec:
             pyargs += ["--ledger-spec", str(Path(f).resolve())]

@@ -8,3 +8,13 @@ class Volatile(ReferenceAdapter):
         hs = super().hello(protocol)
         hs["capabilities"] = {"clock": "injected", "durable": False, "concurrent": False}
         return hs
+
+
+class StuckLeases(ReferenceAdapter):
+    """Neither the monitor nor the recovery scan ever lets go of a lapsed lease."""
+
+    def expire(self, *, now: float):
+        return []
+
+    def recover(self, *, now: float):
+        return []

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+import sys
+from pathlib import Path
 
+import pytest
 from ledgercheck.chaos.leases import run_campaign
+
+HERE = str(Path(__file__).resolve().parent)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _importable_test_adapters():
+    """The small adapters of this directory load by address, here and in worker processes."""
+    old_path, old_env = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path.insert(0, HERE)
+    os.environ["PYTHONPATH"] = os.pathsep.join([HERE, old_env or ""]).rstrip(os.pathsep)
+    yield
+    sys.path[:] = old_path
+    if old_env is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old_env
 from ledgercheck.spec import default_spec
 
 BROKEN = "python:ledgercheck.fixtures.broken:"
@@ -31,7 +50,7 @@ def test_a_stale_worker_that_is_not_fenced_is_caught(spec):
 
 
 def test_leases_that_never_lapse_are_caught(spec):
-    windows = {w["mode"]: w for w in run_campaign(BROKEN + "NeverExpires", spec)}
+    windows = {w["mode"]: w for w in run_campaign("python:adapters_nondurable:StuckLeases", spec)}
     k = windows["kill"]
     assert k["verdict"] == "fail" and "core.running.renew_or_leave" in k["clauses"]
     assert "still running" in k["message"] and "worker-doomed" in k["message"]
