@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from ledgercheck.chaos.leases import run_campaign
+from ledgercheck.spec import default_spec
 
 HERE = str(Path(__file__).resolve().parent)
 
@@ -24,8 +25,6 @@ def _importable_test_adapters():
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = old_env
-from ledgercheck.spec import default_spec
-
 BROKEN = "python:ledgercheck.fixtures.broken:"
 
 
