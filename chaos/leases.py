@@ -191,12 +191,15 @@ def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, o
             rq = c.call("requeue", work_id=wid, now=now, reason="operator takes the work back")
             if rq.ok:
                 last = rq.value
-        if last["status"] == spec.initial_status or last["status"] in spec.statuses and not spec.statuses[last["status"]].leased:
-            cl = c.call("claim", owner=owner, now=now, work_id=wid)
-            if not cl.ok and cl.code == "unsupported":
-                cl = c.call("claim", owner=owner, now=now)
-            if cl.ok and cl.value and cl.value.get("work_id") == wid:
-                return "claimable again", cl.value
+        # whatever the item's recorded status, try to claim it: some queues hand out a stale
+        # job again without ever marking it (the clause tests judge that; here only "is the
+        # work lost?" is asked)
+        cl = c.call("claim", owner=owner, now=now, work_id=wid)
+        if not cl.ok and cl.code == "unsupported":
+            cl = c.call("claim", owner=owner, now=now)
+        if cl.ok and cl.value and cl.value.get("work_id") == wid:
+            return "claimable again" + (f" (still {last['status']} before the claim)" if last["status"] in spec.statuses
+                                        and spec.statuses[last["status"]].leased else ""), cl.value
         if time.monotonic() > end:
             return f"still {last['status']}" + (f" under {last.get('owner')!r}" if last.get("owner") else ""), None
         if clock.wall:

@@ -78,6 +78,17 @@ class Indefinite(Exception):
 _is_num = is_num
 
 
+# The clause that owns each snapshot field, blamed when a field disagrees in a snapshot an
+# operation returned without changing that field (the divergence came from earlier).
+FIELD_OWNER = {
+    "attempt": "retry.exhausted", "started_at": "retry.execution_timeout", "owner": "lease.acquire",
+    "lease_token": "lease.acquire", "lease_version": "lease.version.monotonic", "lease_expires_at": "lease.acquire",
+    "waiting_kind": "waiting.requires_ref", "waiting_ref": "waiting.requires_ref", "waiting_deadline": "waiting.deadline",
+    "next_retry_at": "retry.bounds", "error_class": "retry.schedule", "cancel_requested": "core.cancel.intent_first",
+    "quarantined": "recovery.quarantine.visible",
+}
+
+
 class Model:
     """The contract as a state machine.  ``profiles`` limits which clauses may be reported."""
 
@@ -210,7 +221,8 @@ class Model:
             a, b = expect.get(name), actual[name]
             if (a is b or (a == b and type(a) is type(b))) or self._same(kind, a, b):
                 continue
-            out.append(Violation(blame.get(name, default), f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
+            clause = blame.get(name) or (FIELD_OWNER.get(name, default) if default != "core.create.initial" else default)
+            out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
         return out
 
     def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
