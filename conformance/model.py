@@ -1361,6 +1361,7 @@ class Model:
     def adopt(self, work_id: str, snapshot: Mapping[str, Any], events: list[Mapping[str, Any]]) -> None:
         """Take an implementation's state of one item as the model's (after an indefinite error)."""
         self.items[work_id] = {f: copy.deepcopy(snapshot.get(f)) for f in self.spec.work_fields} | {"status_reason": snapshot.get("status_reason")}
+        self.items[work_id]["work_id"] = work_id
         self.events[work_id] = [
             {"type": e.get("type"), "from_status": e.get("from_status"), "to_status": e.get("to_status"),
              "at": e.get("at"), "data": copy.deepcopy(e.get("data") or {})} for e in events

@@ -28,7 +28,7 @@ from ledgercheck.spec import Spec, SpecError, load_spec
 from .clauses import ClauseCase, NoCheck, all_cases
 from .client import AdapterError, Client, connect
 from .clock import plain, scaled_document, scaled_spec
-from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, find_exception
+from .harness import AdapterFailure, ClauseFailure, DriveBlocked, Harness, NotApplicable, find_exception
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -263,8 +263,15 @@ class ClauseItem(LedgerItem):
         h = self.sess.harness
         try:
             h.fresh()
+            h.focus = self.case.clause
             self.case.fn(h)
         except NotApplicable as exc:
+            self.user_properties.append(("ledger_not_claimed", True))
+            pytest.skip(f"not claimed: {exc}")
+        except DriveBlocked as exc:
+            if not h.last_claim_fallback:
+                self.user_properties.append(("ledger_error", f"harness could not set the scenario up: {exc}"))
+                raise
             self.user_properties.append(("ledger_not_claimed", True))
             pytest.skip(f"not claimed: {exc}")
         except ClauseFailure as exc:
