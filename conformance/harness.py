@@ -252,13 +252,18 @@ class Harness:
         (that other clause fails in its own tests).  Never in stateful runs (no focus)."""
         if self.focus is None or any(v.clause == self.focus for v in found):
             return False
-        self.tolerated += found
+        snaps = {}
         for wid in wids:
             got = self.raw("get", work_id=wid)
             if not got.ok or not isinstance(got.value, dict):
                 return False
+            if got.value.get("status") != self.model.items.get(wid, {}).get("status"):
+                return False  # the work went elsewhere: the scenario cannot go on, report it
+            snaps[wid] = got.value
+        self.tolerated += found
+        for wid, snap in snaps.items():
             ev = self.raw("events", work_id=wid)
-            self.model.adopt(wid, got.value, ev.value if ev.ok and isinstance(ev.value, list) else self.model.events.get(wid, []))
+            self.model.adopt(wid, snap, ev.value if ev.ok and isinstance(ev.value, list) else self.model.events.get(wid, []))
         return True
 
     def events_of(self, wid: str, clause: str) -> list[dict[str, Any]]:

@@ -541,6 +541,10 @@ QUANT = 0.125
 @case("core.list.complete", "by-status")
 def _list(h: Harness) -> None:
     targets = [s for s in h.spec.statuses if _drivable(h, h.spec.initial_status, s)]
+    # one item per status, each taken to its status before the next exists (so even a queue
+    # that only hands out "the next queued item" claims the intended one); queued ones last
+    # (statuses a queue may hand out again by itself, like a due retry, come late too)
+    targets.sort(key=lambda s: (s == h.spec.initial_status, bool(h.spec.targets("promote_due", s))))
     for s in targets:
         h.drive(h.create(), s)
     h.do("list")
