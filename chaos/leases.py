@@ -33,12 +33,20 @@ from typing import Any
 
 import psutil
 from ledgercheck.conformance.client import connect
-from ledgercheck.conformance.clock import VIRTUAL_EPOCH, plain, scaled_document, scaled_spec
+from ledgercheck.conformance.clock import (
+    VIRTUAL_EPOCH,
+    deadline,
+    plain,
+    quiet_window,
+    scaled_document,
+    scaled_spec,
+)
 from ledgercheck.spec import Spec
 
 from .points import ChaosError
 
 SCENARIOS = ("kill_holding_lease", "stale_worker_after_takeover")
+_FACTOR = 1.0  # the run's timeout scale (set by run_campaign)
 POINT = "after_claim"
 
 
@@ -126,8 +134,14 @@ def _window(mode: str, verdict: str, clauses: Iterable[str], message: str, statu
 
 
 def run_campaign(address: str, spec: Spec, *, profiles: Iterable[str] | None = None, wall_scale: float = 0.01,
-                 timeout: float = 30.0, scenarios: Iterable[str] = SCENARIOS) -> list[dict[str, Any]]:
-    """Run the lease scenarios against an adapter; one crash-window record per scenario."""
+                 timeout: float = 30.0, scenarios: Iterable[str] = SCENARIOS, factor: float = 1.0) -> list[dict[str, Any]]:
+    """Run the lease scenarios against an adapter; one crash-window record per scenario.
+
+    ``factor`` (the run's timeout scale) stretches both kinds of waiting: the deadline for what
+    must happen (the work coming back) and the quiet window for what must not (a stale write
+    landing late)."""
+    global _FACTOR
+    _FACTOR = factor
     probe = connect(address, spec, timeout=timeout)
     hs = dict(probe.handshake)
     probe.close()
@@ -232,7 +246,7 @@ def _kill_holding_lease(address: str, spec: Spec, config: dict[str, Any], wall: 
         lt = spec.lease_for("manual")
         exp = held.get("lease_expires_at") or (clock.now() + lt.ttl)
         clock.until(exp + lt.grace + (0.05 if wall else 0.125))
-        how, new = _take_back(h, clock, spec, wid, deadline_s=max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0,
+        how, new = _take_back(h, clock, spec, wid, deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
                               owner="worker-rescue")
         final = h.call("get", work_id=wid)
         status = final.value["status"] if final.ok else None
@@ -270,7 +284,7 @@ def _stale_worker(address: str, spec: Spec, config: dict[str, Any], wall: bool, 
         w.stop()  # SIGSTOP: alive but silent, lease not renewed
         lt = spec.lease_for("manual")
         clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
-        how, new = _take_back(h, clock, spec, wid, deadline_s=max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0,
+        how, new = _take_back(h, clock, spec, wid, deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
                               owner="worker-new")
         clauses = _claimed(claimed, ["lease.fencing", "lease.takeover", "recovery.fencing_after_takeover"])
         if new is None:
@@ -287,8 +301,15 @@ def _stale_worker(address: str, spec: Spec, config: dict[str, Any], wall: bool, 
                       result={"by": "worker-new"})
         if not done.ok and not accepted:
             raise ChaosError(f"the new holder could not close out: {done.code}: {done.message}")
-        final = h.call("get", work_id=wid)
-        status = final.value["status"] if final.ok else None
+        # a quiet window: nothing may undo the new holder's close-out afterwards (the stale
+        # worker is alive again and its adapter may still be flushing)
+        end = time.monotonic() + quiet_window(0.5 if wall else 0.05, _FACTOR)
+        while True:
+            final = h.call("get", work_id=wid)
+            status = final.value["status"] if final.ok else None
+            if not (final.ok and status == "done") or time.monotonic() >= end:
+                break
+            time.sleep(0.05)
         kept = final.ok and final.value.get("result") == {"by": "worker-new"} and status == "done"
         if accepted or not kept:
             what = ", ".join(accepted) or "nothing"

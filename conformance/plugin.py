@@ -441,7 +441,7 @@ class LeaseCampaignItem(LedgerItem):
         sess = self.sess
         try:
             windows = run_campaign(sess.address, sess.base_spec, profiles=sess.claimed, wall_scale=sess.wall_scale,
-                                   timeout=30.0 * sess.timeout_scale, scenarios=[self.scenario])
+                                   timeout=30.0 * sess.timeout_scale, scenarios=[self.scenario], factor=sess.timeout_scale)
         except ChaosError as exc:
             self.user_properties.append(("ledger_error", f"lease campaign: {exc}"))
             raise NoCheck(f"lease campaign {self.scenario} could not run: {exc}") from None
