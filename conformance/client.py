@@ -21,7 +21,6 @@ import collections
 import importlib
 import importlib.metadata
 import inspect
-import json
 import os
 import select
 import shlex
@@ -39,7 +38,7 @@ from ledgercheck import PROTOCOL_VERSION
 
 from .model import Outcome
 from .protocol import DEFINITE, LedgerError
-from .wire import dumps, result_checker
+from .wire import LOAD_ERRORS, dumps, loads, result_checker
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
 HARNESS_CODES = {"timeout", "adapter_crashed", "protocol_error", "internal"}
@@ -610,8 +609,8 @@ class WireClient(Client):
             if self.tap is not None:
                 self.tap("<", raw)
             try:
-                msg = json.loads(raw.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
+                msg = loads(raw)
+            except LOAD_ERRORS:
                 shown = raw[:120].decode("utf-8", "replace").strip()
                 return self._fail("protocol_error", f"{op}: adapter printed a line that is not JSON: {shown!r}")
             if isinstance(msg, dict) and "event" in msg and "id" not in msg:

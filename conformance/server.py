@@ -11,7 +11,6 @@ the generated operation reference and a recorded session (see ``docs/protocol.md
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -21,7 +20,7 @@ from typing import IO, Any
 from ledgercheck import PROTOCOL_VERSION
 
 from .client import AdapterError, Dispatcher, WireClient, connect, load_inprocess, parse_address
-from .wire import dumps
+from .wire import LOAD_ERRORS, dumps, loads
 
 
 class _Armed:
@@ -58,8 +57,8 @@ class Server:
 
     def handle(self, raw: bytes) -> dict[str, Any]:
         try:
-            req = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
+            req = loads(raw)
+        except LOAD_ERRORS as exc:
             return _error(None, "invalid_argument", f"bad request: not JSON: {exc}", True)
         if not isinstance(req, dict):
             return _error(None, "invalid_argument", "bad request: not an object", True)

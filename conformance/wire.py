@@ -237,10 +237,51 @@ def result_checker(spec: Spec) -> ResultChecker:
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
+try:  # orjson is several times faster on the small objects of the protocol
+    import orjson as _orjson
 
-def dumps(obj: Any) -> bytes:
-    """One protocol line: compact JSON, UTF-8, no NaN or infinities, ending in a newline."""
-    return (_ENCODE(obj) + "\n").encode("utf-8")
+    _OR_OPTS = _orjson.OPT_APPEND_NEWLINE
+
+    def dumps(obj: Any) -> bytes:
+        """One protocol line: compact JSON, UTF-8, no NaN or infinities, ending in a newline."""
+        try:
+            line = _orjson.dumps(obj, option=_OR_OPTS)
+        except TypeError:  # what orjson cannot encode (e.g. integers beyond 64 bits): the standard way
+            return (_ENCODE(obj) + "\n").encode("utf-8")
+        if b"null" in line and _has_nonfinite(obj):  # orjson writes NaN and infinities as null
+            raise ValueError("Out of range float values are not JSON compliant")
+        return line
+
+    def loads(raw: bytes) -> Any:
+        """One protocol line parsed (NaN and infinities are not JSON and are refused)."""
+        return _orjson.loads(raw)
+
+    LOAD_ERRORS: tuple[type[Exception], ...] = (ValueError, UnicodeDecodeError)
+except ImportError:  # pragma: no cover - orjson is a dependency; the standard library still works
+    def dumps(obj: Any) -> bytes:
+        """One protocol line: compact JSON, UTF-8, no NaN or infinities, ending in a newline."""
+        return (_ENCODE(obj) + "\n").encode("utf-8")
+
+    def loads(raw: bytes) -> Any:
+        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+
+    LOAD_ERRORS = (ValueError, UnicodeDecodeError)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _has_nonfinite(obj: Any, depth: int = 0) -> bool:
+    if isinstance(obj, float):
+        return obj != obj or obj in (float("inf"), float("-inf"))
+    if depth > 64:
+        return False
+    if isinstance(obj, dict):
+        return any(_has_nonfinite(v, depth + 1) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return any(_has_nonfinite(v, depth + 1) for v in obj)
+    return False
 
 
 def plain(value: Any) -> Any:
