@@ -593,10 +593,12 @@ class WireClient(Client):
             return self._fail("timeout", f"{op}: the adapter did not read its input within {timeout:g}s")
         if failed:
             return self._fail("adapter_crashed", f"{op}: adapter closed its input (exit status {proc.poll()})")
+        notifications = 0
         while True:
             raw = self._readline(deadline)
             if raw is None:
-                return self._fail("timeout", f"{op}: no answer within {timeout:g}s")
+                seen = f" (only notifications: {notifications})" if notifications else ""
+                return self._fail("timeout", f"{op}: no answer within {timeout:g}s{seen}")
             if raw == b"" or not raw.endswith(b"\n") and raw != b"\x00overlong":
                 try:
                     code = proc.wait(timeout=1)
@@ -617,8 +619,9 @@ class WireClient(Client):
                 stopped = self._notified(msg)
                 if stopped is not None:
                     return stopped
+                notifications += 1
                 if time.monotonic() > deadline:
-                    return self._fail("timeout", f"{op}: no answer within {timeout:g}s (only notifications)")
+                    return self._fail("timeout", f"{op}: no answer within {timeout:g}s (only notifications: {notifications})")
                 continue
             if not isinstance(msg, dict) or not isinstance(msg.get("ok"), bool) or "id" not in msg:
                 return self._fail("protocol_error", f"{op}: answer is not a response object: {_one_line(raw[:120].decode('utf-8', 'replace'))!r}")
