@@ -11,6 +11,13 @@ these, yet the two questions that matter most for them are the same:
   with SIGSTOP; the lease lapses, another worker takes the item over and closes it out; the
   first worker is let go with SIGCONT and tries to renew and close out with its old token.  Every
   one of those writes must be refused, and the new holder's close-out must stand.
+* **kill after submit, before record** — a worker claims an item, submits its step's effect to
+  the harness's effect sink (a provider that deduplicates by the effect key) and is killed before
+  it can record the receipt by closing the item out.  The item must come back under the same
+  identity, so the rescuing worker's submission carries the same key and the provider applies the
+  effect once; the item must end done with the provider's first receipt.  How many times the step
+  was submitted is reported: a step that is not idempotent would have applied that many times,
+  which only an effect journal and a recovery scan (the recovery profile) can prevent.
 
 Each scenario runs against the adapter's durable state in a fresh directory (capability
 ``durable``; the takeover scenario also needs ``concurrent``).  Time is the adapter's: an
@@ -45,7 +52,8 @@ from ledgercheck.spec import Spec
 
 from .points import ChaosError
 
-SCENARIOS = ("kill_holding_lease", "stale_worker_after_takeover")
+SCENARIOS = ("kill_holding_lease", "stale_worker_after_takeover", "kill_after_submit_before_record")
+MODES = {"kill_holding_lease": "kill", "stale_worker_after_takeover": "takeover", "kill_after_submit_before_record": "kill"}
 _FACTOR = 1.0  # the run's timeout scale (set by run_campaign)
 POINT = "after_claim"
 
@@ -127,10 +135,17 @@ class _Worker:
                 self.kill()
 
 
-def _window(mode: str, verdict: str, clauses: Iterable[str], message: str, status: str | None) -> dict[str, Any]:
-    return {"point": POINT, "mode": mode, "step_class": None, "occurrence": 1, "decision_expected": None,
-            "decision_observed": None, "effects_expected": None, "effects_observed": None, "final_status": status,
-            "verdict": verdict, "clauses": sorted(set(clauses)), "message": message, "replay": None, "replay_file": None}
+SUBMIT_POINT = "after_submit_before_record"
+SUBMIT_CLASS = "idempotent_with_key"  # the provider deduplicates; the window asks whether identity survives
+
+
+def _window(mode: str, verdict: str, clauses: Iterable[str], message: str, status: str | None, *,
+            point: str = POINT, **effects: Any) -> dict[str, Any]:
+    out = {"point": point, "mode": mode, "step_class": None, "occurrence": 1, "decision_expected": None,
+           "decision_observed": None, "effects_expected": None, "effects_observed": None, "final_status": status,
+           "verdict": verdict, "clauses": sorted(set(clauses)), "message": message, "replay": None, "replay_file": None}
+    out.update(effects)
+    return out
 
 
 def run_campaign(address: str, spec: Spec, *, profiles: Iterable[str] | None = None, wall_scale: float = 0.01,
@@ -165,11 +180,13 @@ def run_campaign(address: str, spec: Spec, *, profiles: Iterable[str] | None = N
                     if not caps.get("concurrent"):
                         continue  # not applicable: two processes cannot share this adapter's ledger
                     out.append(_stale_worker(address, run_spec, config, wall, claimed, timeout))
+                elif name == "kill_after_submit_before_record":
+                    out.append(_kill_after_submit(address, run_spec, config, wall, claimed, timeout))
                 else:
                     raise ChaosError(f"unknown lease scenario {name!r}")
             except ChaosError as exc:
-                out.append(_window("kill" if name == "kill_holding_lease" else "takeover", "error",
-                                   _claimed(claimed, ["recovery.no_loss"]), f"{name}: {exc}", None))
+                out.append(_window(MODES.get(name, "kill"), "error", _claimed(claimed, ["recovery.no_loss"]), f"{name}: {exc}",
+                                   None, point=SUBMIT_POINT if name == "kill_after_submit_before_record" else POINT))
     return out
 
 
@@ -324,6 +341,84 @@ def _stale_worker(address: str, spec: Spec, config: dict[str, Any], wall: bool, 
         h.close()
 
 
+def _kill_after_submit(address: str, spec: Spec, config: dict[str, Any], wall: bool, claimed: set[str],
+                       timeout: float) -> dict[str, Any]:
+    from .sink import EffectSink
+
+    clock = _Clock(wall)
+    sink_path = os.path.join(config["dir"], "effect-sink.sqlite")
+    sink = EffectSink(sink_path, spec, create=True)
+    h = _harness_client(address, spec, config, timeout)
+    entry = spec.document["matrix"][SUBMIT_CLASS][SUBMIT_POINT]
+    decision, allowance_name = entry["decision"], entry["effects"]
+    # judged: the work comes back and can be finished.  The effect count is reported, not judged
+    # by a clause: with a keyed provider and the item's own identity it cannot go wrong here; the
+    # crash-window exploration judges effects against the matrix for ledgers with a journal.
+    clauses = _claimed(claimed, ["core.running.renew_or_leave", "recovery.no_loss"])
+    try:
+        made = h.call("create", source_system="manual", source_id="effect-window", now=clock.now())
+        if not made.ok:
+            raise ChaosError(f"create failed: {made.code}: {made.message}")
+        wid = made.value["work"]["work_id"]
+        h.close()
+        key = f"{wid}:step-1"
+        w = _Worker(address, {**config}, timeout)
+        try:
+            r = w.op("claim", owner="worker-doomed", now=clock.now(), work_id=wid)
+            if not r.get("ok") and r.get("code") == "unsupported":
+                r = w.op("claim", owner="worker-doomed", now=clock.now())
+            if not r.get("ok") or not r.get("value"):
+                raise ChaosError(f"the worker could not claim the item: {r}")
+            held = r["value"]
+            sub = w.send({"cmd": "submit", "sink": sink_path, "key": key, "work_id": held["work_id"],
+                          "step_class": SUBMIT_CLASS, "worker": "worker-doomed"})
+            if not sub.get("ok"):
+                raise ChaosError(f"the worker could not submit its effect: {sub.get('error')}")
+        finally:
+            w.kill()  # SIGKILL: the effect happened, its receipt was never recorded
+        h = _harness_client(address, spec, config, timeout)
+        lt = spec.lease_for("manual")
+        clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
+        how, new = _take_back(h, clock, spec, wid, deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
+                              owner="worker-rescue")
+        cell = {"point": SUBMIT_POINT, "step_class": SUBMIT_CLASS, "decision_expected": decision,
+                "effects_expected": allowance_name}
+        if new is None:  # the step must run again: an item that only ended visible leaves the work undone
+            final = h.call("get", work_id=wid)
+            status = final.value["status"] if final.ok else None
+            return _window("kill", "fail", clauses, f"killed after submitting its effect; after ttl + grace and a deadline the item is {how}",
+                           status, decision_observed="none", effects_observed=sink.applied_counts().get(key, 0), **cell)
+        # the rescuing worker runs the step again: same item, so the same key
+        receipt = sink.submit(key=f"{new['work_id']}:step-1", work_id=new["work_id"], step_id="step-1", tool="provider",
+                              step_class=SUBMIT_CLASS, input={"work": new["work_id"]}, worker="worker-rescue", session="rescue")
+        done = h.call("close_out", work_id=wid, token=new.get("lease_token") or "", status="done", now=clock.now(),
+                      result={"receipt": receipt})
+        final = h.call("get", work_id=wid)
+        status = final.value["status"] if final.ok else None
+        applied = sink.applied_counts().get(key, 0)
+        submitted = len(sink.submissions(key))
+        first = sink.lookup(key)
+        problems = []
+        if not done.ok:
+            problems.append(f"the rescuing worker's close-out was refused ({done.code}: {done.message})")
+        if status != "done":
+            problems.append(f"the item ended {status}")
+        kept = final.ok and final.value.get("result") == {"receipt": first}
+        # the receipt is reported, not judged: close-out's result is the clause tests' business
+        note = (f"the step was submitted {submitted} times and the keyed provider applied it {applied} time(s); "
+                f"a step without a dedupe key would have applied {submitted} times; "
+                + ("the ledger holds the provider's first receipt" if kept else "the ledger did not keep the receipt"))
+        if problems:
+            return _window("kill", "fail", clauses, "killed after submitting its effect: " + "; ".join(problems) + f" ({note})",
+                           status, decision_observed="retry", effects_observed=applied, **cell)
+        return _window("kill", "pass", clauses, f"killed after submitting its effect; the item was {how} and ended done "
+                       f"({note})", status, decision_observed="retry",
+                       effects_observed=applied, **cell)
+    finally:
+        h.close()
+        sink.close()
+
+
 def main_worker() -> None:  # pragma: no cover - exercised through subprocesses
     """The worker process: JSON commands on stdin, one answer per line on stdout."""
     client = None
@@ -331,9 +426,23 @@ def main_worker() -> None:  # pragma: no cover - exercised through subprocesses
         msg = json.loads(line)
         try:
             if msg["cmd"] == "open":
+                config = msg["config"]
                 client = connect(msg["address"], None)
                 out = client.reset(msg["config"])
                 reply = {"ok": out.ok, "code": out.code, "error": out.message, "fatal": not out.ok}
+            elif msg["cmd"] == "submit":  # the step's effect, at the harness's provider
+                from ledgercheck.spec.load import build_spec
+
+                from .sink import EffectSink
+
+                sink = EffectSink(msg["sink"], build_spec(config["contract"]))
+                try:
+                    got = sink.submit(key=msg["key"], work_id=msg["work_id"], step_id="step-1", tool="provider",
+                                      step_class=msg["step_class"], input={"work": msg["work_id"]}, worker=msg["worker"],
+                                      session="doomed")
+                finally:
+                    sink.close()
+                reply = {"ok": True, "value": got}
             elif msg["cmd"] == "op":
                 assert client is not None
                 out = client.call(msg["op"], **msg["args"])

@@ -18,3 +18,16 @@ class StuckLeases(ReferenceAdapter):
 
     def recover(self, *, now: float):
         return []
+
+
+class FirstLeaseOnly(ReferenceAdapter):
+    """Close-out is fenced against the first lease ever issued, not the live one: after a
+    takeover the new holder can never finish the item."""
+
+    def close_out(self, *, work_id: str, token: str, **kw):
+        from ledgercheck.conformance.protocol import LedgerError
+
+        assert self.ledger is not None
+        if self.ledger.get(work_id=work_id)["lease_version"] > 1:
+            raise LedgerError("stale_lease", f"close_out: {work_id}: the token is not the first lease")
+        return super().close_out(work_id=work_id, token=token, **kw)

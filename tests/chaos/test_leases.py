@@ -33,15 +33,23 @@ def spec():
     return default_spec()
 
 
-def test_reference_passes_both_scenarios(spec):
+def _by_scenario(windows):
+    return {("submit" if w["point"] == "after_submit_before_record" else w["mode"]): w for w in windows}
+
+
+def test_reference_passes_every_scenario(spec):
     windows = run_campaign("reference", spec)
-    assert [(w["mode"], w["verdict"]) for w in windows] == [("kill", "pass"), ("takeover", "pass")], windows
+    assert [(w["point"], w["mode"], w["verdict"]) for w in windows] == [
+        ("after_claim", "kill", "pass"), ("after_claim", "takeover", "pass"), ("after_submit_before_record", "kill", "pass")], windows
     assert "lease_version 1 -> 2" in windows[0]["message"]
     assert "refused" in windows[1]["message"]
+    s = windows[2]
+    assert s["step_class"] == "idempotent_with_key" and s["decision_observed"] == s["decision_expected"] == "retry"
+    assert s["effects_observed"] == 1 and "submitted 2 times" in s["message"] and "first receipt" in s["message"]
 
 
 def test_a_stale_worker_that_is_not_fenced_is_caught(spec):
-    windows = {w["mode"]: w for w in run_campaign(BROKEN + "AcceptsStaleToken", spec)}
+    windows = _by_scenario(run_campaign(BROKEN + "AcceptsStaleToken", spec))
     assert windows["kill"]["verdict"] == "pass"
     t = windows["takeover"]
     assert t["verdict"] == "fail" and "lease.fencing" in t["clauses"]
@@ -49,11 +57,22 @@ def test_a_stale_worker_that_is_not_fenced_is_caught(spec):
 
 
 def test_leases_that_never_lapse_are_caught(spec):
-    windows = {w["mode"]: w for w in run_campaign("python:adapters_nondurable:StuckLeases", spec)}
-    k = windows["kill"]
-    assert k["verdict"] == "fail" and "core.running.renew_or_leave" in k["clauses"]
-    assert "still running" in k["message"] and "worker-doomed" in k["message"]
+    windows = _by_scenario(run_campaign("python:adapters_nondurable:StuckLeases", spec))
+    for k in (windows["kill"], windows["submit"]):
+        assert k["verdict"] == "fail" and "core.running.renew_or_leave" in k["clauses"]
+        assert "still running" in k["message"] and "worker-doomed" in k["message"]
     assert windows["takeover"]["verdict"] == "fail"
+
+
+def test_work_that_cannot_be_finished_after_a_takeover_is_caught(spec):
+    """Only the effect window finishes the work after taking it back; the plain kill window
+    stops at "claimable again" and passes."""
+    windows = _by_scenario(run_campaign("python:adapters_nondurable:FirstLeaseOnly", spec, scenarios=["kill_holding_lease",
+                                                                                                      "kill_after_submit_before_record"]))
+    assert windows["kill"]["verdict"] == "pass"
+    s = windows["submit"]
+    assert s["verdict"] == "fail" and s["clauses"] == ["core.running.renew_or_leave", "recovery.no_loss"]
+    assert "close-out was refused (stale_lease" in s["message"] and "ended running" in s["message"]
 
 
 def test_adapters_without_durable_state_are_refused(spec):
