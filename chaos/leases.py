@@ -105,6 +105,15 @@ class _Worker:
     def op(self, op: str, **args: Any) -> dict[str, Any]:
         return self.send({"cmd": "op", "op": op, "args": args})
 
+    def claim(self, owner: str, now: float, work_id: str) -> dict[str, Any]:
+        """Claim this item (or, where claiming by id is unsupported, the next one); its snapshot."""
+        r = self.op("claim", owner=owner, now=now, work_id=work_id)
+        if not r.get("ok") and r.get("code") == "unsupported":
+            r = self.op("claim", owner=owner, now=now)
+        if not r.get("ok") or not r.get("value"):
+            raise ChaosError(f"the worker could not claim the item: {r}")
+        return r["value"]
+
     def kill(self) -> None:
         for p in [*self.ps.children(recursive=True), self.ps]:
             try:
@@ -205,6 +214,23 @@ def _harness_client(address: str, spec: Spec, config: dict[str, Any], timeout: f
     return c
 
 
+def _create(h: Any, clock: _Clock, source_id: str) -> str:
+    made = h.call("create", source_system="manual", source_id=source_id, now=clock.now())
+    if not made.ok:
+        raise ChaosError(f"create failed: {made.code}: {made.message}")
+    return made.value["work"]["work_id"]
+
+
+def _lapse_and_take_back(h: Any, clock: _Clock, spec: Spec, held: dict[str, Any], wid: str,
+                         owner: str) -> tuple[str, dict[str, Any] | None]:
+    """Let the held lease lapse (ttl + grace, just past), then take the item back (_take_back)."""
+    lt = spec.lease_for("manual")
+    wall = clock.wall
+    clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
+    return _take_back(h, clock, spec, wid, owner=owner,
+                      deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR))
+
+
 def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, owner: str) -> tuple[str, dict[str, Any] | None]:
     """After the lease lapsed: run the monitors and try to claim the item until the deadline.
     Returns (how it came back, the new holder's snapshot or None)."""
@@ -244,27 +270,15 @@ def _kill_holding_lease(address: str, spec: Spec, config: dict[str, Any], wall: 
     clock = _Clock(wall)
     h = _harness_client(address, spec, config, timeout)
     try:
-        made = h.call("create", source_system="manual", source_id="lease-campaign", now=clock.now())
-        if not made.ok:
-            raise ChaosError(f"create failed: {made.code}: {made.message}")
-        wid = made.value["work"]["work_id"]
+        wid = _create(h, clock, "lease-campaign")
         h.close()  # the worker must find the item in the durable state, not in a shared object
         w = _Worker(address, {**config}, timeout)
         try:
-            r = w.op("claim", owner="worker-doomed", now=clock.now(), work_id=wid)
-            if not r.get("ok") and r.get("code") == "unsupported":
-                r = w.op("claim", owner="worker-doomed", now=clock.now())
-            if not r.get("ok") or not r.get("value"):
-                raise ChaosError(f"the worker could not claim the item: {r}")
-            held = r["value"]
+            held = w.claim("worker-doomed", clock.now(), wid)
         finally:
             w.kill()  # SIGKILL while holding the lease
         h = _harness_client(address, spec, config, timeout)
-        lt = spec.lease_for("manual")
-        exp = held.get("lease_expires_at") or (clock.now() + lt.ttl)
-        clock.until(exp + lt.grace + (0.05 if wall else 0.125))
-        how, new = _take_back(h, clock, spec, wid, deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
-                              owner="worker-rescue")
+        how, new = _lapse_and_take_back(h, clock, spec, held, wid, owner="worker-rescue")
         final = h.call("get", work_id=wid)
         status = final.value["status"] if final.ok else None
         clauses = _claimed(claimed, ["core.running.renew_or_leave", "recovery.no_loss"])
@@ -286,23 +300,12 @@ def _stale_worker(address: str, spec: Spec, config: dict[str, Any], wall: bool, 
     h = _harness_client(address, spec, config, timeout)
     w = None
     try:
-        made = h.call("create", source_system="manual", source_id="lease-campaign", now=clock.now())
-        if not made.ok:
-            raise ChaosError(f"create failed: {made.code}: {made.message}")
-        wid = made.value["work"]["work_id"]
+        wid = _create(h, clock, "lease-campaign")
         w = _Worker(address, {**config}, timeout)
-        r = w.op("claim", owner="worker-stale", now=clock.now(), work_id=wid)
-        if not r.get("ok") and r.get("code") == "unsupported":
-            r = w.op("claim", owner="worker-stale", now=clock.now())
-        if not r.get("ok") or not r.get("value"):
-            raise ChaosError(f"the worker could not claim the item: {r}")
-        held = r["value"]
+        held = w.claim("worker-stale", clock.now(), wid)
         old_token = held.get("lease_token") or ""
         w.stop()  # SIGSTOP: alive but silent, lease not renewed
-        lt = spec.lease_for("manual")
-        clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
-        how, new = _take_back(h, clock, spec, wid, deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
-                              owner="worker-new")
+        how, new = _lapse_and_take_back(h, clock, spec, held, wid, owner="worker-new")
         clauses = _claimed(claimed, ["lease.fencing", "lease.takeover", "recovery.fencing_after_takeover"])
         if new is None:
             return _window("takeover", "fail", _claimed(claimed, ["core.running.renew_or_leave", "lease.takeover"]),
@@ -356,20 +359,12 @@ def _kill_after_submit(address: str, spec: Spec, config: dict[str, Any], wall: b
     # crash-window exploration judges effects against the matrix for ledgers with a journal.
     clauses = _claimed(claimed, ["core.running.renew_or_leave", "recovery.no_loss"])
     try:
-        made = h.call("create", source_system="manual", source_id="effect-window", now=clock.now())
-        if not made.ok:
-            raise ChaosError(f"create failed: {made.code}: {made.message}")
-        wid = made.value["work"]["work_id"]
+        wid = _create(h, clock, "effect-window")
         h.close()
         key = f"{wid}:step-1"
         w = _Worker(address, {**config}, timeout)
         try:
-            r = w.op("claim", owner="worker-doomed", now=clock.now(), work_id=wid)
-            if not r.get("ok") and r.get("code") == "unsupported":
-                r = w.op("claim", owner="worker-doomed", now=clock.now())
-            if not r.get("ok") or not r.get("value"):
-                raise ChaosError(f"the worker could not claim the item: {r}")
-            held = r["value"]
+            held = w.claim("worker-doomed", clock.now(), wid)
             sub = w.send({"cmd": "submit", "sink": sink_path, "key": key, "work_id": held["work_id"],
                           "step_class": SUBMIT_CLASS, "worker": "worker-doomed"})
             if not sub.get("ok"):
@@ -377,16 +372,13 @@ def _kill_after_submit(address: str, spec: Spec, config: dict[str, Any], wall: b
         finally:
             w.kill()  # SIGKILL: the effect happened, its receipt was never recorded
         h = _harness_client(address, spec, config, timeout)
-        lt = spec.lease_for("manual")
-        clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
-        how, new = _take_back(h, clock, spec, wid, deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
-                              owner="worker-rescue")
+        how, new = _lapse_and_take_back(h, clock, spec, held, wid, owner="worker-rescue")
         cell = {"point": SUBMIT_POINT, "step_class": SUBMIT_CLASS, "decision_expected": decision,
                 "effects_expected": allowance_name}
         if new is None:  # the step must run again: an item that only ended visible leaves the work undone
             final = h.call("get", work_id=wid)
             status = final.value["status"] if final.ok else None
-            return _window("kill", "fail", clauses, f"killed after submitting its effect; after ttl + grace and a deadline the item is {how}",
+            return _window("kill", "fail", clauses, f"effect submitted, then killed: after ttl + grace and a deadline the item is {how}",
                            status, decision_observed="none", effects_observed=sink.applied_counts().get(key, 0), **cell)
         # the rescuing worker runs the step again: same item, so the same key
         receipt = sink.submit(key=f"{new['work_id']}:step-1", work_id=new["work_id"], step_id="step-1", tool="provider",
@@ -405,15 +397,13 @@ def _kill_after_submit(address: str, spec: Spec, config: dict[str, Any], wall: b
             problems.append(f"the item ended {status}")
         kept = final.ok and final.value.get("result") == {"receipt": first}
         # the receipt is reported, not judged: close-out's result is the clause tests' business
-        note = (f"the step was submitted {submitted} times and the keyed provider applied it {applied} time(s); "
-                f"a step without a dedupe key would have applied {submitted} times; "
-                + ("the ledger holds the provider's first receipt" if kept else "the ledger did not keep the receipt"))
+        note = (f"step submitted {submitted}x, applied {applied}x by the keyed provider ({submitted}x without a key); "
+                f"the ledger {'kept the first receipt' if kept else 'kept no receipt'}")
         if problems:
-            return _window("kill", "fail", clauses, "killed after submitting its effect: " + "; ".join(problems) + f" ({note})",
+            return _window("kill", "fail", clauses, "effect submitted, then killed: " + "; ".join(problems) + f" ({note})",
                            status, decision_observed="retry", effects_observed=applied, **cell)
-        return _window("kill", "pass", clauses, f"killed after submitting its effect; the item was {how} and ended done "
-                       f"({note})", status, decision_observed="retry",
-                       effects_observed=applied, **cell)
+        return _window("kill", "pass", clauses, f"effect submitted, then killed: the item came back ({how}) and ended done; {note}",
+                       status, decision_observed="retry", effects_observed=applied, **cell)
     finally:
         h.close()
         sink.close()

@@ -45,7 +45,7 @@ def test_reference_passes_every_scenario(spec):
     assert "refused" in windows[1]["message"]
     s = windows[2]
     assert s["step_class"] == "idempotent_with_key" and s["decision_observed"] == s["decision_expected"] == "retry"
-    assert s["effects_observed"] == 1 and "submitted 2 times" in s["message"] and "first receipt" in s["message"]
+    assert s["effects_observed"] == 1 and "submitted 2x, applied 1x" in s["message"] and "kept the first receipt" in s["message"]
 
 
 def test_a_stale_worker_that_is_not_fenced_is_caught(spec):
