@@ -248,8 +248,11 @@ try:  # orjson is several times faster on the small objects of the protocol
             line = _orjson.dumps(obj, option=_OR_OPTS)
         except TypeError:  # what orjson cannot encode (e.g. integers beyond 64 bits): the standard way
             return (_ENCODE(obj) + "\n").encode("utf-8")
-        if b"null" in line and _has_nonfinite(obj):  # orjson writes NaN and infinities as null
-            raise ValueError("Out of range float values are not JSON compliant")
+        # orjson writes NaN and infinities as null: where a null appears, the line must read back
+        # as the object (cheaper than walking it); if not (a non-finite float, or only a tuple),
+        # the standard encoder decides, and it refuses NaN and infinities
+        if b"null" in line and _orjson.loads(line) != obj:
+            return (_ENCODE(obj) + "\n").encode("utf-8")
         return line
 
     def loads(raw: bytes) -> Any:
@@ -270,18 +273,6 @@ except ImportError:  # pragma: no cover - orjson is a dependency; the standard l
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-def _has_nonfinite(obj: Any, depth: int = 0) -> bool:
-    if isinstance(obj, float):
-        return obj != obj or obj in (float("inf"), float("-inf"))
-    if depth > 64:
-        return False
-    if isinstance(obj, dict):
-        return any(_has_nonfinite(v, depth + 1) for v in obj.values())
-    if isinstance(obj, list | tuple):
-        return any(_has_nonfinite(v, depth + 1) for v in obj)
-    return False
 
 
 def plain(value: Any) -> Any:
