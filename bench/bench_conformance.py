@@ -4,7 +4,7 @@
    (``exec:ledgercheck serve reference``), with the same machine, seed and budget.  A step is
    one rule of the hypothesis state machine, with every check it implies (the operation, the
    model's verdict, the read-back of snapshot and events, the periodic full comparison).
-2. Wall time of the default suite (``pytest --ledger-adapter reference --ledger-only``)
+2. Wall time of the main job (``ledgercheck certify --adapter reference``, reports included)
    serially and with ``-n 2``, and the speed-up.
 
 Floors (from the project's issue): >= 2,000 steps/s in process, >= 1,000 steps/s over the wire,
@@ -54,15 +54,17 @@ def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, An
 
 
 def suite_wall_time(workers: int | None) -> dict[str, Any]:
+    """The main job as a user runs it: ``ledgercheck certify --adapter reference`` (reports included)."""
     with tempfile.TemporaryDirectory(prefix="ledgercheck-bench-") as d:
-        cmd = [sys.executable, "-m", "pytest", d, "--rootdir", d, "-p", "no:cacheprovider", "-q", "--ledger-only",
-               "--ledger-adapter", "reference", "--ledger-seed", "7", "--ledger-artifacts", os.path.join(d, "artifacts")]
+        cmd = [sys.executable, "-m", "ledgercheck", "certify", "--adapter", "reference", "--seed", "7",
+               "--out", os.path.join(d, "out"), "--artifacts", os.path.join(d, "artifacts")]
         if workers:
             cmd += ["-n", str(workers)]
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
         dt = time.perf_counter() - t
-    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    lines = proc.stdout.strip().splitlines()
+    tail = next((ln.strip() for ln in lines if " passed" in ln or " failed" in ln), lines[-1] if lines else "")
     return {"workers": workers or 1, "seconds": round(dt, 2), "exit": proc.returncode, "summary": tail}
 
 
