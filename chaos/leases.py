@@ -7,6 +7,9 @@ these, yet the two questions that matter most for them are the same:
 * **kill while holding a lease** — a worker process claims an item and is killed with SIGKILL.
   Once the lease has lapsed (ttl + grace, at the run's time scale), does the item come back
   (claimable again, or marked timeout and visible), or is it stuck with a dead owner or gone?
+* **kill right after a renewal** — the same, but the worker renews its lease first (the
+  contract's ``during_renew`` point): the renewed lease must lapse as well, at its new expiry.
+  Adapters without ``renew`` are not asked.
 * **a stale worker finishing after another took over** — a worker claims an item and is paused
   with SIGSTOP; the lease lapses, another worker takes the item over and closes it out; the
   first worker is let go with SIGCONT and tries to renew and close out with its old token.  Every
@@ -52,8 +55,15 @@ from ledgercheck.spec import Spec
 
 from .points import ChaosError
 
-SCENARIOS = ("kill_holding_lease", "stale_worker_after_takeover", "kill_after_submit_before_record")
-MODES = {"kill_holding_lease": "kill", "stale_worker_after_takeover": "takeover", "kill_after_submit_before_record": "kill"}
+SCENARIOS = ("kill_holding_lease", "kill_after_renew", "stale_worker_after_takeover", "kill_after_submit_before_record")
+MODES = {"kill_holding_lease": "kill", "kill_after_renew": "kill", "stale_worker_after_takeover": "takeover",
+         "kill_after_submit_before_record": "kill"}
+RENEW_POINT = "during_renew"
+POINTS = {"kill_after_renew": RENEW_POINT, "kill_after_submit_before_record": "after_submit_before_record"}
+
+
+class NotApplicable(Exception):
+    """The scenario needs an operation the adapter does not offer (the message says which)."""
 _FACTOR = 1.0  # the run's timeout scale (set by run_campaign)
 POINT = "after_claim"
 
@@ -158,8 +168,12 @@ def _window(mode: str, verdict: str, clauses: Iterable[str], message: str, statu
 
 
 def run_campaign(address: str, spec: Spec, *, profiles: Iterable[str] | None = None, wall_scale: float = 0.01,
-                 timeout: float = 30.0, scenarios: Iterable[str] = SCENARIOS, factor: float = 1.0) -> list[dict[str, Any]]:
+                 timeout: float = 30.0, scenarios: Iterable[str] = SCENARIOS, factor: float = 1.0,
+                 not_applicable: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """Run the lease scenarios against an adapter; one crash-window record per scenario.
+
+    A scenario the adapter cannot take part in (no ``renew``; no second process for a takeover)
+    leaves no record; it is added to ``not_applicable`` as (scenario, why) when a list is given.
 
     ``factor`` (the run's timeout scale) stretches both kinds of waiting: the deadline for what
     must happen (the work coming back) and the quiet window for what must not (a stale write
@@ -183,19 +197,23 @@ def run_campaign(address: str, spec: Spec, *, profiles: Iterable[str] | None = N
             if wall:
                 config["timeout_scale"] = wall_scale
             try:
-                if name == "kill_holding_lease":
-                    out.append(_kill_holding_lease(address, run_spec, config, wall, claimed, timeout))
+                if name in ("kill_holding_lease", "kill_after_renew"):
+                    out.append(_kill_holding_lease(address, run_spec, config, wall, claimed, timeout,
+                                                   renew=name == "kill_after_renew"))
                 elif name == "stale_worker_after_takeover":
                     if not caps.get("concurrent"):
-                        continue  # not applicable: two processes cannot share this adapter's ledger
+                        raise NotApplicable("two processes cannot share the adapter's ledger (capability concurrent)")
                     out.append(_stale_worker(address, run_spec, config, wall, claimed, timeout))
                 elif name == "kill_after_submit_before_record":
                     out.append(_kill_after_submit(address, run_spec, config, wall, claimed, timeout))
                 else:
                     raise ChaosError(f"unknown lease scenario {name!r}")
+            except NotApplicable as exc:
+                if not_applicable is not None:
+                    not_applicable.append((name, str(exc)))
             except ChaosError as exc:
                 out.append(_window(MODES.get(name, "kill"), "error", _claimed(claimed, ["recovery.no_loss"]), f"{name}: {exc}",
-                                   None, point=SUBMIT_POINT if name == "kill_after_submit_before_record" else POINT))
+                                   None, point=POINTS.get(name, POINT)))
     return out
 
 
@@ -266,30 +284,50 @@ def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, o
 
 
 def _kill_holding_lease(address: str, spec: Spec, config: dict[str, Any], wall: bool, claimed: set[str],
-                        timeout: float) -> dict[str, Any]:
+                        timeout: float, renew: bool = False) -> dict[str, Any]:
     clock = _Clock(wall)
     h = _harness_client(address, spec, config, timeout)
+    lt = spec.lease_for("manual")
+    point, what = (RENEW_POINT, "killed right after renewing its lease") if renew else (POINT, "killed holding the lease")
+    clauses = _claimed(claimed, ["core.running.renew_or_leave", "recovery.no_loss"])
     try:
         wid = _create(h, clock, "lease-campaign")
         h.close()  # the worker must find the item in the durable state, not in a shared object
         w = _Worker(address, {**config}, timeout)
         try:
             held = w.claim("worker-doomed", clock.now(), wid)
+            if renew:
+                clock.until(clock.now() + lt.renew_interval)
+                at = clock.now()
+                r = w.op("renew", work_id=wid, token=held.get("lease_token") or "", now=at)
+                if not r.get("ok") and r.get("code") == "unsupported":
+                    raise NotApplicable("the adapter has no renew operation")
+                if not r.get("ok") or not isinstance(r.get("value"), dict):
+                    raise ChaosError(f"the worker could not renew its fresh lease: {r.get('code')}: {r.get('error')}")
+                held = r["value"]
+                expires = held.get("lease_expires_at")
+                # how far the renewed lease may reach: the longest ttl of any source from the
+                # renewal (per-source differences are lease.per_source's business), plus timestamp
+                # slack on a wall clock; further, and the wait below would follow it
+                reach = max([spec.lease_for(None).ttl] + [spec.lease_for(src).ttl for src in spec.source_systems])
+                if isinstance(expires, int | float) and expires > at + reach + (1.0 if wall else 1e-6):
+                    return _window("kill", "fail", _claimed(claimed, ["lease.renew.extends"]),
+                                   f"{what}: the renewal set the lease to expire at {expires:g}, "
+                                   f"beyond renewal time + the longest ttl ({at + reach:g})", None, point=point)
         finally:
             w.kill()  # SIGKILL while holding the lease
         h = _harness_client(address, spec, config, timeout)
         how, new = _lapse_and_take_back(h, clock, spec, held, wid, owner="worker-rescue")
         final = h.call("get", work_id=wid)
         status = final.value["status"] if final.ok else None
-        clauses = _claimed(claimed, ["core.running.renew_or_leave", "recovery.no_loss"])
         if new is not None:
             v0 = held.get("lease_version") or 0
             v1 = new.get("lease_version") or 0
-            msg = f"killed holding the lease; after ttl + grace the item was {how} (lease_version {v0} -> {v1})"
-            return _window("kill", "pass", clauses, msg, status)
+            msg = f"{what}; after ttl + grace the item was {how} (lease_version {v0} -> {v1})"
+            return _window("kill", "pass", clauses, msg, status, point=point)
         if status is not None and (status in spec.terminal_statuses or status in spec.waiting_statuses.values()):
-            return _window("kill", "pass", clauses, f"killed holding the lease; the item ended {status} and visible", status)
-        return _window("kill", "fail", clauses, f"killed holding the lease; after ttl + grace and a deadline the item is {how}", status)
+            return _window("kill", "pass", clauses, f"{what}; the item ended {status} and visible", status, point=point)
+        return _window("kill", "fail", clauses, f"{what}; after ttl + grace and a deadline the item is {how}", status, point=point)
     finally:
         h.close()
 

@@ -439,12 +439,17 @@ class LeaseCampaignItem(LedgerItem):
         from .model import Violation
 
         sess = self.sess
+        skipped: list[tuple[str, str]] = []
         try:
             windows = run_campaign(sess.address, sess.base_spec, profiles=sess.claimed, wall_scale=sess.wall_scale,
-                                   timeout=30.0 * sess.timeout_scale, scenarios=[self.scenario], factor=sess.timeout_scale)
+                                   timeout=30.0 * sess.timeout_scale, scenarios=[self.scenario], factor=sess.timeout_scale,
+                                   not_applicable=skipped)
         except ChaosError as exc:
             self.user_properties.append(("ledger_error", f"lease campaign: {exc}"))
             raise NoCheck(f"lease campaign {self.scenario} could not run: {exc}") from None
+        if skipped and not windows:
+            self.user_properties.append(("ledger_not_claimed", True))
+            pytest.skip(f"not claimed: {skipped[0][1]}")
         self.user_properties.append(("ledger_crash_windows", windows))
         for w in windows:
             if w["verdict"] == "error":

@@ -1,4 +1,4 @@
-"""An adapter whose state does not survive its process (for the lease-campaign tests)."""
+"""Small variants of the reference for the lease-campaign tests."""
 
 from ledgercheck.reference.adapter import ReferenceAdapter
 
@@ -31,3 +31,21 @@ class FirstLeaseOnly(ReferenceAdapter):
         if self.ledger.get(work_id=work_id)["lease_version"] > 1:
             raise LedgerError("stale_lease", f"close_out: {work_id}: the token is not the first lease")
         return super().close_out(work_id=work_id, token=token, **kw)
+
+
+class RenewsTooFar(ReferenceAdapter):
+    """A renewal answers with a lease ten ttls long."""
+
+    def renew(self, *, work_id: str, token: str, now: float, **kw):
+        snap = dict(self.ledger.renew(work_id=work_id, token=token, now=now, **kw))
+        snap["lease_expires_at"] = now + 10 * self.spec.lease_for(snap["source_system"]).ttl
+        return snap
+
+
+class NoRenew(ReferenceAdapter):
+    """An adapter without a renew operation (like a queue with no heartbeat)."""
+
+    def __getattr__(self, name: str):
+        if name == "renew":
+            raise AttributeError(name)
+        return super().__getattr__(name)

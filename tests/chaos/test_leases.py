@@ -33,17 +33,23 @@ def spec():
     return default_spec()
 
 
+SCENARIO_OF = {("after_claim", "kill"): "kill", ("during_renew", "kill"): "renew", ("after_claim", "takeover"): "takeover",
+               ("after_submit_before_record", "kill"): "submit"}
+
+
 def _by_scenario(windows):
-    return {("submit" if w["point"] == "after_submit_before_record" else w["mode"]): w for w in windows}
+    return {SCENARIO_OF[(w["point"], w["mode"])]: w for w in windows}
 
 
 def test_reference_passes_every_scenario(spec):
     windows = run_campaign("reference", spec)
     assert [(w["point"], w["mode"], w["verdict"]) for w in windows] == [
-        ("after_claim", "kill", "pass"), ("after_claim", "takeover", "pass"), ("after_submit_before_record", "kill", "pass")], windows
+        ("after_claim", "kill", "pass"), ("during_renew", "kill", "pass"), ("after_claim", "takeover", "pass"),
+        ("after_submit_before_record", "kill", "pass")], windows
     assert "lease_version 1 -> 2" in windows[0]["message"]
-    assert "refused" in windows[1]["message"]
-    s = windows[2]
+    assert "right after renewing" in windows[1]["message"] and "lease_version 1 -> 2" in windows[1]["message"]
+    assert "refused" in windows[2]["message"]
+    s = windows[3]
     assert s["step_class"] == "idempotent_with_key" and s["decision_observed"] == s["decision_expected"] == "retry"
     assert s["effects_observed"] == 1 and "submitted 2x, applied 1x" in s["message"] and "kept the first receipt" in s["message"]
 
@@ -58,7 +64,7 @@ def test_a_stale_worker_that_is_not_fenced_is_caught(spec):
 
 def test_leases_that_never_lapse_are_caught(spec):
     windows = _by_scenario(run_campaign("python:adapters_nondurable:StuckLeases", spec))
-    for k in (windows["kill"], windows["submit"]):
+    for k in (windows["kill"], windows["renew"], windows["submit"]):
         assert k["verdict"] == "fail" and "core.running.renew_or_leave" in k["clauses"]
         assert "still running" in k["message"] and "worker-doomed" in k["message"]
     assert windows["takeover"]["verdict"] == "fail"
@@ -80,3 +86,12 @@ def test_adapters_without_durable_state_are_refused(spec):
 
     with pytest.raises(ChaosError, match="durable"):
         run_campaign("python:adapters_nondurable:Volatile", spec)
+
+
+def test_a_renewal_that_overreaches_is_caught_and_adapters_without_renew_are_not_asked(spec):
+    w = run_campaign("python:adapters_nondurable:RenewsTooFar", spec, scenarios=["kill_after_renew"])
+    assert len(w) == 1 and w[0]["verdict"] == "fail" and "lease.renew.extends" in w[0]["clauses"]
+    assert "beyond renewal time + the longest ttl" in w[0]["message"]
+    skipped = []
+    assert run_campaign("python:adapters_nondurable:NoRenew", spec, scenarios=["kill_after_renew"], not_applicable=skipped) == []
+    assert skipped == [("kill_after_renew", "the adapter has no renew operation")]
