@@ -246,13 +246,18 @@ def _lapse_and_take_back(h: Any, clock: _Clock, spec: Spec, held: dict[str, Any]
     wall = clock.wall
     clock.until((held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace + (0.05 if wall else 0.125))
     return _take_back(h, clock, spec, wid, owner=owner,
-                      deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR))
+                      deadline_s=deadline(max(5.0, 4 * (lt.ttl + lt.grace)) if wall else 5.0, _FACTOR),
+                      virtual_s=None if wall else 4 * (lt.ttl + lt.grace))
 
 
-def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, owner: str) -> tuple[str, dict[str, Any] | None]:
-    """After the lease lapsed: run the monitors and try to claim the item until the deadline.
+def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, owner: str,
+               virtual_s: float | None = None) -> tuple[str, dict[str, Any] | None]:
+    """After the lease lapsed: run the monitors and try to claim the item until the deadline
+    (wall seconds; with an injected clock also ``virtual_s`` of the adapter's time, whichever
+    ends first: a virtual clock needs no more than that to bring a lapsed lease back).
     Returns (how it came back, the new holder's snapshot or None)."""
     end = time.monotonic() + deadline_s
+    virtual_end = None if virtual_s is None or clock.wall else clock.t + virtual_s
     last = None
     while True:
         now = clock.now()
@@ -275,7 +280,7 @@ def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, o
         if cl.ok and cl.value and cl.value.get("work_id") == wid:
             return "claimable again" + (f" (still {last['status']} before the claim)" if last["status"] in spec.statuses
                                         and spec.statuses[last["status"]].leased else ""), cl.value
-        if time.monotonic() > end:
+        if time.monotonic() > end or (virtual_end is not None and clock.t > virtual_end):
             return f"still {last['status']}" + (f" under {last.get('owner')!r}" if last.get("owner") else ""), None
         if clock.wall:
             time.sleep(0.05)

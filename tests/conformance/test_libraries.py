@@ -35,7 +35,7 @@ def test_library_suite(library, pg_dsn, tmp_path):
     work = tmp_path / "run"
     work.mkdir()
     env = dict(os.environ, LEDGERCHECK_PG_DSN=pg_dsn)
-    cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q", "--assert=plain",
            "--ledger-only", "--ledger-adapter", library, "--ledger-seed", "1", "--ledger-results", str(out),
            "--ledger-artifacts", str(tmp_path / "artifacts"), "-k", "not execution"]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
