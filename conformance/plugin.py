@@ -381,9 +381,11 @@ class ChaosItem(LedgerItem):
             raise NoCheck(f"crash windows at {self.point} could not be explored: {why}")
         seed = self.config.getoption("ledger_seed") or 0
         try:
-            # two lanes of workers when this process has the machine to itself (under xdist the
-            # crash points already run side by side); scenario files in RAM where there is some
-            lanes = 1 if hasattr(self.config, "workerinput") else min(2, os.cpu_count() or 1)
+            # two lanes of workers, under xdist too: a window spends much of its time waiting on
+            # its worker process (start, kill, reap), so a second lane fills the gaps (measured:
+            # certify -n 2 on 2 cores 24-25 s with two lanes, 27-32 s with one); scenario files
+            # in RAM where there is some
+            lanes = min(2, os.cpu_count() or 1)
             shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
             windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
                               replay_dir=str(sess.artifacts / "replays" / sess.slug),
