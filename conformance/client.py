@@ -38,7 +38,7 @@ from ledgercheck import PROTOCOL_VERSION
 
 from .model import Outcome
 from .protocol import DEFINITE, LedgerError
-from .wire import LOAD_ERRORS, dumps, loads, result_checker
+from .wire import LOAD_ERRORS, dumps, loads, result_checker, spin_until_readable
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
 HARNESS_CODES = {"timeout", "adapter_crashed", "protocol_error", "internal"}
@@ -553,6 +553,7 @@ class WireClient(Client):
         fd = self.proc.stdout.fileno()
         parts, size = [self._buf], len(self._buf)
         self._buf = b""
+        spin_until_readable(self._poll_in)  # the answer usually comes within the spin
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._poll_in.poll(remaining * 1000):

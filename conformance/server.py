@@ -11,16 +11,19 @@ the generated operation reference and a recorded session (see ``docs/protocol.md
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import select
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from ledgercheck import PROTOCOL_VERSION
 
 from .client import AdapterError, Dispatcher, WireClient, connect, load_inprocess, parse_address
-from .wire import LOAD_ERRORS, dumps, loads
+from .wire import LOAD_ERRORS, dumps, loads, spin_until_readable
 
 
 class _Armed:
@@ -97,15 +100,51 @@ class Server:
             return dumps(_error(resp.get("id"), "internal", f"the result is not JSON: {exc}", False))
 
 
+def _fd_lines(fd: int) -> Iterator[bytes]:
+    """Lines read straight from a pipe's descriptor (the last one may lack its newline).
+
+    Reading the descriptor ourselves (rather than through a buffered file) tells when no
+    request is waiting, so the loop can spin briefly for the next one before it blocks."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    buf = b""
+    while True:
+        nl = buf.find(b"\n")
+        if nl >= 0:
+            yield buf[: nl + 1]
+            buf = buf[nl + 1:]
+            continue
+        parts = [buf]
+        while True:
+            spin_until_readable(poller)
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                if any(parts):
+                    yield b"".join(parts)
+                return
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                yield b"".join(parts) + chunk[: nl + 1]
+                buf = chunk[nl + 1:]
+                break
+            parts.append(chunk)
+
+
+def _lines(infile: IO[bytes]) -> Iterator[bytes]:
+    try:
+        fd = infile.fileno()
+        os.fstat(fd)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # not a real file (a BytesIO)
+        return iter(infile.readline, b"")
+    # nothing has been read through ``infile`` yet (serve reads the requests from the start)
+    return _fd_lines(fd)
+
+
 def serve(adapter: Any, infile: IO[bytes], outfile: IO[bytes]) -> int:
     """Answer requests from ``infile`` until end of input, then close the adapter."""
     server = Server(adapter, outfile)
-    readline = infile.readline
     write, flush = outfile.write, outfile.flush
-    while True:
-        raw = readline()
-        if not raw:
-            break
+    for raw in _lines(infile):
         if not raw.strip():
             continue
         write(server.encode(server.handle(raw)))

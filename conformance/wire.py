@@ -15,12 +15,46 @@ schema``; the operation reference in ``docs/protocol.md`` is :func:`reference_ma
 from __future__ import annotations
 
 import json
+import os
+import select
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from ledgercheck.spec import Spec
 
 from ledgercheck import PROTOCOL_VERSION
+
+
+def _spin_setting() -> float:
+    raw = os.environ.get("LEDGERCHECK_WIRE_SPIN_US", "300")
+    try:
+        us = float(raw)
+    except ValueError:
+        raise SystemExit(f"LEDGERCHECK_WIRE_SPIN_US={raw!r}: expected microseconds (a number, 0 = off)") from None
+    return max(0.0, min(us, 100_000.0)) / 1e6
+
+
+# How long one side of the pipe keeps polling for the other side's next line before it blocks.
+# On virtual machines an idle vCPU halts, and waking it through a pipe costs tens of
+# microseconds on each side of every round trip; a short spin (yielding the CPU to anything
+# else runnable on every turn) keeps the answer's wake-up cheap.  Bounded, so a slow or silent
+# peer costs at most this much CPU per line before the normal blocking wait takes over.
+SPIN_SECONDS = _spin_setting()
+
+
+def spin_until_readable(poller: select.poll, seconds: float = SPIN_SECONDS) -> bool:
+    """Poll ``poller`` without sleeping for up to ``seconds``; True as soon as it is readable."""
+    if seconds <= 0:
+        return False
+    end = time.perf_counter() + seconds
+    poll, now, yield_ = poller.poll, time.perf_counter, os.sched_yield
+    while not poll(0):
+        if now() >= end:
+            return False
+        yield_()
+    return True
+
 
 STR = {"type": "string"}
 INT = {"type": "integer"}

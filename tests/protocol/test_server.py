@@ -101,3 +101,41 @@ def test_serve_answers_in_order_skips_blank_lines_and_closes_at_eof() -> None:
     assert [a["id"] for a in answers] == [1, 2, 3]
     assert [a["ok"] for a in answers] == [True, False, True]
     assert toy.closed
+
+
+def test_serve_on_a_real_pipe_frames_lines_split_and_joined_across_reads() -> None:
+    """On a pipe the server reads the descriptor itself (to spin for the next request before
+    blocking): requests that arrive several to a read, split across reads, or without a final
+    newline at end of input are all answered, in order."""
+    import os
+    import threading
+    import time
+
+    toy = Toy()
+    r, w = os.pipe()
+    reqs = [dumps({"id": i, "op": "get", "args": {"work_id": f"w{i}"}}) for i in range(1, 6)]
+    big = dumps({"id": 6, "op": "get", "args": {"work_id": "x" * 200_000}})
+    last = dumps({"id": 7, "op": "hello", "args": {"protocol": "1.0"}}).rstrip(b"\n")
+
+    def feed() -> None:
+        os.write(w, reqs[0] + reqs[1] + reqs[2][:7])  # two whole lines and the start of a third
+        time.sleep(0.01)
+        os.write(w, reqs[2][7:] + reqs[3])
+        time.sleep(0.01)
+        os.write(w, reqs[4] + b"\n")  # and a blank line
+        for k in range(0, len(big), 65_536):  # a line longer than one read
+            os.write(w, big[k:k + 65_536])
+        os.write(w, last)  # no newline: end of input ends the line
+        os.close(w)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    out = io.BytesIO()
+    with os.fdopen(r, "rb") as infile:
+        assert serve(toy, infile, out) == 0
+    t.join()
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [a["id"] for a in answers] == [1, 2, 3, 4, 5, 6, 7]
+    assert [a["error"]["code"] for a in answers[:6]] == ["not_found"] * 6
+    assert answers[6]["result"]["name"] == "toy"
+    assert toy.closed

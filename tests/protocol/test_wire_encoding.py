@@ -46,3 +46,38 @@ def test_a_client_does_not_send_arguments_that_are_not_json(spec) -> None:
         assert c.pid == pid and c.broken is None
     finally:
         c.close()
+
+
+def test_spin_wait_is_bounded_and_sees_data_at_once() -> None:
+    import os
+    import select
+    import time
+
+    from ledgercheck.conformance.wire import spin_until_readable
+
+    r, w = os.pipe()
+    try:
+        p = select.poll()
+        p.register(r, select.POLLIN)
+        t = time.perf_counter()
+        assert spin_until_readable(p, 0.002) is False  # nothing to read: gives up after its budget
+        assert 0.002 <= time.perf_counter() - t < 0.5
+        assert spin_until_readable(p, 0) is False  # 0 = off
+        os.write(w, b"x\n")
+        assert spin_until_readable(p, 10.0) is True  # data already there: returns at once
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_spin_setting_is_read_from_the_environment() -> None:
+    import subprocess
+    import sys
+
+    code = "from ledgercheck.conformance import wire; print(wire.SPIN_SECONDS)"
+    run = lambda v: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
+                                   env={**__import__("os").environ, "LEDGERCHECK_WIRE_SPIN_US": v})
+    assert float(run("0").stdout) == 0.0
+    assert float(run("250").stdout) == 0.00025
+    bad = run("fast")
+    assert bad.returncode != 0 and "LEDGERCHECK_WIRE_SPIN_US='fast'" in bad.stderr.strip().splitlines()[-1]
