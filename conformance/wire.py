@@ -18,7 +18,7 @@ import json
 import os
 import select
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ledgercheck.spec import Spec
@@ -227,6 +227,143 @@ def schema_text(spec: Spec) -> str:
     return json.dumps(protocol_schema(spec), indent=2, ensure_ascii=False) + "\n"
 
 
+_TYPES: dict[str, tuple[str, ...]] = {"string": ("str",), "integer": ("int",), "number": ("int", "float"), "boolean": ("bool",),
+                                      "null": ("NoneType",), "object": ("dict",), "array": ("list",)}
+_QUICK_KEYWORDS = frozenset({"type", "properties", "required", "$ref", "items", "enum", "const", "description", "minimum",
+                             "anyOf", "additionalProperties"})
+
+
+class _QuickCompiler:
+    """Compiles result schemas into plain Python predicates (see :func:`quick_accept`)."""
+
+    def __init__(self, defs: Mapping[str, Any]) -> None:
+        self.defs = defs
+        self.src: list[str] = []
+        self.consts: dict[str, Any] = {"NoneType": type(None), "_MISSING": object()}
+        self.names: dict[str, str] = {}
+        self.n = 0
+
+    def const(self, value: Any) -> str:
+        self.n += 1
+        name = f"_c{self.n}"
+        self.consts[name] = value
+        return name
+
+    def ref(self, target: str) -> str:
+        if target not in self.names:
+            self.names[target] = f"_d_{len(self.names)}"
+            self.function(self.names[target], self.defs[target])
+        return self.names[target]
+
+    def function(self, name: str, schema: Any) -> None:
+        body: list[str] = []
+        if not self.checks(schema, "v", body, "    "):
+            body = ["    return False"]
+        else:
+            body.append("    return True")
+        self.src.append(f"def {name}(v):\n" + "\n".join(body) + "\n")
+
+    def anon(self, schema: Any) -> str:
+        self.n += 1
+        name = f"_f{self.n}"
+        self.function(name, schema)
+        return name
+
+    def checks(self, schema: Any, x: str, out: list[str], ind: str) -> bool:
+        """Append lines that ``return False`` unless ``x`` passes; False = not understood."""
+        if schema is True or schema == {}:
+            return True
+        if not isinstance(schema, dict) or set(schema) - _QUICK_KEYWORDS:
+            return False
+        is_dict = is_list = False
+        if "$ref" in schema:
+            target = str(schema["$ref"])
+            if not target.startswith("#/$defs/") or target[8:] not in self.defs:
+                return False
+            out.append(f"{ind}if not {self.ref(target[8:])}({x}): return False")
+        if "type" in schema:
+            names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            if not names or any(n not in _TYPES for n in names):
+                return False
+            kinds = sorted({t for n in names for t in _TYPES[n]})  # type(True) is bool, never int
+            cond = f"type({x}) is not {kinds[0]}" if len(kinds) == 1 else f"type({x}) not in ({', '.join(kinds)})"
+            out.append(f"{ind}if {cond}: return False")
+            is_dict, is_list = kinds == ["dict"], kinds == ["list"]
+        if "enum" in schema:
+            c = self.const(list(schema["enum"]))
+            out.append(f"{ind}if not any({x} == o and type({x}) is type(o) for o in {c}): return False")
+        if "const" in schema:
+            c = self.const(schema["const"])
+            out.append(f"{ind}if not ({x} == {c} and type({x}) is type({c})): return False")
+        if "minimum" in schema:
+            c = self.const(schema["minimum"])
+            out.append(f"{ind}if type({x}) in (int, float) and {x} < {c}: return False")
+        if "anyOf" in schema:
+            alts = [self.anon(a) for a in schema["anyOf"]]
+            out.append(f"{ind}if not ({' or '.join(f'{a}({x})' for a in alts)}): return False")
+        props = schema.get("properties") or {}
+        required = schema.get("required") or []
+        extra = schema.get("additionalProperties", True)
+        if props or required or extra is not True:
+            inner = ind
+            if not is_dict:
+                out.append(f"{ind}if type({x}) is dict:")
+                out.append(f"{ind}    pass")
+                inner = ind + "    "
+            if required:
+                out.append(f"{inner}if not {self.const(frozenset(required))} <= {x}.keys(): return False")
+            for k, sub in props.items():
+                self.n += 1
+                y = f"_x{self.n}"
+                lines: list[str] = []
+                if not self.checks(sub, y, lines, inner + "    "):
+                    return False
+                if lines and k in required:  # present: checked just above
+                    out.append(f"{inner}{y} = {x}[{k!r}]")
+                    out += [ln[4:] for ln in lines]
+                elif lines:
+                    out.append(f"{inner}{y} = {x}.get({k!r}, _MISSING)")
+                    out.append(f"{inner}if {y} is not _MISSING:")
+                    out += lines
+            if extra is False:
+                out.append(f"{inner}if not {x}.keys() <= {self.const(frozenset(props))}: return False")
+            elif extra is not True:
+                fn, known = self.anon(extra), self.const(frozenset(props))
+                out.append(f"{inner}for _k, _v in {x}.items():")
+                out.append(f"{inner}    if _k not in {known} and not {fn}(_v): return False")
+        if "items" in schema:
+            self.n += 1
+            y = f"_x{self.n}"
+            lines = []
+            if not self.checks(schema["items"], y, lines, ind + "        "):
+                return False
+            if lines:
+                out.append(f"{ind}if type({x}) is list:" if not is_list else f"{ind}if True:")
+                out.append(f"{ind}    for {y} in {x}:")
+                out += lines
+        return True
+
+    def build(self, schema: Any) -> Callable[[Any], bool]:
+        top = self.anon(schema)
+        scope = dict(self.consts)
+        exec("\n".join(self.src), scope)  # noqa: S102 - source generated above from the schema's keywords only
+        return scope[top]  # type: ignore[no-any-return]
+
+
+def quick_accept(schema: Any, defs: Mapping[str, Any]) -> Callable[[Any], bool]:
+    """A predicate that says True only for values ``schema`` accepts (JSON values as parsed).
+
+    It understands the keywords the protocol's result schemas use and says False (\"not sure\")
+    wherever it meets anything else, so the caller runs the full validator only then -- for a
+    malformed result, or one shaped in a way the quick path does not cover -- and takes its
+    message.  Stricter than the schema is allowed, laxer is not: ``bool`` is never an integer
+    or a number here, and an integer-valued float, or an enum or const matched only across
+    numeric types, is left to the full check.  Compiled to plain Python: a snapshot costs
+    about a microsecond, a tenth of the general validator.
+    """
+    return _QuickCompiler(defs).build(schema)
+
+
 class ResultChecker:
     """Checks that a result has the JSON shape its operation promises (protocol level).
 
@@ -246,10 +383,14 @@ class ResultChecker:
             if op.returns not in compiled:
                 compiled[op.returns] = fastjsonschema.compile({"$defs": doc["$defs"], "$ref": f"#/$defs/{op.returns}"})
             self._validators[name] = compiled[op.returns]
+        quick = {ret: quick_accept({"$ref": f"#/$defs/{ret}"}, doc["$defs"]) for ret in compiled}
+        self._quick = {name: quick[op.returns] for name, op in spec.operations.items()}
 
     def problem(self, op: str, result: Any) -> str | None:
         v = self._validators.get(op)
         if v is None:
+            return None
+        if self._quick[op](result):
             return None
         try:
             v(result)
@@ -271,6 +412,36 @@ def result_checker(spec: Spec) -> ResultChecker:
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _finite(obj: Any) -> bool:
+    """True unless a float somewhere in ``obj`` is NaN or infinite (x - x is 0.0 only for finite x)."""
+    t = type(obj)
+    if t is dict:
+        vals: Any = obj.values()
+    elif t is list or t is tuple:
+        vals = obj
+    elif isinstance(obj, float):
+        return obj - obj == 0.0
+    elif isinstance(obj, Mapping):
+        vals = obj.values()
+    elif isinstance(obj, list | tuple):
+        vals = obj
+    else:
+        return True
+    for v in vals:
+        tv = type(v)
+        if tv is float:
+            if v - v != 0.0:
+                return False
+        elif tv in _PLAIN:
+            continue
+        elif not _finite(v):
+            return False
+    return True
+
+
 try:  # orjson is several times faster on the small objects of the protocol
     import orjson as _orjson
 
@@ -282,10 +453,9 @@ try:  # orjson is several times faster on the small objects of the protocol
             line = _orjson.dumps(obj, option=_OR_OPTS)
         except TypeError:  # what orjson cannot encode (e.g. integers beyond 64 bits): the standard way
             return (_ENCODE(obj) + "\n").encode("utf-8")
-        # orjson writes NaN and infinities as null: where a null appears, the line must read back
-        # as the object (cheaper than walking it); if not (a non-finite float, or only a tuple),
-        # the standard encoder decides, and it refuses NaN and infinities
-        if b"null" in line and _orjson.loads(line) != obj:
+        # orjson writes NaN and infinities as null: where a null appears, every float must be
+        # finite; if one is not, the standard encoder refuses the object
+        if b"null" in line and not _finite(obj):
             return (_ENCODE(obj) + "\n").encode("utf-8")
         return line
 

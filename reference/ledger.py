@@ -495,8 +495,12 @@ class Ledger(RecoveryOps, JournalOps):
                           "WHERE work_id = ? ORDER BY seq", (work_id,))
         if not rows:  # every record has its work_created event
             raise LedgerError("not_found", f"no work {work_id!r}")
+        # one parse for the whole trail: "[d1,d2,...]" (each data column holds one JSON object)
+        datas = decode("[" + ",".join(r[7] for r in rows) + "]")
+        if len(datas) != len(rows):
+            raise ValueError("an event's data column is not one JSON value")
         return [{"work_id": r[0], "seq": r[1], "type": r[2], "from_status": r[3], "to_status": r[4], "at": r[5],
-                 "actor": r[6], "data": decode(r[7])} for r in rows]
+                 "actor": r[6], "data": d} for r, d in zip(rows, datas, strict=True)]
 
     def status_since(self, work_id: str) -> float:
         """When the record entered its current status (the instant of its last transition event)."""

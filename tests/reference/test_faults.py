@@ -176,3 +176,18 @@ def test_opening_a_new_ledger_on_a_locked_file_is_refused_busy(procs: list[str],
         locker.wait()
     with Ledger(path) as led:
         assert led.list() == []
+
+
+@pytest.mark.parametrize("bad", ["1,2", "{\"a\": 1", "]", "", None, 7])
+def test_damaged_event_data_is_a_ledger_error(tmp_path: Path, bad: object) -> None:
+    """An item's trail is parsed in one go; a data column that is not exactly one JSON value
+    (two values, a broken one, not text at all) is reported as damage, never mis-split."""
+    with Ledger(tmp_path / "ledger.db") as led:
+        wid = led.create(source_system="manual", source_id="a", now=1.0)["work"]["work_id"]
+        good = led.events(work_id=wid)
+        assert [e["type"] for e in good] == ["work_created"]
+        rows = [(wid, 1, "work_created", None, "queued", 1.0, "x", "{}"), (wid, 2, "claimed", "queued", "running", 2.0, "x", bad)]
+        led._read = lambda sql, params=(): rows  # type: ignore[method-assign]
+        with pytest.raises(LedgerError) as info:
+            led.events(work_id=wid)
+        assert info.value.code == "internal" and "damaged" in info.value.message and str(tmp_path) in info.value.message
