@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -60,12 +61,17 @@ def suite_wall_time(workers: int | None) -> dict[str, Any]:
                "--out", os.path.join(d, "out"), "--artifacts", os.path.join(d, "artifacts")]
         if workers:
             cmd += ["-n", str(workers)]
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
         dt = time.perf_counter() - t
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = proc.stdout.strip().splitlines()
     tail = next((ln.strip() for ln in lines if " passed" in ln or " failed" in ln), lines[-1] if lines else "")
-    return {"workers": workers or 1, "seconds": round(dt, 2), "exit": proc.returncode, "summary": tail}
+    # CPU seconds of the run and every process it waited for (workers, adapters, crash lanes)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return {"workers": workers or 1, "seconds": round(dt, 2), "exit": proc.returncode, "summary": tail,
+            "cpu_seconds": round(cpu, 2), "cores_busy": round(cpu / dt, 2)}
 
 
 def main() -> int:
@@ -103,6 +109,9 @@ def main() -> int:
             s = out["suite"]
             print(f"default suite: serial {s['serial']['seconds']}s ({s['serial']['summary']}), "
                   f"-n 2 {s['n2']['seconds']}s ({s['n2']['summary']}), speed-up {s['speedup']}x")
+            print(f"  cores kept busy on average: serial {s['serial']['cores_busy']} "
+                  f"({s['serial']['cpu_seconds']} CPU s), -n 2 {s['n2']['cores_busy']} ({s['n2']['cpu_seconds']} CPU s); "
+                  f"the serial run's crash exploration already runs on two lanes")
         for c in out["checks"]:
             mark = "ok  " if c["met"] else "MISS"
             print(f"  [{mark}] {c['name']}: {c['value']} (floor {c['op']} {c['floor']})")

@@ -107,6 +107,8 @@ class Model:
         self.blame_default: dict[str, str] = {}
         self.receipts: dict[str, dict[str, Any]] = {}
         self.receipt_order: list[str] = []
+        # items whose receipts recovery marked where the contract also lets them stay pending
+        self.unresolved: set[str] = set()
         self.inbox: dict[str, list[dict[str, Any]]] = {}
         self.outbox: dict[str, dict[str, Any]] = {}
         self.outbox_order: list[str] = []
@@ -943,16 +945,30 @@ class Model:
 
         return Accept(h, "idem.begin", "beginning an effect is always accepted")
 
-    def _compare_receipt(self, exp: Mapping[str, Any], got: Any, clause: str) -> list[Violation]:
+    def _settled_receipt(self, rec: dict[str, Any]) -> None:
+        """A later operation set the receipt's state: recovery's marking no longer speaks for it."""
+        rec.pop("marked_by_recovery", None)
+        if rec.pop("may_stay_pending", None) and not any(r.get("may_stay_pending") for r in self.receipts.values()
+                                                            if r["work_id"] == rec["work_id"]):
+            self.unresolved.discard(rec["work_id"])
+
+    def _compare_receipt(self, exp: dict[str, Any], got: Any, clause: str) -> list[Violation]:
         if not isinstance(got, Mapping):
             return [Violation(clause, f"expected a receipt, got {got!r:.80}")]
         out = []
         for f in ("key", "input_hash"):
             if got.get(f) != exp[f]:
                 out.append(Violation("idem.key.derivation", f"receipt {f} is {got.get(f)!r}, the contract's derivation gives {exp[f]!r}"))
+        if exp.get("may_stay_pending") and got.get("state") in ("pending", exp["state"]):
+            exp["state"] = got["state"]  # the implementation chose; from now on it is known
+            del exp["may_stay_pending"]
+            if not any(r.get("may_stay_pending") for r in self.receipts.values() if r["work_id"] == exp["work_id"]):
+                self.unresolved.discard(exp["work_id"])
         for f in ("work_id", "step_id", "tool", "step_class", "state", "result"):
             if got.get(f) != exp[f]:
                 c = "idem.duplicate_returns_stored" if f == "result" and exp["state"] == "completed" else clause
+                if f == "state" and exp.get("marked_by_recovery"):
+                    c = "recovery.receipt_marking"
                 out.append(Violation(c, f"receipt {exp['key'][:12]} has {f} {got.get(f)!r}, expected {exp[f]!r}"))
         return out
 
@@ -973,9 +989,11 @@ class Model:
         rec = self.receipts.get(key)
         if rec is None:
             return Refuse(frozenset({"not_found"}), "core.not_found", f"no receipt {key[:12]}")
-        if a["input_hash"] != rec["input_hash"]:
-            return Refuse(frozenset({"idempotency_conflict"}), "idem.conflict", f"receipt {key[:12]} was begun with another input")
         fenced = self._work_lease_check(rec["work_id"], a.get("token"), now, "idem.fenced")
+        if a["input_hash"] != rec["input_hash"]:
+            # both refusals apply when the token is not live either; the contract orders neither
+            codes = {"idempotency_conflict"} | ({"stale_lease"} if fenced else set())
+            return Refuse(frozenset(codes), "idem.conflict", f"receipt {key[:12]} was begun with another input")
         if rec["state"] == "completed":
             def dup(res: Any) -> list[Violation]:
                 return self._compare_receipt(rec, res, "idem.duplicate_returns_stored")
@@ -988,6 +1006,7 @@ class Model:
 
         def h(res: Any) -> list[Violation]:
             rec.update(state="completed", result=copy.deepcopy(a["result"]))
+            self._settled_receipt(rec)
             return self._compare_receipt(rec, res, "idem.record")
 
         return Accept(h, "idem.record", f"receipt {key[:12]} is {rec['state']} and can be completed")
@@ -998,16 +1017,18 @@ class Model:
         if rec is None:
             codes = {"not_found"} | ({"invalid_argument"} if a["state"] == "completed" else set())
             return Refuse(frozenset(codes), "core.not_found", f"no receipt {key[:12]}")
-        if a["state"] == "completed":
-            return Refuse(frozenset({"invalid_argument", "invalid_transition"}), "idem.receipt_states", "completing a receipt needs its result (effect_record)")
         if (rec["state"], a["state"]) not in self.spec.receipt_transitions:
             return Refuse(frozenset({"invalid_transition"}), "idem.receipt_states", f"receipt {key[:12]} cannot go {rec['state']} -> {a['state']}")
 
         def h(res: Any) -> list[Violation]:
             rec["state"] = a["state"]
+            self._settled_receipt(rec)
             return self._compare_receipt(rec, res, "idem.receipt_states")
 
-        return Accept(h, "idem.receipt_states", f"{rec['state']} -> {a['state']} is a receipt transition")
+        # completing by mark (no result) is a transition the table allows; an implementation
+        # may also insist on effect_record, which carries the result
+        also = frozenset({"invalid_argument", "invalid_transition"}) if a["state"] == "completed" else frozenset()
+        return Accept(h, "idem.receipt_states", f"{rec['state']} -> {a['state']} is a receipt transition", also_refuse=also)
 
     def _op_effect_list(self, a: dict[str, Any]) -> Expectation:
         wid = a["work_id"]
@@ -1330,6 +1351,12 @@ class Model:
                         r = self.receipts[k]
                         if r["work_id"] == wid and r["state"] == "pending":
                             r["state"] = rstate
+                            r["marked_by_recovery"] = True
+                            if self.spec.receipt_decision("pending", r["step_class"]) != decision:
+                                # a receipt that alone would not have called for this decision
+                                # (a pure step beside a reconciled one) may also stay pending
+                                r["may_stay_pending"] = True
+                                self.unresolved.add(wid)
                 if self.spec.decisions[decision].get("requeue"):
                     dst = self.spec.targets("recover", cur["status"])[0]
                     new = dict(cur)
@@ -1353,8 +1380,14 @@ class Model:
             return self.keep([Violation("recovery.receipt_marking", f"{work_id}: journal listing is not a list")])
         out = []
         for r in actual:
-            if isinstance(r, Mapping) and r.get("key") in want and r.get("state") != want[r["key"]]["state"]:
-                out.append(Violation("recovery.receipt_marking", f"receipt {r['key'][:12]} is {r.get('state')!r}, expected {want[r['key']]['state']!r}"))
+            if not isinstance(r, Mapping) or r.get("key") not in want:
+                continue
+            exp = want[r["key"]]
+            if exp.get("may_stay_pending") and r.get("state") in ("pending", exp["state"]):
+                self._settled_receipt(exp)
+                exp["state"] = r.get("state")
+            elif r.get("state") != exp["state"]:
+                out.append(Violation("recovery.receipt_marking", f"receipt {r['key'][:12]} is {r.get('state')!r}, expected {exp['state']!r}"))
         return self.keep(out)
 
     # ------------------------------------------------------------------ resync after indefinite errors

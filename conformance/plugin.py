@@ -48,7 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-results", metavar="PATH", default=None, help="write the run's results (JSON) to PATH")
     g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and the hypothesis example database live")
     g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
-    g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration of the recovery profile")
+    g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration (the recovery clauses only it decides are then errors: not checked)")
     g.addoption("--ledger-reproduce", metavar="CMD", default=None, help=argparse_suppress())
 
 

@@ -457,7 +457,7 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
                  token=None if tok == "none" else token_for(rec["work_id"], tok))
 
         @precondition(lambda self: h.model.receipts and "effect_mark" in enabled)
-        @rule(r=idx, state=st.sampled_from(["unknown", "needs_inspection", "pending"]))
+        @rule(r=idx, state=st.sampled_from(["unknown", "needs_inspection", "pending", "completed"]))
         def effect_mark(self, r: int, state: str) -> None:
             keys = h.model.receipt_order
             h.do("effect_mark", key=keys[r % len(keys)], state=state)

@@ -57,3 +57,72 @@ class HostileStrings(ReferenceAdapter):
         from ledgercheck.conformance.protocol import LedgerError
 
         raise LedgerError("not_found", "<b>boom</b> | `x` \n## heading")
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct ledgers that choose differently where the contract leaves room.  The harness must
+# pass them: a false alarm on a correct implementation is as bad as a missed bug.
+
+class FencesBeforeConflict(ReferenceAdapter):
+    """effect_record with a dead token *and* another input hash: refuses stale_lease (the
+    contract makes both refusals MUST and orders neither)."""
+
+    def effect_record(self, *, key: str, input_hash: str, now: float, result: Any = None, token: str | None = None) -> Any:
+        from ledgercheck.conformance.protocol import LedgerError
+
+        rec = self.ledger.effect_lookup(key=key)
+        if rec is not None and token is not None and input_hash != rec["input_hash"]:
+            live = self.ledger.get(work_id=rec["work_id"])["lease_token"]
+            if token != live:
+                raise LedgerError("stale_lease", "the token is not the item's live lease")
+        return self.ledger.effect_record(key=key, input_hash=input_hash, now=now, result=result, token=token)
+
+
+class _RecoveryMarking(ReferenceAdapter):
+    """Recovery as the reference does it, then some of the receipts it marked set back to
+    pending (straight in the file, as another implementation's scan would have left them)."""
+
+    def _keep_pending(self, receipt: dict[str, Any], decision: str) -> bool:
+        raise NotImplementedError
+
+    def recover(self, *, now: float) -> Any:
+        led = self.ledger
+        before = {r[0]: (r[1], r[2]) for r in led.conn.execute("SELECT key, work_id, step_class FROM effect WHERE state = 'pending'")}
+        victims = led.recover(now=now)
+        decided = {v["work_id"]: v["decision"] for v in victims}
+        back = [k for k, (wid, cls) in before.items()
+                if wid in decided and self._keep_pending({"work_id": wid, "step_class": cls}, decided[wid])]
+        for k in back:
+            led.conn.execute("UPDATE effect SET state = 'pending' WHERE key = ?", (k,))
+        led._cache.clear()
+        return victims
+
+
+class MarksOnlyTheDecidingReceipt(_RecoveryMarking):
+    """Reconcile/quarantine mark the receipt whose class called for the decision; a receipt
+    that alone would have been retried (a pure step beside it) stays pending."""
+
+    def _keep_pending(self, receipt: dict[str, Any], decision: str) -> bool:
+        return self.spec.receipt_decision("pending", receipt["step_class"]) != decision
+
+
+class LeavesReconciledReceiptPending(_RecoveryMarking):
+    """Broken: reconcile leaves even the deciding receipt pending (recovery.receipt_marking)."""
+
+    def _keep_pending(self, receipt: dict[str, Any], decision: str) -> bool:
+        return True
+
+
+class CompletesByMark(ReferenceAdapter):
+    """effect_mark(state="completed") is a receipt transition the table allows; this ledger
+    accepts it (no result) where the reference insists on effect_record."""
+
+    def effect_mark(self, *, key: str, state: str, now: float) -> Any:
+        if state != "completed":
+            return self.ledger.effect_mark(key=key, state=state, now=now)
+        led = self.ledger
+        rec = led.effect_lookup(key=key)
+        if rec is None or (rec["state"], "completed") not in self.spec.receipt_transitions:
+            return led.effect_mark(key=key, state=state, now=now)  # its own refusal
+        led.conn.execute("UPDATE effect SET state = 'completed', updated_at = ? WHERE key = ?", (now, key))
+        return led.effect_lookup(key=key)
