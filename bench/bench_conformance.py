@@ -47,7 +47,8 @@ def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, An
         dt = time.perf_counter() - t
         counted["steps"] = h.rule_steps
         return {"address": address, "examples": examples, "steps": counted["steps"], "seconds": round(dt, 3),
-                "steps_per_s": round(counted["steps"] / dt, 1), "adapter_calls": client.calls - calls0,
+                "steps_per_s": round(counted["steps"] / dt, 1), "operations": h.operations,
+                "operations_per_s": round(h.operations / dt, 1), "adapter_calls": client.calls - calls0,
                 "calls_per_s": round((client.calls - calls0) / dt, 1)}
     finally:
         client.close()
@@ -114,8 +115,11 @@ def main() -> int:
         print(f"machine: {out['cpus']} cpus, load average {out['load_average']:.2f}")
         for side, r in (("in process", inproc), ("over the wire", wire)):
             print(f"stateful {side:14}: {r['steps']:6d} steps in {r['seconds']:7.2f}s = {r['steps_per_s']:8.1f} steps/s "
-                  f"({r['calls_per_s']:.0f} adapter calls/s)")
+                  f"({r['operations_per_s']:.0f} checked operations/s, {r['calls_per_s']:.0f} adapter calls/s)")
         print(f"wire costs {out['stateful']['wire_cost_ratio']}x the in-process path per step")
+        print(f"  a step is one rule: on average {inproc['operations'] / max(inproc['steps'], 1):.1f} operations, each checked "
+              f"against the model and read back ({inproc['adapter_calls'] / max(inproc['steps'], 1):.1f} adapter calls); "
+              f"the floors count steps")
         if "suite" in out:
             s = out["suite"]
             print(f"default suite: serial {s['serial']['seconds']}s ({s['serial']['summary']}), "

@@ -98,6 +98,7 @@ class Harness:
         self.recent: deque[str] = deque(maxlen=12)
         self.failed = False  # set once a check failed; later checks of the same run are moot
         self.rule_steps = 0  # stateful rule steps run through this harness (for benchmarks)
+        self.operations = 0  # operations checked against the model (Harness.do), for benchmarks
         self.claim_by_id: bool | None = None  # False once the adapter answered claim(work_id) unsupported
         self.focus: str | None = None  # the clause a clause test judges (divergences of others are tolerated)
         self.tolerated: list[Violation] = []
@@ -179,6 +180,7 @@ class Harness:
     def do(self, op: str, **args: Any) -> Outcome:
         """Perform an operation, check it against the model, read back what it touched."""
         self.need(op)
+        self.operations += 1
         args = self._scaled_args(op, args)
         if "now" in self.spec.operations[op].args and args.get("now") is None:
             args["now"] = self.clock.now()
