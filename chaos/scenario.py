@@ -63,6 +63,13 @@ class WindowResult:
 
     def as_dict(self) -> dict[str, Any]:
         v = self.verdict_detail
+        # a passing window vouches for every clause it checked; a failing one names only the
+        # clauses it found broken, so reports blame precisely; a window that could not be judged
+        # (no verdict) names the clause it was there to decide, so the error reaches that clause
+        clauses = (sorted({x.clause for x in v.violations}) if v and v.violations and self.verdict == "fail"
+                   else list(v.clauses) if v else [])
+        if not clauses:
+            clauses = ["recovery.fencing_after_takeover" if self.mode == "pause" else "recovery.no_loss"]
         return {
             "point": self.point,
             "mode": "takeover" if self.mode == "pause" else "kill",
@@ -74,10 +81,7 @@ class WindowResult:
             "effects_observed": v.effects_observed if v else None,
             "final_status": self.final_status,
             "verdict": self.verdict,
-            # a passing window vouches for every clause it checked; a failing one names only
-            # the clauses it found broken, so reports blame precisely
-            "clauses": (sorted({x.clause for x in v.violations}) if v and v.violations and self.verdict == "fail"
-                        else list(v.clauses) if v else []),
+            "clauses": clauses,
             "message": self.message,
             "replay": None,
             "replay_file": None,

@@ -18,6 +18,7 @@ import hashlib
 import os
 import re
 import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -502,9 +503,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = _opt(config, "ledger_results")
     if not path:
         return
+    from ledgercheck.reports.results import ResultsError
+
     from .results_bridge import write_run_results
 
-    write_run_results(config, sess, Path(path))
+    try:
+        write_run_results(config, sess, Path(path))
+    except (ResultsError, OSError) as exc:
+        # one line, and the run fails: a report that cannot be written is never a pass
+        msg = f"ledgercheck: {exc}" if isinstance(exc, ResultsError) else f"ledgercheck: cannot write {path}: {exc}"
+        print(msg, file=sys.stderr, flush=True)
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 class _Collector:

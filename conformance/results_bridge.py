@@ -135,9 +135,14 @@ def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_win
 
 
 def write_run_results(config: pytest.Config, sess: Any, path: Path) -> None:
-    from ledgercheck.reports.results import write_results
+    """Write the run's results; anything that keeps them from being written is one
+    :class:`ResultsError` naming the file and the cause (the plugin reports it and fails the run)."""
+    from ledgercheck.reports.results import ResultsError, write_results
 
-    doc = build(config, sess)
+    try:
+        doc = build(config, sess)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: the run's results could not be assembled: {exc}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     write_results(doc, str(path))
     config._ledger_results_doc = doc  # type: ignore[attr-defined]

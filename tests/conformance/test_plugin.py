@@ -114,3 +114,15 @@ def test_hostile_adapter_strings_are_escaped(tmp_path, suite, cli):
         if "<script>" in line:
             assert "`` <script>" in line, line
     json.loads((out / "results.json").read_text(encoding="utf-8"))
+
+
+def test_results_that_cannot_be_written_fail_the_run_in_one_line(tmp_path, suite, cli):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x", encoding="utf-8")
+    target = blocker / "results.json"
+    proc = suite(tmp_path, "--ledger-adapter", "reference", "--ledger-profile", "core", "--ledger-clauses-only",
+                 "-k", "core.claim.empty", "--ledger-results", str(target))
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ledgercheck: ")]
+    assert len(lines) == 1 and str(target) in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -211,3 +211,19 @@ def test_build_refuses_inconsistent_input(factory, mutate, message: str) -> None
         factory.build(**mutate(factory))
     assert message in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("mode, clause", [("kill", "recovery.no_loss"), ("pause", "recovery.fencing_after_takeover")])
+def test_a_window_that_could_not_be_judged_is_an_error_of_its_clause(factory, spec, mode, clause) -> None:
+    """A window that ended without a verdict (its worker lost the item, say) still goes into the
+    report, as an error of the clause it was there to decide; it never breaks the report."""
+    from ledgercheck.chaos.scenario import WindowResult
+
+    point = next(iter(spec.crash_points))
+    w = WindowResult(point, 3, mode, "error", message="get: not_found: item-2 is gone").as_dict()
+    assert w["clauses"] == [clause] and w["step_class"] is None
+    tests = [t for t in factory.tests(known_bugs=(), failing=()) if t["clause"] != clause]
+    doc = factory.build(tests=tests, windows=[*factory.windows(bad=()), w], adapter=factory.adapter(known_bugs={}))
+    by_id = {c["id"]: c for c in doc["clauses"]}
+    assert by_id[clause]["outcome"] == "error" and "item-2 is gone" in by_id[clause]["message"]
+    assert doc["verdict"] == "ERROR"
