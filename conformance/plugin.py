@@ -209,6 +209,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.extend(new)
 
 
+# event-trail integrity: seq numbering from first_seq without gaps, earlier events unchanged,
+# the snapshot equal to the fold of the implementation's own events
+SIDE_FINDING_CLAUSES = frozenset({"core.event.append_only", "eventlog.fold"})
+
+
 class LedgerItem(pytest.Item):
     kind = "clause"
     clause: str | None = None
@@ -267,6 +272,8 @@ class ClauseItem(LedgerItem):
             h.focus = self.case.clause
             self.case.fn(h)
         except NotApplicable as exc:
+            h.tolerated = []  # a scenario that does not apply vouches for nothing
+
             self.user_properties.append(("ledger_not_claimed", True))
             pytest.skip(f"not claimed: {exc}")
         except DriveBlocked as exc:
@@ -284,6 +291,29 @@ class ClauseItem(LedgerItem):
         except Exception as exc:
             self.user_properties.append(("ledger_error", f"harness failure: {type(exc).__name__}: {exc}"))
             raise
+        finally:
+            self._note_side_findings(h)
+
+    def _note_side_findings(self, h: Harness) -> None:
+        """Violations of the event trail's integrity that this test saw and set aside (so it
+        could judge its own clause) are findings all the same: each becomes a failure of its own
+        clause in the results and fails the run, unless the adapter declared it as a known bug.
+        Only clauses judged the same way in any scenario count (SIDE_FINDING_CLAUSES); a
+        snapshot field that differs is blamed by the field's owner, which in another clause's
+        scenario may not be the clause the contract states it in, so it stays with its own tests
+        and the stateful machines.  Clauses of profiles not claimed or not requested never fail."""
+        found, h.tolerated = h.tolerated, []
+        sess = self.sess
+        known = sess.client.known_bugs if sess.client else {}
+        by: dict[str, list[str]] = {}
+        profile_of = {c.id: c.profile for c in sess.spec.clauses}
+        for v in found:
+            prof = profile_of.get(v.clause)
+            if v.clause in SIDE_FINDING_CLAUSES and prof in sess.claimed and prof in sess.requested:
+                by.setdefault(v.clause, []).append(str(v))
+        if by:
+            self.user_properties.append(("ledger_side_findings", [
+                {"clause": c, "messages": msgs[:5], "known_bug": known.get(c)} for c, msgs in sorted(by.items())]))
 
 
 class StatefulItem(LedgerItem):
@@ -495,11 +525,31 @@ def _collect_report(config: pytest.Config, report: pytest.TestReport) -> None:
         store.append((report, props))
 
 
+def side_findings(config: pytest.Config) -> list[tuple[str, dict[str, Any]]]:
+    """(test node id, finding) for every violation a clause test saw of another clause."""
+    return [(rep.nodeid, f) for rep, props in getattr(config, "_ledger_reports", [])
+            for f in props.get("ledger_side_findings") or []]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    found = side_findings(config)
+    if not found:
+        return
+    terminalreporter.section("ledgercheck: violations seen while testing other clauses")
+    for nodeid, f in found:
+        tag = f"known bug ({f['known_bug']})" if f.get("known_bug") else "FAILED"
+        terminalreporter.write_line(f"{tag} {f['clause']} (seen in {nodeid}): {f['messages'][0]}")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     sess: LedgerSession | None = getattr(config, "_ledger", None)
     if sess is None or hasattr(config, "workerinput"):
         return
+    if session.exitstatus == pytest.ExitCode.OK and any(not f.get("known_bug") for _, f in side_findings(config)):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     path = _opt(config, "ledger_results")
     if not path:
         return

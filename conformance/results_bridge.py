@@ -57,6 +57,17 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
             e["outcome"] = "xpassed" if xfail else "passed"
             if xfail:
                 e["message"] = f"declared as a known bug ({rep.wasxfail}) but passed"
+        # violations of other clauses the test saw (and set aside to judge its own): each is
+        # evidence against its own clause
+        for f in props.get("ledger_side_findings") or []:
+            nodeid = f"{rep.nodeid}::seen[{f['clause']}]"
+            by_id[nodeid] = {
+                "nodeid": nodeid, "clause": f["clause"], "kind": "clause",
+                "outcome": "xfailed" if f.get("known_bug") else "failed", "not_claimed": False, "duration_s": 0.0,
+                "message": (f"known bug: {f['known_bug']}; " if f.get("known_bug") else "")
+                + f"seen while testing {e['nodeid']}: " + "; ".join(f["messages"]),
+                "counterexample": None, "replay": None,
+            }
     return list(by_id.values())
 
 

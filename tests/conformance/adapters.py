@@ -126,3 +126,37 @@ class CompletesByMark(ReferenceAdapter):
             return led.effect_mark(key=key, state=state, now=now)  # its own refusal
         led.conn.execute("UPDATE effect SET state = 'completed', updated_at = ? WHERE key = ?", (now, key))
         return led.effect_lookup(key=key)
+
+
+class SeqGapAfterRefusedCloseOut(ReferenceAdapter):
+    """Advances an item's event counter before validating a close-out: the next event after a
+    refused close-out skips a seq (core.event.append_only).  The cancel clause tests see it
+    while judging their own clause; the finding must still reach core.event.append_only."""
+
+    def reset(self, config: dict[str, Any] | None = None) -> None:
+        super().reset(config)
+        self._gaps: dict[str, list[int]] = {}
+
+    def close_out(self, **kw: Any) -> Any:
+        from ledgercheck.conformance.protocol import LedgerError
+
+        try:
+            return self.ledger.close_out(**kw)
+        except LedgerError as exc:
+            if exc.code in ("invalid_transition", "invalid_argument"):
+                self._gaps.setdefault(kw["work_id"], []).append(len(self.ledger.events(work_id=kw["work_id"])))
+            raise
+
+    def events(self, *, work_id: str) -> list[dict[str, Any]]:
+        evs = self.ledger.events(work_id=work_id)
+        gaps = self._gaps.get(work_id, [])
+        for i, e in enumerate(evs):
+            e["seq"] += sum(1 for g in gaps if g <= i)
+        return evs
+
+
+class DeclaresSeqGap(SeqGapAfterRefusedCloseOut):
+    def hello(self, protocol: str = "1.0") -> Handshake:
+        hs = super().hello(protocol)
+        hs["known_bugs"] = {"core.event.append_only": "seq burnt by refused close-outs; fix scheduled"}
+        return hs
