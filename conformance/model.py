@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledgercheck.spec import Spec
@@ -66,9 +66,15 @@ class Accept:
     clause: str  # blamed when the implementation refuses
     why: str
     also_refuse: frozenset[str] = frozenset()  # refusals that are acceptable too (nothing changes)
+    refused_as: Mapping[str, str] = field(default_factory=dict)  # error code -> clause blamed for that refusal
 
 
 Expectation = Refuse | Accept
+
+
+# The holder's write carries the live lease (now <= lease_expires_at + grace): refusing it as
+# stale misjudges which lease is live, the judgement lease.fencing is about.
+_LIVE_LEASE_REFUSED: Mapping[str, str] = {"stale_lease": "lease.fencing"}
 
 
 class Indefinite(Exception):
@@ -118,6 +124,11 @@ class Model:
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
         self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
+        # status_reason is not compared in general (close-out, cancel and requeue store the
+        # caller's free text); the contract fixes it only for work the monitor marked timeout
+        # (core.expire.timeout_reason): item -> the reasons its record may store, until the
+        # item changes again
+        self.fixed_reason: dict[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ public interface
     def fork(self) -> Model:
@@ -158,7 +169,8 @@ class Model:
                 return []
             if outcome.code == "unsupported":
                 return self.keep([Violation(exp.clause, f"operation not supported by the implementation ({outcome.message})", op)])
-            return self.keep([Violation(exp.clause, f"refused with {outcome.code!r} ({outcome.message}) but should succeed: {exp.why}", op)])
+            clause = exp.refused_as.get(outcome.code, exp.clause)
+            return self.keep([Violation(clause, f"refused with {outcome.code!r} ({outcome.message}) but should succeed: {exp.why}", op)])
         try:
             found = exp.handler(outcome.value)
         except _Bad as bad:
@@ -225,6 +237,10 @@ class Model:
                 continue
             clause = blame.get(name) or (FIELD_OWNER.get(name, default) if default != "core.create.initial" else default)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
+        fixed = self.fixed_reason.get(expect["work_id"])
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
+            out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
+                                 f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
         return out
 
     def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
@@ -322,6 +338,7 @@ class Model:
             self.touched.add(w)
 
     def _commit(self, wid: str, new: dict[str, Any], blame: Mapping[str, str], default: str) -> None:
+        self.fixed_reason.pop(wid, None)
         self.items[wid] = new
         self.blame[wid] = dict(blame)
         self.blame_default[wid] = default
@@ -570,7 +587,7 @@ class Model:
             self._commit(wid, new, blame, default)
             return self._check_returned(new, res, blame, default)
 
-        return Accept(h, "core.transition.allowed", f"the holder closes {wid} out as {dst}")
+        return Accept(h, "core.transition.allowed", f"the holder closes {wid} out as {dst}", refused_as=_LIVE_LEASE_REFUSED)
 
     def _op_cancel(self, a: dict[str, Any]) -> Expectation:
         wid, now = a["work_id"], a["now"]
@@ -681,7 +698,7 @@ class Model:
                     elif it["status"] in self._wait_kinds.values():
                         out.append(Violation("waiting.timeout", f"{wid} was marked timeout before its waiting deadline {it['waiting_deadline']} (now {now})"))
                     elif self.spec.statuses[it["status"]].leased:
-                        out.append(Violation("lease.expiry.grace", f"{wid} was marked timeout at {now}, but its lease runs to {it['lease_expires_at']} + grace"))
+                        out.append(self._early_expiry(it, got[wid].get("reason"), now))
                     else:
                         out.append(Violation(self._forbidden_blame(it["status"], "timeout", "expire"), f"expire moved {wid}, which is {it['status']}"))
             for wid, (src, why) in sure.items():
@@ -711,9 +728,28 @@ class Model:
                 self._append(wid, self.spec.operations["expire"].event_for("timeout"), it["status"], "timeout", now, new)
                 clause = "waiting.timeout" if it["status"] in self._wait_kinds.values() else "lease.expiry.release"
                 self._commit(wid, new, {}, clause)
+                self.fixed_reason[wid] = frozenset(ok_reasons)
             return out
 
         return Accept(h, "core.running.renew_or_leave", "the monitor always answers")
+
+    def _early_expiry(self, it: Mapping[str, Any], reason: Any, now: float) -> Violation:
+        """Leased work marked timeout although neither its lease nor its stint ran out: blame the
+        phase the monitor named, or else the timer that was closest to running out."""
+        wid = it["work_id"]
+        reasons = self.spec.timeout_reasons
+        exec_t = self.spec.phase_timeout("execution") if self.spec.phases.get("execution", {}).get("action") == "timeout" else None
+        stint = None if exec_t is None or it["started_at"] is None else it["started_at"] + exec_t
+        msg_exec = f"{wid} was marked timeout at {now}, but its stint since {it['started_at']} is not longer than the execution budget {exec_t}"
+        msg_lease = f"{wid} was marked timeout at {now}, but its lease runs to {it['lease_expires_at']} + grace"
+        if stint is not None and reason == reasons["execution"]:
+            return Violation("retry.execution_timeout", msg_exec)
+        if reason == reasons["heartbeat"] or stint is None:
+            return Violation("lease.expiry.grace", msg_lease)
+        lapse = it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace if it["lease_expires_at"] is not None else None
+        if lapse is None or stint - now < lapse - now:
+            return Violation("retry.execution_timeout", msg_exec)
+        return Violation("lease.expiry.grace", msg_lease)
 
     # ------------------------------------------------------------------ lease
     def _op_renew(self, a: dict[str, Any]) -> Expectation:
@@ -731,15 +767,18 @@ class Model:
             return Refuse(frozenset({"stale_lease"}), clause, f"{wid}: {lp}")
         lt = self.spec.lease_for(it["source_system"])
         in_grace = now > it["lease_expires_at"] + self.tol
-        clause = "lease.renew.grace" if in_grace else self._lease_blame(it, "lease.renew.extends")
+        # a renewal refused within grace is lease.renew.grace's; the expiry it sets (now + ttl)
+        # is lease.renew.extends's, or lease.per_source's where the source overrides the ttl
+        ttl_clause = self._lease_blame(it, "lease.renew.extends")
+        clause = "lease.renew.grace" if in_grace else ttl_clause
 
         def h(res: Any) -> list[Violation]:
             new = dict(it)
             new["lease_expires_at"] = now + lt.ttl
             self._begin(wid)
             self._append(wid, op.event_for(), None, None, now, new)
-            self._commit(wid, new, {"lease_expires_at": clause}, "lease.renew.extends")
-            return self._check_returned(new, res, {"lease_expires_at": clause}, "lease.renew.extends")
+            self._commit(wid, new, {"lease_expires_at": ttl_clause}, "lease.renew.extends")
+            return self._check_returned(new, res, {"lease_expires_at": ttl_clause}, "lease.renew.extends")
 
         return Accept(h, clause, f"the holder renews {wid}{' within grace' if in_grace else ''}")
 
@@ -787,7 +826,7 @@ class Model:
             self._commit(wid, new, blame, "core.transition.allowed")
             return self._check_returned(new, res, blame, "core.transition.allowed")
 
-        return Accept(h, "core.transition.allowed", f"the holder puts {wid} into {dst}")
+        return Accept(h, "core.transition.allowed", f"the holder puts {wid} into {dst}", refused_as=_LIVE_LEASE_REFUSED)
 
     def _op_resume(self, a: dict[str, Any]) -> Expectation:
         wid, now = a["work_id"], a["now"]
@@ -869,7 +908,8 @@ class Model:
             self._commit(wid, new, blame, status_clause)
             return out + self._compare_work(new, res, blame, status_clause)
 
-        return Accept(h, status_clause, f"{wid} fails with {a['error_class']} at attempt {it['attempt']} -> {dst}")
+        return Accept(h, status_clause, f"{wid} fails with {a['error_class']} at attempt {it['attempt']} -> {dst}",
+                      refused_as=_LIVE_LEASE_REFUSED)
 
     def _op_promote_due(self, a: dict[str, Any]) -> Expectation:
         now = a["now"]
@@ -966,7 +1006,11 @@ class Model:
                 self.unresolved.discard(exp["work_id"])
         for f in ("work_id", "step_id", "tool", "step_class", "state", "result"):
             if got.get(f) != exp[f]:
-                c = "idem.duplicate_returns_stored" if f == "result" and exp["state"] == "completed" else clause
+                c = clause
+                if f == "result" and exp["state"] == "completed":
+                    # the stored result is idem.record's; once a second record was tried, a
+                    # changed result is that record overwriting the first
+                    c = "idem.duplicate_returns_stored" if clause == "idem.duplicate_returns_stored" or exp.get("recorded_again") else "idem.record"
                 if f == "state" and exp.get("marked_by_recovery"):
                     c = "recovery.receipt_marking"
                 out.append(Violation(c, f"receipt {exp['key'][:12]} has {f} {got.get(f)!r}, expected {exp[f]!r}"))
@@ -996,6 +1040,7 @@ class Model:
             return Refuse(frozenset(codes), "idem.conflict", f"receipt {key[:12]} was begun with another input")
         if rec["state"] == "completed":
             def dup(res: Any) -> list[Violation]:
+                rec["recorded_again"] = True
                 return self._compare_receipt(rec, res, "idem.duplicate_returns_stored")
             return Accept(dup, "idem.duplicate_returns_stored", "recording again returns the stored result",
                           also_refuse=frozenset({"stale_lease"}) if fenced else frozenset())
@@ -1207,6 +1252,9 @@ class Model:
             self.outbox_order.append(key)
             return out + _compare_outbox(msg, res["message"], "outbox.intent_first")
 
+        if existing is not None:
+            # refusing a reuse of the key with the same payload is a dedupe error, not an intent one
+            return Accept(h, "outbox.dedupe", f"outbox key {key!r} is reused with the same payload: the existing message is returned")
         return Accept(h, "outbox.intent_first", "enqueueing is always accepted")
 
     def _op_outbox_pending(self, a: dict[str, Any]) -> Expectation:
@@ -1397,6 +1445,7 @@ class Model:
         """Take an implementation's state of one item as the model's (after an indefinite error)."""
         self.items[work_id] = {f: copy.deepcopy(snapshot.get(f)) for f in self.spec.work_fields} | {"status_reason": snapshot.get("status_reason")}
         self.items[work_id]["work_id"] = work_id
+        self.fixed_reason.pop(work_id, None)
         self.events[work_id] = [
             {"type": e.get("type"), "from_status": e.get("from_status"), "to_status": e.get("to_status"),
              "at": e.get("at"), "data": copy.deepcopy(e.get("data") or {})} for e in events

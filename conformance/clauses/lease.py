@@ -51,18 +51,39 @@ def _monotonic(h: Harness) -> None:
 
 @cases("lease.renew.extends")
 def _extends(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    lt = spec.lease_default
-    for frac in (0.25, 0.5, 0.75):
-        def fn(h: Harness, frac: float = frac) -> None:
-            wid = h.create()
-            tok = h.claim(wid)
-            h.advance(round(lt.renew_interval * frac / QUANTUM) * QUANTUM or QUANTUM)
-            t = h.now()
-            out = h.do("renew", work_id=wid, token=tok)
-            if not h.wall:
-                check(out.value["lease_expires_at"] == t + lt.ttl, "lease.renew.extends", "renew did not set now + ttl", h)
-            check(out.value["status"] == "running", "lease.renew.extends", "renew changed the status", h)
-        yield f"at-{frac:g}-interval", fn
+    # every source with its own lease timings (the default source keeps the plain ids)
+    for src in spec.source_systems:
+        for frac in (0.25, 0.5, 0.75):
+            def fn(h: Harness, frac: float = frac, src: str = src) -> None:
+                lt = h.spec.lease_for(src)
+                wid = h.create(src)
+                tok = h.claim(wid)
+                h.advance(round(lt.renew_interval * frac / QUANTUM) * QUANTUM or QUANTUM)
+                t = h.now()
+                out = h.do("renew", work_id=wid, token=tok)
+                if not h.wall and src not in h.spec.lease_by_source:
+                    # (an override's ttl is lease.per_source's: the model blames it there, and
+                    # lease.per_source[<src>-renewed] fails for it)
+                    check(out.value["lease_expires_at"] == t + lt.ttl, "lease.renew.extends",
+                          f"renew of {src} work set {out.value['lease_expires_at']}, expected now + {lt.ttl:g}", h)
+                check(out.value["status"] == "running", "lease.renew.extends", "renew changed the status", h)
+            yield (f"at-{frac:g}-interval" if src == _default_source(spec) else f"{src}-at-{frac:g}-interval"), fn
+
+
+def _default_source(spec: Spec) -> str:
+    """The source the plain lease tests use (the harness's default), or one on the default lease."""
+    if "manual" in spec.source_systems:
+        return "manual"
+    return next((s for s in spec.source_systems if s not in spec.lease_by_source), spec.source_systems[0])
+
+
+def _lease_sources(spec: Spec) -> list[str]:
+    """One source per distinct lease timing of the contract: the default one, then each override."""
+    out = [_default_source(spec)]
+    for src in spec.source_systems:
+        if src not in out and spec.lease_for(src) not in [spec.lease_for(s) for s in out]:
+            out.append(src)
+    return out
 
 
 @cases("lease.renew.conditions")
@@ -112,6 +133,30 @@ def _grace(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 
     yield "within-grace", within
     yield "beyond-grace", beyond
+
+    # The boundary itself: a lease has lapsed only when now > lease_expires_at + grace (the
+    # policy's own words; lease.expiry.grace: "never at or before that instant"), so a renewal
+    # just before and at exactly expiry + grace still succeeds, and one a moment later is refused.
+    # Per source, each with its own ttl and grace.
+    for src in _lease_sources(spec):
+        def boundary(h: Harness, src: str = src) -> None:
+            if h.wall:
+                raise NotApplicable("the lapse instant cannot be hit exactly on a wall clock (within-grace and beyond-grace judge it)")
+            lt = h.spec.lease_for(src)
+            before, at, after = h.create(src, f"{src}-before"), h.create(src, f"{src}-at"), h.create(src, f"{src}-after")
+            toks = {w: h.claim(w) for w in (before, at, after)}
+            lapse = {w: h.item(w)["lease_expires_at"] + lt.grace for w in toks}
+            for wid, t, ok in ((before, lapse[before] - QUANTUM, True), (at, lapse[at], True), (after, lapse[after] + QUANTUM, False)):
+                h.advance_to(t)
+                out = h.do("renew", work_id=wid, token=toks[wid])
+                what = f"expiry + grace {'- ' + str(QUANTUM) + 's' if t < lapse[wid] else '+ ' + str(QUANTUM) + 's' if t > lapse[wid] else 'exactly'}"
+                if ok:
+                    # (the new expiry is checked by the model, under the clause that owns the ttl)
+                    check(out.ok, "lease.renew.grace", f"renew of {src} work at {what} (grace {lt.grace:g}s) was refused ({out.code})", h)
+                else:
+                    check(not out.ok and out.code == "stale_lease", "lease.renew.grace",
+                          f"renew of {src} work at {what} (grace {lt.grace:g}s) answered {out.code or 'ok'}", h)
+        yield f"lapse-boundary-{src}", boundary
 
 
 @cases("lease.expiry.grace")
@@ -173,6 +218,40 @@ def _fencing(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                     check(not out.ok and out.code == "stale_lease", "lease.fencing", f"{op} with a forged token answered {out.code or 'ok'}", h)
         yield op, fn
 
+    # The holder's own token stops being the live lease the moment the lease lapses (now >
+    # lease_expires_at + grace), whether or not the monitor has marked the work yet; up to and
+    # at that instant it is live.  (Renewal has its own clause, lease.renew.grace; effect
+    # journal writes theirs, idem.fenced.)
+    for op in ("close_out", "fail", "set_waiting"):
+        for src in _lease_sources(spec):
+            def lapsed(h: Harness, op: str = op, src: str = src) -> None:
+                h.need(op)
+                wid = h.create(src)
+                tok = h.claim(wid)
+                h.advance_to(h.lapse_time(wid))  # no expire: the monitor has not run
+                for name, args in _guarded_writes(h, wid, tok):
+                    if name == op:
+                        out = h.do(name, **args)
+                        check(not out.ok and out.code == "stale_lease", "lease.fencing",
+                              f"{op} with the holder's token after its lease lapsed (monitor not run yet) answered {out.code or 'ok'}", h)
+                check(h.item(wid)["status"] == "running", "lease.fencing", f"the refused {op} changed the work", h)
+
+            def live(h: Harness, op: str = op, src: str = src) -> None:
+                h.need(op)
+                if h.wall:
+                    raise NotApplicable("the lapse instant cannot be hit exactly on a wall clock")
+                lt = h.spec.lease_for(src)
+                before, at = h.create(src, f"{src}-before"), h.create(src, f"{src}-at")
+                toks = {w: h.claim(w) for w in (before, at)}
+                for wid, delta in ((before, -QUANTUM), (at, 0.0)):
+                    h.advance_to(h.item(wid)["lease_expires_at"] + lt.grace + delta)
+                    for name, args in _guarded_writes(h, wid, toks[wid]):
+                        if name == op:
+                            out = h.do(name, **args)
+                            check(out.ok, "lease.fencing", f"{op} with the live token at expiry + grace{delta:+g}s was refused ({out.code})", h)
+            yield f"{op}-lapsed-before-monitor-{src}", lapsed
+            yield f"{op}-live-until-lapse-{src}", live
+
 
 @cases("lease.takeover")
 def _takeover(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
@@ -230,6 +309,26 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             h.do("expire")
             check(h.item(wid)["status"] != "running", "lease.per_source", "the override's grace was not applied", h)
         yield src, fn
+
+        def renewed(h: Harness, src: str = src) -> None:
+            """A renewal extends by the source's own ttl, and the source's grace counts from there."""
+            h.need("renew")
+            wid = h.create(src)
+            tok = h.claim(wid)
+            lt = h.spec.lease_for(src)
+            h.advance(lt.renew_interval)
+            t = h.now()
+            out = h.do("renew", work_id=wid, token=tok)
+            if not h.wall:
+                check(out.value["lease_expires_at"] == t + lt.ttl, "lease.per_source",
+                      f"renew set lease_expires_at = now + {out.value['lease_expires_at'] - t:g}s, the {src} ttl is {lt.ttl:g}s", h)
+            h.advance_to(h.item(wid)["lease_expires_at"] + lt.grace)
+            h.do("expire")
+            check(h.item(wid)["status"] == "running", "lease.per_source", "renewed work expired within the override's ttl + grace", h)
+            h.advance(QUANTUM)
+            h.do("expire")
+            check(h.item(wid)["status"] != "running", "lease.per_source", "renewed work outlived the override's ttl + grace", h)
+        yield f"{src}-renewed", renewed
     if not spec.lease_by_source:
         def none(h: Harness) -> None:
             raise NotApplicable("the contract defines no per-source lease overrides")

@@ -256,11 +256,22 @@ def _exec_timeout(h: Harness) -> None:
     wid, tok = _running(h)
     lt = h.spec.lease_for("manual")
     start = h.now()
-    while h.now() + lt.renew_interval - start < limit:
-        h.advance(lt.renew_interval)
-        h.do("renew", work_id=wid, token=tok)
-        h.do("expire")
-        check(h.item(wid)["status"] == "running", "retry.execution_timeout", "expired before the execution budget ran out", h)
+    if h.wall:
+        while h.now() + lt.renew_interval - start < limit:
+            h.advance(lt.renew_interval)
+            h.do("renew", work_id=wid, token=tok)
+            h.do("expire")
+            check(h.item(wid)["status"] == "running", "retry.execution_timeout", "expired before the execution budget ran out", h)
+    else:
+        # "longer than the budget": a stint of exactly the budget is not, so the holder renews
+        # all the way to started_at + limit, and the monitor, run at that very instant, leaves it
+        end = start + limit
+        while h.now() < end:
+            h.advance_to(min(h.now() + lt.renew_interval, end))
+            h.do("renew", work_id=wid, token=tok)
+            h.do("expire")
+            check(h.item(wid)["status"] == "running", "retry.execution_timeout",
+                  f"marked timeout after a stint of {h.now() - start:g}s, not longer than the execution budget {limit:g}s", h)
     h.advance_to(start + limit + QUANTUM)
     h.do("renew", work_id=wid, token=tok)
     h.do("expire")
