@@ -84,13 +84,21 @@ class Pools:
     def __init__(self, seed: int = 1234) -> None:
         fk = Faker()
         fk.seed_instance(seed)
-        self.source_ids = [f"{fk.user_name()}-{fk.random_int(100, 999)}" for _ in range(6)]
+        ids = [f"{fk.user_name()}-{fk.random_int(100, 999)}" for _ in range(4)]
+        # distinct units whose ids differ only by case, and one beyond ASCII
+        self.source_ids = [*ids, ids[0].upper(), f"{ids[1]}-ünï"]
         self.run_ids = [fk.date_this_year().isoformat() for _ in range(3)]
-        self.payloads = [{"text": fk.sentence(), "from": fk.email()} for _ in range(4)] + [{"amount": 10}, {"amount": 11}]
+        self.payloads = [{"text": fk.sentence(), "from": fk.email()} for _ in range(2)] + [
+            # nulls (top level and nested), a nested object, non-ASCII text: kept as they are
+            {"text": fk.sentence(), "reply_to": None, "meta": {"lang": "fr", "thread": None, "tags": []}},
+            {"text": "réunion à 10h ✓", "from": fk.email(), "cc": [None]},
+        ] + [{"amount": 10}, {"amount": 11}]
         self.owners = [f"worker-{fk.first_name().lower()}" for _ in range(3)]
         self.refs = [f"{fk.uri_path()}#{fk.random_int(1, 99)}" for _ in range(3)]
         self.tools = ["email.send", "calendar.create", "github.comment", "llm.call"]
-        self.senders = [fk.first_name().lower() for _ in range(3)]
+        name = fk.first_name().lower()
+        # three senders: one beyond ASCII and one differing from another only by case
+        self.senders = [name, f"{fk.first_name().lower()}-ø", name.capitalize()]
         self.destinations = [f"telegram:{fk.random_int(1000, 9999)}", f"mail:{fk.email()}"]
 
 

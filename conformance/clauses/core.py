@@ -112,12 +112,22 @@ def _unique_later(h: Harness) -> None:
     check(h.item(a)["status"] == "running", "core.create.unique_unit", "re-creating the unit changed it", h)
 
 
+# source ids are strings compared as they are: ids differing only by case (or by one non-ASCII
+# letter) are different units, whatever a collation or case-folding index would say
+_UNITS = ("chat-1", "chat-2", "Chat-1", "CHAT-1", "chät-1", "ÇHAT-1", "çhat-1")
+
+
 @case("core.create.unique_unit", "distinct-units")
 def _distinct(h: Harness) -> None:
-    h.create("conversation", "chat-1")
-    h.create("conversation", "chat-2")
+    ids = {}
+    for sid in _UNITS:
+        ids[sid] = h.create("conversation", sid)
     h.create("control", "chat-1")
-    check(len(h.raw("list").value) == 3, "core.create.unique_unit", "distinct units were merged", h)
+    check(len(set(ids.values())) == len(_UNITS), "core.create.unique_unit", "distinct units were merged", h)
+    check(len(h.raw("list").value) == len(_UNITS) + 1, "core.create.unique_unit", "distinct units were merged", h)
+    for sid, wid in ids.items():  # and each still finds its own record
+        out = h.do("create", source_system="conversation", source_id=sid)
+        check(out.value["work"]["work_id"] == wid, "core.create.unique_unit", f"re-creating {sid!r} found another unit's record", h)
 
 
 @cases("core.create.source_system")
@@ -128,6 +138,11 @@ def _bad_create(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         "priority-below": {"priority": spec.priority_min - 1},
         "priority-above": {"priority": spec.priority_max + 1},
         "priority-not-int": {"priority": "high"},
+        # JSON booleans and fractions are not integers (whatever a language's int type says)
+        "priority-true": {"priority": True},
+        "priority-false": {"priority": False},
+        "priority-fraction": {"priority": spec.priority_min + 0.5},
+        "priority-numeric-string": {"priority": str(spec.priority_default)},
     }
     for name, over in bad.items():
         def fn(h: Harness, over: dict = over) -> None:
@@ -151,8 +166,20 @@ def _runs(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             check(a != b, "core.scheduler.run_identity", "two runs of one schedule share a record", h)
             c = h.do("create", source_system=src, source_id="nightly-report", source_run_id="2026-11-21")
             check(c.value["work"]["work_id"] == b, "core.scheduler.run_identity", "the same run got a second record", h)
+
+        def empty(h: Harness, src: str = src) -> None:
+            out = h.do("create", source_system=src, source_id="nightly-report", source_run_id="")
+            check(not out.ok, "core.scheduler.run_identity", f"{src} work with an empty source_run_id was accepted", h)
+
+        def run_ids_as_is(h: Harness, src: str = src) -> None:
+            runs = ("night-A", "night-a", "NIGHT-A", "nacht-ä")
+            ids = [h.create(src, "nightly-report", source_run_id=r) for r in runs]
+            check(len(set(ids)) == len(runs), "core.scheduler.run_identity", f"runs {runs} do not all have records of their own", h)
+
         yield f"{src}-needs-run-id", missing
+        yield f"{src}-empty-run-id", empty
         yield f"{src}-runs-are-units", two_runs
+        yield f"{src}-run-ids-case-sensitive", run_ids_as_is
 
 
 # ---------------------------------------------------------------- transitions
@@ -471,36 +498,78 @@ def _valid_args(h: Harness, op: str, wid: str) -> dict:
     return args
 
 
-_WRONG = {"string": 17, "nonempty_string": "", "time": "noon", "duration": -5, "object": [1], "any": None,
-          "boolean": "yes", "positive_int": 0, "nonnegative_int": -1, "source_system": "nowhere", "priority": 99,
-          "retry_policy": {"max_attempts": 0}, "status": "finished", "terminal_status": "running",
-          "waiting_kind": "coffee", "error_class": "cosmic_rays", "step_class": "magic", "receipt_state": "maybe",
-          "effect_key": "xyz"}
+# Values outside each argument type of the contract (spec/args.py says what each type admits):
+# wrong JSON types (a boolean is no integer, a fraction no count), out-of-range numbers (0 or
+# less for positive durations and counts), empty strings where a non-empty one is required,
+# names the contract does not list.  Only values every reading of the type rejects: no
+# integral floats (2.0 is 2 in JSON), no case variants of listed names.  ``any`` admits every
+# JSON value, so a required ``any`` argument is only tested missing.
+_WRONG: dict[str, tuple] = {
+    "string": (17, True, ["s"]),
+    "nonempty_string": ("", 17, False),
+    "time": ("noon", True),
+    "duration": (-5, 0, True, "soon"),
+    "object": ([1], "text", 5),
+    "any": (),
+    "boolean": ("yes", 1),
+    "positive_int": (0, -1, 1.5, True, "2"),
+    "nonnegative_int": (-1, 0.5, True, "0"),
+    "source_system": ("nowhere", "", 5),
+    "priority": (99, -1, True, 1.5, "1"),
+    "retry_policy": ({"max_attempts": 0}, "fast", {"max_attempts": True}),
+    "status": ("finished", "", 3),
+    "terminal_status": ("running", "finished", True),
+    "waiting_kind": ("coffee", ""),
+    "error_class": ("cosmic_rays", ""),
+    "step_class": ("magic", ""),
+    "receipt_state": ("maybe", ""),
+    "effect_key": ("xyz", "0" * 63, "g" * 64, 64),
+}
+_MISSING = object()
 
 
 @cases("core.invalid_argument")
 def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    """Every argument of every operation (of any profile: a test of an operation whose profile
+    the adapter does not claim is not claimed), with each value outside its type (missing, for
+    a required argument of a type that admits every value).  The contract has no per-profile
+    invalid-argument clause; an argument that a specific clause of another profile judges (a
+    waiting kind or reference, an error class) is left to that clause's own tests."""
+    from ..model import Model
+
+    judges = Model(spec, list(spec.profiles))  # the model says which clause a bad argument breaks
     for op, o in spec.operations.items():
-        if o.profile != "core" or o.kind == "session":
+        if o.kind == "session":
             continue
         for name, arg in o.args.items():
-            if name == "now" or (_WRONG.get(arg.type) is None and not arg.required):
+            if name == "now":
                 continue
-            def fn(h: Harness, op: str = op, name: str = name, arg_type: str = arg.type, required: bool = arg.required) -> None:
+            wrong: list = list(_WRONG.get(arg.type, ()))
+            if arg.required and not wrong:
+                wrong.append(_MISSING)
+            if not wrong:
+                continue
+            judge = judges._arg_blame(op, name, {})
+            if o.profile != "core" and judge != "core.invalid_argument" and spec.clause(judge).profile != "core":
+                continue
+
+            def fn(h: Harness, op: str = op, name: str = name, wrong: tuple = tuple(wrong)) -> None:
+                h.need(op)
                 wid = h.create()
-                args = _valid_args(h, op, wid)
-                mode = "wrong type"
-                if required and _WRONG.get(arg_type) is None:
-                    args.pop(name, None)
-                    mode = "missing"
-                else:
-                    args[name] = _WRONG[arg_type]
-                before = h.raw("list").value
-                out = h.do(op, **args)
-                if op != "create" or name != "source_run_id":
-                    check(not out.ok and out.code in ("invalid_argument", "not_found"), "core.invalid_argument",
-                          f"{op} with {mode} {name} answered {out.code or 'ok'}", h)
-                check(len(h.raw("list").value) == len(before), "core.invalid_argument", "a refused call created work", h)
+                for bad in wrong:
+                    args = _valid_args(h, op, wid)
+                    if bad is _MISSING:
+                        args.pop(name, None)
+                        mode = f"{name} missing"
+                    else:
+                        args[name] = bad
+                        mode = f"{name}={bad!r}"
+                    before = h.raw("list").value
+                    out = h.do(op, **args)
+                    if op != "create" or name != "source_run_id":
+                        check(not out.ok and out.code in ("invalid_argument", "not_found"), "core.invalid_argument",
+                              f"{op} with {mode} answered {out.code or 'ok'}", h)
+                    check(len(h.raw("list").value) == len(before), "core.invalid_argument", "a refused call created work", h)
             yield f"{op}.{name}", fn
 
 
@@ -550,6 +619,42 @@ def _list(h: Harness) -> None:
     h.do("list")
     for s in h.spec.statuses:
         h.do("list", status=s)
+
+
+@case("core.list.complete", "filters")
+def _list_filters(h: Harness) -> None:
+    """Every filter list defines, with its false as well as its true values, alone and combined
+    (``quarantined=false`` asks for the records that are not quarantined: it is no "no filter")."""
+    if h.claims("recover") and h.claims("effect_begin"):
+        from .recovery import _quarantine_class, _stale_with
+
+        try:
+            cls = _quarantine_class(h.spec)
+        except NotApplicable:
+            cls = None
+        if cls is not None:  # quarantined work first (its lapse moves the clock past any other lease)
+            _stale_with(h, "pending", cls)
+            h.do("recover")
+    targets = [s for s in h.spec.statuses if _drivable(h, h.spec.initial_status, s)]
+    targets.sort(key=lambda s: (s == h.spec.initial_status, bool(h.spec.targets("promote_due", s))))
+    for s in targets:
+        h.drive(h.create(), s)
+    filters = {name: arg for name, arg in h.spec.operations["list"].args.items() if name != "now"}
+    values: dict[str, list] = {}
+    for name, arg in filters.items():
+        if arg.type == "boolean":
+            values[name] = [False, True]
+        elif arg.type in ("status", "terminal_status"):
+            values[name] = list(h.spec.statuses) if arg.type == "status" else list(h.spec.terminal_statuses)
+    for name, vals in values.items():
+        for v in vals:
+            h.do("list", **{name: v})
+    names = list(values)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            for va in values[a]:
+                for vb in values[b]:
+                    h.do("list", **{a: va, b: vb})
 
 
 @cases("core.expire.timeout_reason")

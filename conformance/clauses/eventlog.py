@@ -8,6 +8,8 @@ from . import case, check
 from .core import _tour
 
 S = "run-42"
+# names that differ from S (and from each other) only by case or by a non-ASCII letter
+OTHER_STREAMS = ("Run-42", "RUN-42", "rün-42", "RÜN-42")
 
 
 @case("eventlog.append.expected_seq", "sequence")
@@ -18,6 +20,9 @@ def _append(h: Harness) -> None:
         check(out.value["seq"] == first + i, "eventlog.append.expected_seq", f"entry {i} stored at {out.value['seq']}", h)
     other = h.do("log_append", stream="run-43", expected_seq=first - 1, kind="run.started")
     check(other.value["seq"] == first, "eventlog.append.expected_seq", "streams share a sequence", h)
+    for name in OTHER_STREAMS:  # stream names are compared as they are: each is a stream of its own
+        out = h.do("log_append", stream=name, expected_seq=first - 1, kind="run.started")
+        check(out.value["seq"] == first, "eventlog.append.expected_seq", f"stream {name!r} shares a sequence with another", h)
 
 
 @case("eventlog.append.conflict", "stale-and-future")
@@ -34,10 +39,19 @@ def _conflict(h: Harness) -> None:
 def _read(h: Harness) -> None:
     first = h.spec.first_seq
     for i in range(5):
-        h.do("log_append", stream=S, expected_seq=first - 1 + i, kind=f"k{i}", payload={"i": i, "text": "é"})
+        # payloads as appended: nulls (top level and nested), empty containers, non-ASCII text
+        payload = {"i": i, "text": "é", "note": None, "meta": {"reply_to": None, "tags": [], "n": [None, i]}, "ok": i % 2 == 0}
+        h.do("log_append", stream=S, expected_seq=first - 1 + i, kind=f"k{i}", payload=payload)
     for start in (None, first, first + 2, first + 9):
         h.do("log_read", stream=S, from_seq=start)
     h.do("log_read", stream="never-written")
+    for name in OTHER_STREAMS:  # another stream's name, by case only: nothing was appended to it
+        h.do("log_read", stream=name)
+    for j, name in enumerate(OTHER_STREAMS):
+        for i in range(j + 1):
+            h.do("log_append", stream=name, expected_seq=first - 1 + i, kind=f"{name}.{i}", payload={"stream": name})
+    for name in (S, *OTHER_STREAMS):
+        h.do("log_read", stream=name)
 
 
 @case("eventlog.fold", "every-step")

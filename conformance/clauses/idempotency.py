@@ -23,17 +23,33 @@ def _begin(h: Harness, wid: str, step: str = "step-1", tool: str = "email.send",
                 step_class=cls, token=token)
 
 
+# step ids and tools beyond ASCII: canonical JSON keeps non-ASCII as it is (no \u escapes)
+SCOPES = {
+    "non-ascii-scope": ("étape-ü", "邮件.send", {"sujet": "réunion ✓", "à": None}),
+    "astral-scope": ("step-🚀", "tool.✉", {"emoji": "🙂"}),
+}
+
+
+def _derived(h: Harness, step: str, tool: str, inp: object) -> None:
+    wid = h.create()
+    out = _begin(h, wid, step=step, tool=tool, inp=inp)
+    r = out.value["receipt"]
+    check(r["key"] == h.spec.effect_key(work_id=wid, step_id=step, tool=tool), "idem.key.derivation",
+          f"key {r['key']!r} for step {step!r}, tool {tool!r} is not sha256(canonical(work_id, step_id, tool))", h)
+    check(r["input_hash"] == h.spec.input_hash(inp), "idem.key.derivation", "input_hash is not sha256(canonical(input))", h)
+
+
 @cases("idem.key.derivation")
 def _derivation(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     for name, inp in INPUTS.items():
         def fn(h: Harness, inp: object = inp) -> None:
-            wid = h.create()
-            out = _begin(h, wid, inp=inp)
-            r = out.value["receipt"]
-            check(r["key"] == h.spec.effect_key(work_id=wid, step_id="step-1", tool="email.send"), "idem.key.derivation",
-                  f"key {r['key']!r} is not sha256(canonical(work_id, step_id, tool))", h)
-            check(r["input_hash"] == h.spec.input_hash(inp), "idem.key.derivation", "input_hash is not sha256(canonical(input))", h)
+            _derived(h, "step-1", "email.send", inp)
         yield name, fn
+
+    for name, (step, tool, inp) in SCOPES.items():
+        def scoped(h: Harness, step: str = step, tool: str = tool, inp: object = inp) -> None:
+            _derived(h, step, tool, inp)
+        yield name, scoped
 
     def key_order(h: Harness) -> None:
         wid = h.create()
@@ -73,13 +89,24 @@ def _conflict(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     yield "record", at_record
 
 
-@case("idem.record", "then-lookup")
-def _record(h: Harness) -> None:
-    wid = h.create()
-    r = _begin(h, wid).value["receipt"]
-    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"message_id": "m-1"})
-    got = h.do("effect_lookup", key=r["key"]).value
-    check(got is not None and got["state"] == "completed" and got["result"] == {"message_id": "m-1"}, "idem.record", f"lookup gave {got!r:.80}", h)
+# results as a provider returns them: nulls at the top and nested, empty containers, non-ASCII
+RESULTS = {
+    "then-lookup": {"message_id": "m-1"},
+    "nulls-kept": {"message_id": "m-2", "thread_id": None, "meta": {"retry_after": None, "tags": [], "ids": [None, 3]}, "note": "reçu"},
+}
+
+
+@cases("idem.record")
+def _record(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for name, result in RESULTS.items():
+        def fn(h: Harness, result: object = result) -> None:
+            wid = h.create()
+            r = _begin(h, wid).value["receipt"]
+            h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result=result)
+            got = h.do("effect_lookup", key=r["key"]).value
+            check(got is not None and got["state"] == "completed" and got["result"] == result, "idem.record",
+                  f"lookup gave {got!r:.120}, recorded {result!r:.80}", h)
+        yield name, fn
 
 
 @case("idem.duplicate_returns_stored", "second-result-ignored")

@@ -13,7 +13,7 @@ R = "agent-7"
 
 
 def _deliver(h: Harness, mid: str, sender: str, body: object = None):
-    return h.do("inbox_deliver", recipient=R, message_id=mid, sender=sender, body=body if body is not None else {"text": mid})
+    return h.do("inbox_deliver", recipient=R, message_id=mid, sender=sender, body=body if body is not None else {"text": mid, "reply_to": None, "meta": {"thread": None}})
 
 
 def _drain(h: Harness, n: int | None = None) -> list[str]:
@@ -107,7 +107,7 @@ def _dead(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 
 # ---------------------------------------------------------------- outbox
 def _enqueue(h: Harness, key: str, payload: object = None):
-    return h.do("outbox_enqueue", key=key, destination="telegram:chat-42", payload=payload if payload is not None else {"text": key})
+    return h.do("outbox_enqueue", key=key, destination="telegram:chat-42", payload=payload if payload is not None else {"text": key, "thread": None, "meta": {"lang": "fr", "reply_to": None}})
 
 
 @case("outbox.intent_first", "pending-before-send")
@@ -130,8 +130,21 @@ def _dedupe(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         out = _enqueue(h, "reply-1", {"text": "goodbye"})
         check(not out.ok and out.code == "idempotency_conflict", "outbox.dedupe", f"key reuse with another payload answered {out.code or 'ok'}", h)
 
+    def key_order(h: Harness) -> None:
+        # payloads are compared as JSON values (the contract's canonical JSON: keys sorted), so
+        # the same payload with its keys in another order is the same payload
+        a = {"text": "hällo", "meta": {"a": 1, "b": None, "c": [1, {"y": 2, "x": 1}]}, "to": None}
+        b = {"to": None, "meta": {"c": [1, {"x": 1, "y": 2}], "b": None, "a": 1}, "text": "hällo"}
+        _enqueue(h, "reply-1", a)
+        out = h.raw("outbox_enqueue", key="reply-1", destination="telegram:chat-42", payload=b, now=h.now())
+        check(out.ok and out.value.get("created") is False, "outbox.dedupe",
+              f"the same payload with its keys in another order answered {out.code or out.value!r:.80}", h)
+        _enqueue(h, "reply-1", b)  # and once more through the model, which compares the answer
+        check(len(h.do("outbox_pending").value) == 1, "outbox.dedupe", "two pending messages for one key", h)
+
     yield "same-payload", same
     yield "other-payload", conflict
+    yield "same-payload-other-key-order", key_order
 
 
 @case("outbox.mark_sent", "once")
