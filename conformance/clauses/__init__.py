@@ -41,7 +41,7 @@ class ClauseCase:
 
 
 REGISTRY: dict[str, list[Generator]] = {}
-MODULES = ("core", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery")
+MODULES = ("core", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:
