@@ -91,6 +91,31 @@ def _matrix(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         check(v["decision"] == h.spec.scanner["none"], "recovery.matrix", f"empty journal: decision {v['decision']!r}", h)
     yield "empty-journal", empty
 
+    # a second crash: the first scan marked the receipt (unknown, needs_inspection); the item
+    # ran again (requeued by the decision, or by an operator) and its lease lapsed again.  A
+    # receipt still open in a marked state decides by its class and state, like a pending one.
+    for cls in spec.step_classes:
+        first = spec.receipt_decision("pending", cls)
+        state = spec.decisions[first].get("receipt_state")
+        if not state:
+            continue
+
+        def again(h: Harness, cls: str = cls, state: str = state) -> None:
+            h.need("effect_list", "requeue")
+            wid = _stale_with(h, "pending", cls)
+            _victim(h, wid)
+            if h.item(wid)["status"] not in {t.src for t in h.spec.edges_of("claim")}:
+                h.do("requeue", work_id=wid, reason="operator reviewed")
+            h.claim(wid)
+            h.advance_to(h.lapse_time(wid))
+            # the model has checked the journal the second scan will see
+            open_ = [(r["state"], r["step_class"]) for r in h.do("effect_list", work_id=wid).value if r["state"] != "completed"]
+            v = _victim(h, wid)
+            want = h.spec.scanner_decision(open_, False)
+            check(v["decision"] == want, "recovery.matrix", f"{cls}: a second crash with the receipt left {state!r} by the "
+                  f"first scan: decision {v['decision']!r}, the contract says {want!r}", h)
+        yield f"{cls}-second-crash", again
+
 
 def _quarantine_class(spec: Spec) -> str:
     for cls in spec.step_classes:
