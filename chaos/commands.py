@@ -81,7 +81,34 @@ def _spec(files: list[str]) -> Spec:
         raise ChaosError(str(exc.problems[0]) if exc.problems else str(exc)) from None
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """The path options, checked before anything runs, so a bad one is a one-line exit 2."""
+    import os
+
+    tmp = getattr(args, "tmp_dir", None)
+    if tmp is not None:
+        if not os.path.isdir(tmp):
+            raise ChaosError(f"--tmp-dir {tmp}: {'not a directory' if os.path.exists(tmp) else 'no such directory'}")
+        if not os.access(tmp, os.W_OK | os.X_OK):
+            raise ChaosError(f"--tmp-dir {tmp}: not writable")
+    rdir = getattr(args, "replay_dir", None)
+    if rdir is not None:
+        if os.path.exists(rdir) and not os.path.isdir(rdir):
+            raise ChaosError(f"--replay-dir {rdir}: not a directory")
+        try:
+            os.makedirs(rdir, exist_ok=True)
+        except OSError as exc:
+            raise ChaosError(f"--replay-dir {rdir}: cannot create it ({exc.strerror})") from None
+        if not os.access(rdir, os.W_OK | os.X_OK):
+            raise ChaosError(f"--replay-dir {rdir}: not writable")
+    wl = getattr(args, "workload", None)
+    if wl is not None and not os.path.isfile(wl):
+        raise ChaosError(f"--workload {wl}: {'not a file' if os.path.exists(wl) else 'no such file'}")
+
+
 def _fail(cmd: str, exc: BaseException) -> int:
+    if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
+        exc = ChaosError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
     print(f"ledgercheck crash {cmd}: {exc}", file=sys.stderr)
     return 2
 
@@ -157,11 +184,12 @@ def cmd_points(args: argparse.Namespace) -> int:
     from .points import WORKER_POINTS, unknown_points, worker_points
 
     try:
+        _check_paths(args)
         spec = _spec(args.spec)
         with Explorer(args.adapter, spec, timeout=args.timeout, tmp_root=args.tmp_dir, worker=args.worker) as ex:
             adapter_points = [p for p in ex.adapter_points if p not in WORKER_POINTS]
             caps = ex.handshake.get("capabilities") or {}
-    except ChaosError as exc:
+    except (ChaosError, OSError) as exc:
         return _fail("points", exc)
     out = {"adapter": args.adapter, "worker_points": [], "adapter_points": adapter_points,
            "not_implemented": unknown_points(spec), "capabilities": caps}
@@ -188,10 +216,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .exploration import run_one
 
     try:
+        _check_paths(args)
         spec = _spec(args.spec)
         w = run_one(args.adapter, spec, args.point, args.occurrence, seed=args.seed, mode=args.mode,
                     replay_dir=args.replay_dir, worker=args.worker, timeout=args.timeout, tmp_root=args.tmp_dir)
-    except ChaosError as exc:
+    except (ChaosError, OSError) as exc:
         return _fail("run", exc)
     if args.json:
         print(json.dumps(w, indent=1))
@@ -207,6 +236,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
     progress = Progress("crash explore")
     try:
+        _check_paths(args)
         spec = _spec(args.spec)
         workload = None
         if args.workload:
@@ -220,7 +250,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
                           max_occurrence=args.max_occurrence, replay_dir=args.replay_dir, progress=progress,
                           jobs=args.jobs, fencing=not args.no_fencing, worker=args.worker, timeout=args.timeout,
                           tmp_root=args.tmp_dir)
-    except ChaosError as exc:
+    except (ChaosError, OSError) as exc:
         progress.close()
         return _fail("explore", exc)
     progress.close()
@@ -241,11 +271,12 @@ def cmd_storm(args: argparse.Namespace) -> int:
 
     progress = Progress("crash storm")
     try:
+        _check_paths(args)
         spec = _spec(args.spec)
         s = storm(args.adapter, spec, seed=args.seed, workers=args.workers, kills=args.kills, items=args.items,
                   time_limit=args.time_limit, replay_dir=args.replay_dir, progress=progress, worker=args.worker,
                   timeout=args.timeout, tmp_root=args.tmp_dir)
-    except ChaosError as exc:
+    except (ChaosError, OSError) as exc:
         progress.close()
         return _fail("storm", exc)
     progress.close()
@@ -277,8 +308,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .replays import replay
 
     try:
+        _check_paths(args)
         res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir)
-    except ChaosError as exc:
+    except (ChaosError, OSError) as exc:
         return _fail("replay", exc)
     if "point" in res:
         if args.json:

@@ -3,8 +3,11 @@
 A run of the workload without any crash first counts how often the worker (and, for an
 in-process adapter, the adapter) passes each point and records where it is each time; then
 every (point, occurrence) is a window of its own, run with a real kill.  For an adapter behind
-the wire protocol its own points cannot be counted from outside, so their occurrences are
-tried in order until the point is no longer reached.  Windows where a second worker takes the
+the wire protocol its own points cannot be counted from outside, so they are counted by
+probing: the workload is run armed at occurrence k (no kill, no recovery) and the adapter
+announces the point or finishes; a doubling then a bisection finds the last occurrence it
+reaches.  Only reached occurrences are windows: an occurrence past the last one is never
+reported (and never as a pass), and a counted occurrence a window does not reach is an error.  Windows where a second worker takes the
 item over while the first is only paused (fencing) are added for every worker point and step
 class where recovery requeues the item.
 
@@ -14,6 +17,7 @@ Every window is reported, passing or not; a window that does not pass leaves a r
 from __future__ import annotations
 
 import concurrent.futures
+import shutil
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,7 +28,7 @@ from .checker import alternatives, expected_decision
 from .points import WORKER_POINTS, ChaosError, check_contract, unknown_points, worker_points
 from .pool import WorkerPool
 from .replays import attach_replay, default_replay_dir
-from .scenario import Harness, NotReached, WindowResult
+from .scenario import T0, Harness, NotReached, WindowError, WindowResult
 from .workload import Workload, WorkloadError, default_workload
 
 Progress = Callable[[int, int | None, dict[str, Any]], None]
@@ -83,6 +87,8 @@ class Explorer:
             raise
         self.adapter_points = [p for p in self.handshake.get("crash_points") or [] if isinstance(p, str)]
         self._baseline: dict[str, Any] | None = None
+        self._probed: dict[tuple[str, int], int] = {}
+        self._probe_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.close()
@@ -118,6 +124,79 @@ class Explorer:
         if point in WORKER_POINTS or self.kind == "in-process":
             return int(counts.get(point, 0))
         return None
+
+    def reaches(self, point: str, occurrence: int) -> bool:
+        """Whether a run of the workload armed at ``point`` #``occurrence`` gets there (the
+        worker announces it, the harness kills it: no recovery) or finishes without it."""
+        h = self.harness
+        base, ledger, sink = h._dirs()
+        a = None
+        try:
+            a = h.worker()
+            h._open(a, ledger, sink, T0, "A")
+            h._req(a, {"cmd": "setup"}, "create the workload")
+            h._req(a, {"cmd": "arm", "point": point, "occurrence": occurrence}, f"arm {point}")
+            a.dirty = True
+            a.send({"cmd": "run"})
+            msg = h._recv(a, f"run to {point} #{occurrence}")
+            if msg.get("event") == "crash_point":
+                if msg.get("point") != point or msg.get("occurrence") not in (None, occurrence):
+                    raise WindowError(f"armed {point} #{occurrence}, but the run stopped at {msg.get('point')} "
+                                      f"#{msg.get('occurrence')}")
+                return True
+            if msg.get("ok"):
+                a.retire()
+                a = None
+                return False
+            raise WindowError(f"run to {point} #{occurrence}: {msg.get('error')}")
+        except WindowError as exc:
+            raise ChaosError(f"cannot count the passes through {point}: {exc}") from None
+        finally:
+            if a is not None:
+                a.kill()
+            shutil.rmtree(base, ignore_errors=True)
+
+    def occurrences(self, point: str, cap: int = PROBE_CAP) -> int:
+        """How often the run passes ``point``: counted by the baseline, or (an adapter's own
+        point behind the wire protocol) probed, up to ``cap``."""
+        n = self.counted(point)
+        if n is not None:
+            return n
+        with self._probe_lock:
+            if (point, cap) in self._probed:
+                return self._probed[point, cap]
+        if not self.reaches(point, 1):
+            n = 0
+        else:
+            lo, hi = 1, 2  # lo is reached; hi is not known yet
+            while hi <= cap and self.reaches(point, hi):
+                lo, hi = hi, hi * 2
+            if hi > cap:
+                n = lo if cap <= lo else cap if self.reaches(point, cap) else self._bisect(point, lo, cap)
+            else:
+                n = self._bisect(point, lo, hi)
+        with self._probe_lock:
+            self._probed[point, cap] = n
+        return n
+
+    def _bisect(self, point: str, lo: int, hi: int) -> int:
+        """The last occurrence reached, knowing ``lo`` is reached and ``hi`` is not."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.reaches(point, mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def not_reached(self, point: str, occurrence: int) -> str:
+        """Why ``crash run`` cannot stop at ``point`` #``occurrence``, with the real count."""
+        counted = self.counted(point) is not None
+        n = self.occurrences(point)
+        how = "the run without crashes passes it" if counted else \
+            "the adapter announces it (counted by arming it, the worker cannot count an adapter's own points over the wire)"
+        return (f"{point} #{occurrence} is not reached by this workload: {how} {n} time(s)"
+                + (f"; try --occurrence 1 to {n}" if n else ""))
 
     def expected_ctx(self, point: str, occurrence: int) -> Mapping[str, Any] | None:
         for t in self.baseline()["trace"]:
@@ -175,7 +254,7 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
         probes: list[str] = []
         for p in pts:
             n = ex.counted(p)
-            if n is None:
+            if n is None:  # an adapter's own point over the wire: counted by probing, in its lane
                 probes.append(p)
                 continue
             top = n if max_occurrence is None else min(n, max_occurrence)
@@ -200,24 +279,25 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
             if progress is not None:
                 progress(done, total, d)
 
-        def one(task: tuple[str, int, str]) -> None:
+        def one(task: tuple[str, int, str], why: str = "the run without crashes passed it") -> WindowResult:
             p, k, mode = task
             try:
-                record(p, k, mode, ex.window(p, k, mode))
+                res = ex.window(p, k, mode)
             except NotReached:
-                record(p, k, mode, WindowResult(p, k, mode, "error", message=f"{p} #{k} was not reached, "
-                                                "though the run without crashes passed it"))
+                # a counted occurrence the window did not get to: never a pass
+                res = WindowResult(p, k, mode, "error", message=f"{p} #{k} was not reached, though {why}")
+            record(p, k, mode, res)
+            return res
 
         cap = max_occurrence or PROBE_CAP
 
         def chain(point: str) -> None:
+            # count first: only occurrences the run reaches are windows (an occurrence past the
+            # last one, where the adapter never stops, is no window at all)
+            n = ex.occurrences(point, cap)
             errors = 0
-            for k in range(1, cap + 1):
-                try:
-                    res = ex.window(point, k, "kill")
-                except NotReached:
-                    return
-                record(point, k, "kill", res)
+            for k in range(1, n + 1):
+                res = one((point, k, "kill"), f"counting found {n} passes through {point}")
                 errors = errors + 1 if res.verdict == "error" else 0
                 if errors >= 3:
                     return
@@ -242,11 +322,12 @@ def run_one(address: str, spec: Spec, point: str, occurrence: int = 1, *, seed: 
             raise ChaosError(f"a takeover (pause) window needs a worker point, not the adapter's {point!r}")
         if mode == "pause" and not (ex.handshake.get("capabilities") or {}).get("concurrent"):
             raise ChaosError(f"adapter {address}: a takeover window needs two processes on one ledger (concurrent: true)")
+        if occurrence < 1:
+            raise ChaosError(f"--occurrence must be 1 or more, not {occurrence}")
         try:
             res = ex.harness.run_window(point, occurrence, mode)
-        except NotReached as exc:
-            raise ChaosError(f"{point} #{occurrence} is not reached by this workload (it passes {point} "
-                             f"{exc.counts.get(point, 0)} time(s) in the worker's count)") from None
+        except NotReached:
+            raise ChaosError(ex.not_reached(point, occurrence)) from None
         d = res.as_dict()
         if d["verdict"] != "pass" and save:
             attach_replay(d, replay_dir or default_replay_dir(), spec=spec, address=address, seed=seed,

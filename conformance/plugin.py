@@ -116,7 +116,7 @@ class LedgerSession:
             assert self.client is not None
             self._harness = Harness(self.client, self.spec, self.claimed, contract_doc=self.contract_doc,
                                     timeout_scale=self.timeout_scale, wall_scale=self.wall_scale,
-                                    wall_tolerance=self.wall_tolerance)
+                                    wall_tolerance=self.wall_tolerance, seed=_opt(self.config, "ledger_seed") or 0)
         return self._harness
 
     @property
@@ -214,6 +214,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 SIDE_FINDING_CLAUSES = frozenset({"core.event.append_only", "eventlog.fold"})
 
 
+def _run_dir(config: pytest.Config) -> str:
+    """The traces folder of this run, ``seed<S>-<run id>``: unique per run, so a later run of
+    the same adapter never overwrites a trace an earlier report's replay command names.  Under
+    pytest-xdist every worker uses the controller's test run id (one folder for the run)."""
+    name = getattr(config, "_ledger_run_dir", None)
+    if name is None:
+        import uuid
+
+        winput = getattr(config, "workerinput", None) or {}
+        uid = str(winput.get("testrunuid") or uuid.uuid4().hex)[:8]
+        seed = _opt(config, "ledger_seed")
+        name = f"seed{seed if seed is not None else '-random'}-{uid}"
+        config._ledger_run_dir = name  # type: ignore[attr-defined]
+    return name
+
+
 class LedgerItem(pytest.Item):
     kind = "clause"
     clause: str | None = None
@@ -231,7 +247,7 @@ class LedgerItem(pytest.Item):
         from .trace import dump_trace
 
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)[:120]
-        path = self.sess.artifacts / "traces" / self.sess.slug / f"{slug}.json"
+        path = self.sess.artifacts / "traces" / self.sess.slug / _run_dir(self.config) / f"{slug}.json"
         dump_trace(h, path, failure.violations, self.sess.address)
         replay = self.sess.replay_command(path)
         self.user_properties.append(("ledger_replay", replay))
@@ -352,6 +368,7 @@ class StatefulItem(LedgerItem):
         if seed is None:
             seed = random.SystemRandom().randrange(2**32)
         self.user_properties.append(("ledger_seed", seed))
+        h.seed = seed  # every reset of the machine sends reset_seed(seed) (docs/protocol.md)
         try:
             try:
                 run_machine(machine, opts, seed)
