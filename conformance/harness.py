@@ -80,7 +80,7 @@ def find_exception(exc: BaseException, kind: type[BaseException]) -> Any:
 class Harness:
     def __init__(self, client: Client, spec: Spec, profiles: Iterable[str], *, contract_doc: dict[str, Any] | None = None,
                  timeout_scale: float = 1.0, wall_scale: float = 0.01, wall_tolerance: float = 0.05,
-                 record: bool = True) -> None:
+                 record: bool = True, seed: int = 0) -> None:
         self.client = client
         self.spec = spec
         self.profiles = set(profiles)
@@ -90,7 +90,8 @@ class Harness:
         self.wall_scale = wall_scale
         self.wall_tolerance = wall_tolerance
         self.record = record
-        self.seed = 0
+        self.seed = seed  # the run's seed (--ledger-seed); each reset sends reset_seed(seed)
+        self.sent_seed = reset_seed(seed)  # what the last reset sent (traces record it for replay)
         self.model = Model(spec, self.profiles, tolerance=wall_tolerance if self.wall else 0.0)
         self.clock: InjectedClock | WallClock = WallClock(wall_scale, wall_tolerance) if self.wall else InjectedClock()
         self.trace: list[dict[str, Any]] = []
@@ -107,11 +108,16 @@ class Harness:
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
 
     # ------------------------------------------------------------------ lifecycle
-    def fresh(self) -> None:
-        """A fresh, isolated ledger, a fresh model and a fresh clock."""
-        # the same seed for every fresh ledger: an implementation that draws random numbers
-        # (retry jitter) may seed from it, so a replayed example makes the same choices
-        config: dict[str, Any] = {"contract": self.contract_doc, "seed": self.seed}
+    def fresh(self, seed: int | None = None) -> None:
+        """A fresh, isolated ledger, a fresh model and a fresh clock.
+
+        ``seed`` is the reset config's seed to send (a replayed trace passes the one its run
+        sent); by default :func:`reset_seed` of the run's seed (``self.seed``)."""
+        # the same seed for every fresh ledger of a run: an implementation that draws random
+        # numbers (retry jitter) may seed from it, so a replayed example (hypothesis's shrinking,
+        # or ``ledgercheck replay`` of a trace, which records it) makes the same choices
+        self.sent_seed = reset_seed(self.seed) if seed is None else int(seed)
+        config: dict[str, Any] = {"contract": self.contract_doc, "seed": self.sent_seed}
         if self.wall:
             config["timeout_scale"] = self.wall_scale
         out = self.client.reset(config)
@@ -201,7 +207,7 @@ class Harness:
             exp = self.model.expect(op, args)
             out = self.client.call(op, **args)
         if self.record:
-            self.trace.append({"op": op, "args": self.symbolize(args)})
+            self.trace.append({"op": op, "args": self.symbolize(args), "outcome": outcome_summary(out)})
         self.recent.append(f"{op}({_short(args)})")
         self.coverage.add((op, before, out.ok))
         if not out.ok and not out.definite:
@@ -232,7 +238,7 @@ class Harness:
             if self.claims("effect_list"):
                 self.do("effect_list", work_id=wid)
             elif self.claims("effect_lookup"):
-                for k in [k for k in self.model.receipt_order if self.model.receipts[k].get("may_stay_pending")
+                for k in [k for k in self.model.receipt_order if self.model.receipts[k].get("may_be")
                           and self.model.receipts[k]["work_id"] == wid]:
                     self.do("effect_lookup", key=k)
             # with neither read, the next answer that shows the receipt (effect_begin) settles it
@@ -318,13 +324,27 @@ class Harness:
                 self.do("log_read", stream=stream)
 
     # ------------------------------------------------------------------ symbolic trace
+    def time_ref(self, t: float) -> dict[str, float]:
+        """An instant as a trace stores it: ``{"$t": d}``, d = t - epoch, stored exactly (no
+        rounding: an adapter's real-valued jitter makes instants like 0.8344163008 s after the
+        epoch, and a promotion exactly at next_retry_at must happen again on replay).
+
+        While t is within a factor 2 of the epoch (Sterbenz: epoch/2 <= t <= 2 epoch) the
+        subtraction is exact, and so epoch + d gives back t exactly.  The epoch is
+        VIRTUAL_EPOCH (1e6 s) for an injected clock and the wall time at the reset for a wall
+        clock, so that holds for any run under 1e6 virtual seconds (11.5 days) and any wall run;
+        beyond it (a long retention jump) the exact instant is stored too, as ``"$at"``, which
+        a replay uses when its epoch is the recorded one."""
+        d = t - self.epoch
+        return {"$t": d} if self.epoch + d == t else {"$t": d, "$at": t}
+
     def symbolize(self, args: dict[str, Any]) -> dict[str, Any]:
         m = self.model
         index = {wid: i for wid, i in m.order.items()}
         out: dict[str, Any] = {}
         for k, v in args.items():
-            if k == "now" and isinstance(v, int | float):
-                out[k] = {"$t": round(v - self.epoch, 6)}
+            if k == "now" and isinstance(v, int | float) and not isinstance(v, bool):
+                out[k] = self.time_ref(float(v))
             elif k == "work_id" and isinstance(v, str) and v in index:
                 out[k] = {"$item": index[v]}
             elif k == "token" and isinstance(v, str):
@@ -408,6 +428,24 @@ class Harness:
     def lapse_time(self, wid: str) -> float:
         it = self.item(wid)
         return it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace + QUANTUM
+
+
+def reset_seed(run_seed: int | None) -> int:
+    """The ``seed`` every reset of a run sends (docs/protocol.md): the run's seed (``certify
+    --seed`` / ``--ledger-seed``) reduced modulo 2**32, so it fits any 32-bit generator and a
+    JSON number any language reads exactly; 0 when the run has no seed."""
+    return int(run_seed or 0) % (1 << 32)
+
+
+def outcome_summary(out: Outcome) -> dict[str, Any]:
+    """What a trace records of an answer, so a replay can tell where it diverged from the run:
+    refused (with the code) or accepted, and the result's shape (null, an object, n items)."""
+    if not out.ok:
+        return {"ok": False, "code": out.code}
+    v = out.value
+    shape = "null" if v is None else "object" if isinstance(v, dict) else f"list of {len(v)}" if isinstance(v, list) \
+        else type(v).__name__
+    return {"ok": True, "result": shape}
 
 
 def _short(args: dict[str, Any]) -> str:

@@ -77,6 +77,20 @@ Expectation = Refuse | Accept
 _LIVE_LEASE_REFUSED: Mapping[str, str] = {"stale_lease": "lease.fencing"}
 
 
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+    def __copy__(self) -> _Any:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _Any:
+        return self  # Model.fork() keeps the one sentinel
+
+
+ANY = _Any()  # in Model.open_fields: any value is allowed
+
+
 class Indefinite(Exception):
     """Raised by settle() for an indefinite error: the caller must resync the touched items."""
 
@@ -129,6 +143,10 @@ class Model:
         # (core.expire.timeout_reason): item -> the reasons its record may store, until the
         # item changes again
         self.fixed_reason: dict[str, frozenset[str]] = {}
+        # fields whose value after an item's last operation the contract leaves open: item ->
+        # field -> the other values an implementation may store (ANY: whatever it likes).  The
+        # model predicts one value; another allowed one is taken over (snapshot and event data)
+        self.open_fields: dict[str, dict[str, tuple[Any, ...]]] = {}
 
     # ------------------------------------------------------------------ public interface
     def fork(self) -> Model:
@@ -235,6 +253,10 @@ class Model:
             a, b = expect.get(name), actual[name]
             if (a is b or (a == b and type(a) is type(b))) or self._same(kind, a, b):
                 continue
+            if self._allowed_other(expect["work_id"], name, kind, b):
+                if isinstance(expect, dict):
+                    expect[name] = copy.deepcopy(b)  # the implementation's choice, from now on
+                continue
             clause = blame.get(name) or (FIELD_OWNER.get(name, default) if default != "core.create.initial" else default)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
         fixed = self.fixed_reason.get(expect["work_id"])
@@ -275,6 +297,9 @@ class Model:
                 if fname not in data:
                     out.append(Violation("eventlog.event_data", f"{wid}: {e['type']} event {seq} lacks data.{fname}"))
                 elif not self._same(kind if kind != "none" else "exact", e["data"].get(fname), data.get(fname)):
+                    if not old and self._allowed_other(wid, fname, kind if kind != "none" else "exact", data.get(fname)):
+                        e["data"][fname] = copy.deepcopy(data.get(fname))
+                        continue
                     clause = "core.event.append_only" if old else "eventlog.event_data"
                     out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{fname} = {data.get(fname)!r}, expected {e['data'].get(fname)!r}"))
         if len(actual) != len(exp):
@@ -336,6 +361,18 @@ class Model:
         for w in wids:
             self._events_before[w] = len(self.events.get(w, []))
             self.touched.add(w)
+            self.open_fields.pop(w, None)
+
+    def _open(self, wid: str, name: str, *alternatives: Any) -> None:
+        """After this operation, ``name`` may also hold one of ``alternatives`` (the contract
+        does not say which); call after ``_begin``."""
+        self.open_fields.setdefault(wid, {})[name] = alternatives
+
+    def _allowed_other(self, wid: str, name: str, kind: str, got: Any) -> bool:
+        alts = self.open_fields.get(wid, {}).get(name)
+        if alts is None:
+            return False
+        return any(x is ANY or self._same(kind, x, got) for x in alts)
 
     def _commit(self, wid: str, new: dict[str, Any], blame: Mapping[str, str], default: str) -> None:
         self.fixed_reason.pop(wid, None)
@@ -583,6 +620,8 @@ class Model:
             default = "core.close_out.explicit" if dst == "done" else "core.transition.allowed"
             blame = {"owner": "lease.fencing", "lease_token": "lease.fencing", "lease_expires_at": "lease.fencing"}
             self._begin(wid)
+            if it["error_class"] is not None:
+                self._open(wid, "error_class", None)  # a close-out may clear an earlier attempt's error class
             self._append(wid, self.spec.operations["close_out"].event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, default)
             return self._check_returned(new, res, blame, default)
@@ -616,6 +655,8 @@ class Model:
             new.update(status=dst, waiting_kind=None, waiting_ref=None, waiting_deadline=None, next_retry_at=None,
                        finished_at=now, status_reason=a.get("reason"))
             self._begin(wid)
+            if it["next_retry_at"] is not None:
+                self._open(wid, "next_retry_at", it["next_retry_at"])  # cancelling clears the wait fields only
             self._append(wid, op.event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, {}, clause)
             return self._check_returned(new, res, {}, clause)
@@ -725,6 +766,9 @@ class Model:
                 new.update(status="timeout", status_reason=m.get("reason") if m.get("reason") in ok_reasons else sorted(ok_reasons)[0],
                            waiting_kind=None, waiting_ref=None, waiting_deadline=None, finished_at=now)
                 self._begin(wid)
+                for f in ("waiting_kind", "waiting_ref", "waiting_deadline"):
+                    if it[f] is not None:
+                        self._open(wid, f, it[f])  # a wait that timed out may keep its description
                 self._append(wid, self.spec.operations["expire"].event_for("timeout"), it["status"], "timeout", now, new)
                 clause = "waiting.timeout" if it["status"] in self._wait_kinds.values() else "lease.expiry.release"
                 self._commit(wid, new, {}, clause)
@@ -904,6 +948,8 @@ class Model:
             else:
                 new.update(finished_at=now, result=None)
             self._begin(wid)
+            if dst != retry_to:
+                self._open(wid, "result", ANY)  # the contract does not say what a failed record's result holds
             self._append(wid, op.event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, status_clause)
             return out + self._compare_work(new, res, blame, status_clause)
@@ -938,6 +984,7 @@ class Model:
                 new = dict(it)
                 new.update(status=dst, next_retry_at=None)
                 self._begin(wid)
+                self._open(wid, "next_retry_at", it["next_retry_at"])  # the contract does not say it is cleared
                 self._append(wid, op.event_for(dst), it["status"], dst, now, new)
                 self._commit(wid, new, {}, "retry.promote")
             return out
@@ -988,7 +1035,7 @@ class Model:
     def _settled_receipt(self, rec: dict[str, Any]) -> None:
         """A later operation set the receipt's state: recovery's marking no longer speaks for it."""
         rec.pop("marked_by_recovery", None)
-        if rec.pop("may_stay_pending", None) and not any(r.get("may_stay_pending") for r in self.receipts.values()
+        if rec.pop("may_be", None) and not any(r.get("may_be") for r in self.receipts.values()
                                                             if r["work_id"] == rec["work_id"]):
             self.unresolved.discard(rec["work_id"])
 
@@ -999,10 +1046,10 @@ class Model:
         for f in ("key", "input_hash"):
             if got.get(f) != exp[f]:
                 out.append(Violation("idem.key.derivation", f"receipt {f} is {got.get(f)!r}, the contract's derivation gives {exp[f]!r}"))
-        if exp.get("may_stay_pending") and got.get("state") in ("pending", exp["state"]):
+        if exp.get("may_be") and got.get("state") in (exp["may_be"], exp["state"]):
             exp["state"] = got["state"]  # the implementation chose; from now on it is known
-            del exp["may_stay_pending"]
-            if not any(r.get("may_stay_pending") for r in self.receipts.values() if r["work_id"] == exp["work_id"]):
+            del exp["may_be"]
+            if not any(r.get("may_be") for r in self.receipts.values() if r["work_id"] == exp["work_id"]):
                 self.unresolved.discard(exp["work_id"])
         for f in ("work_id", "step_id", "tool", "step_class", "state", "result"):
             if got.get(f) != exp[f]:
@@ -1253,8 +1300,12 @@ class Model:
             return out + _compare_outbox(msg, res["message"], "outbox.intent_first")
 
         if existing is not None:
-            # refusing a reuse of the key with the same payload is a dedupe error, not an intent one
-            return Accept(h, "outbox.dedupe", f"outbox key {key!r} is reused with the same payload: the existing message is returned")
+            # refusing a reuse of the key with the same payload is a dedupe error, not an intent
+            # one; with another destination or work id the contract does not say whether that is
+            # "different input" (idempotency_conflict), so either answer is taken
+            other = existing["destination"] != a["destination"] or existing["work_id"] != a.get("work_id")
+            return Accept(h, "outbox.dedupe", f"outbox key {key!r} is reused with the same payload: the existing message is returned",
+                          also_refuse=frozenset({"idempotency_conflict"}) if other else frozenset())
         return Accept(h, "outbox.intent_first", "enqueueing is always accepted")
 
     def _op_outbox_pending(self, a: dict[str, Any]) -> Expectation:
@@ -1405,8 +1456,14 @@ class Model:
                             if self.spec.receipt_decision("pending", r["step_class"]) != decision:
                                 # a receipt that alone would not have called for this decision
                                 # (a pure step beside a reconciled one) may also stay pending
-                                r["may_stay_pending"] = True
+                                r["may_be"] = "pending"
                                 self.unresolved.add(wid)
+                        elif (r["work_id"] == wid and r["state"] not in ("completed", rstate)
+                              and (r["state"], rstate) in self.spec.receipt_transitions):
+                            # an earlier scan's marking (unknown): the contract lets this scan
+                            # move it on to the decision's state or leave it
+                            r["may_be"] = rstate
+                            self.unresolved.add(wid)
                 if self.spec.decisions[decision].get("requeue"):
                     dst = self.spec.targets("recover", cur["status"])[0]
                     new = dict(cur)
@@ -1433,7 +1490,7 @@ class Model:
             if not isinstance(r, Mapping) or r.get("key") not in want:
                 continue
             exp = want[r["key"]]
-            if exp.get("may_stay_pending") and r.get("state") in ("pending", exp["state"]):
+            if exp.get("may_be") and r.get("state") in (exp["may_be"], exp["state"]):
                 self._settled_receipt(exp)
                 exp["state"] = r.get("state")
             elif r.get("state") != exp["state"]:
