@@ -12,6 +12,8 @@ from ledgercheck.spec import default_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # helper modules of these tests (adapters, clause_runs)
+    sys.path.insert(0, str(HERE))
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +66,4 @@ def run_suite(tmp_path: Path, *args: str, timeout: float = 900) -> subprocess.Co
     cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q",
            "--ledger-only", "--ledger-artifacts", str(tmp_path / "artifacts"), *args]
     return subprocess.run(cmd, cwd=work, env=e, capture_output=True, text=True, timeout=timeout)
+

@@ -10,8 +10,7 @@ test_broken_ledgers.py; no stateful-alone runs here, they are too slow for CI).
 from __future__ import annotations
 
 import pytest
-from ledgercheck.conformance.clauses import NoCheck, all_cases
-from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, NotApplicable
+from clause_runs import clause_test_failures
 from ledgercheck.fixtures import broken_inputs
 
 
@@ -34,18 +33,7 @@ def test_clause_tests_catch_it(cls, spec, harness_for):
     # (over 300 tests) for each of six core variants would not fit the suite's time budget.
     profile = spec.clause(cls.BREAKS).profile
     h = harness_for(_address(cls))
-    failed: dict[str, list[str]] = {}
-    for case in all_cases(spec):
-        if case.clause != cls.BREAKS:
-            continue
-        try:
-            h.fresh()
-            h.focus = case.clause  # as the plugin runs it: other clauses' divergences are tolerated
-            case.fn(h)
-        except ClauseFailure as exc:
-            failed.setdefault(case.clause, []).extend(exc.clauses)
-        except (NotApplicable, NoCheck, DriveBlocked):
-            pass
+    failed = clause_test_failures(h, spec, lambda case: case.clause == cls.BREAKS)
     assert failed, f"{cls.__name__} ({cls.WHAT}) passed every clause test of profile {profile}"
     assert cls.BREAKS in failed, f"{cls.__name__}: expected {cls.BREAKS} to fail, failing clauses were {sorted(failed)}"
     assert cls.BREAKS in failed[cls.BREAKS], f"{cls.__name__}: the failing test of {cls.BREAKS} blamed {failed[cls.BREAKS]}"

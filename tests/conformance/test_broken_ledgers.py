@@ -13,9 +13,9 @@ The reference ledger passes the very same runs (tests/conformance/test_reference
 from __future__ import annotations
 
 import pytest
+from clause_runs import clause_test_failures
 from hypothesis import Phase
-from ledgercheck.conformance.clauses import NoCheck, all_cases
-from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, NotApplicable, find_exception
+from ledgercheck.conformance.harness import ClauseFailure, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
 from ledgercheck.fixtures import broken
 
@@ -40,18 +40,7 @@ def test_there_are_enough_broken_ledgers(spec):
 def test_clause_tests_catch_it(cls, spec, harness_for):
     profile = spec.clause(cls.BREAKS).profile
     h = harness_for(_address(cls))
-    failed: dict[str, list[str]] = {}
-    for case in all_cases(spec):
-        if spec.clause(case.clause).profile != profile:
-            continue
-        try:
-            h.fresh()
-            h.focus = case.clause  # as the plugin runs it: other clauses' divergences are tolerated
-            case.fn(h)
-        except ClauseFailure as exc:
-            failed.setdefault(case.clause, []).extend(exc.clauses)
-        except (NotApplicable, NoCheck, DriveBlocked):
-            pass
+    failed = clause_test_failures(h, spec, lambda case: spec.clause(case.clause).profile == profile)
     assert failed, f"{cls.__name__} ({cls.WHAT}) passed every clause test of profile {profile}"
     assert cls.BREAKS in failed, f"{cls.__name__}: expected {cls.BREAKS} to fail, failing clauses were {sorted(failed)}"
     assert cls.BREAKS in failed[cls.BREAKS], f"{cls.__name__}: the failing test of {cls.BREAKS} blamed {failed[cls.BREAKS]}"
