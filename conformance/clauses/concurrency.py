@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..client import Client, connect
@@ -86,21 +88,24 @@ RACE_ROUNDS = 8
 BUSY_RETRIES = 200
 
 
-def _shared_ledger(h: Harness, tmp: str) -> list[Client]:
+@contextmanager
+def _racers(h: Harness) -> Iterator[list[Client]]:
+    """WORKERS connections to one fresh durable ledger (the harness's own client first)."""
     caps = h.client.handshake.get("capabilities") or {}
     if not (caps.get("durable") and caps.get("concurrent")):
         raise NotApplicable("the adapter does not declare durable, concurrent access to one ledger")
-    clients = [h.client] + [connect(h.client.address, h.spec) for _ in range(WORKERS - 1)]
-    try:
-        for c in clients:
-            out = c.reset({"contract": h.contract_doc, "dir": tmp})
-            if not out.ok:
-                raise AdapterFailure("reset", out)
-    except BaseException:
-        for c in clients[1:]:
-            c.close()
-        raise
-    return clients
+    with tempfile.TemporaryDirectory(prefix="ledgercheck-race-") as tmp:
+        clients = [h.client]
+        try:
+            clients += [connect(h.client.address, h.spec) for _ in range(WORKERS - 1)]
+            for c in clients:
+                out = c.reset({"contract": h.contract_doc, "dir": tmp})
+                if not out.ok:
+                    raise AdapterFailure("reset", out)
+            yield clients
+        finally:
+            for c in clients[1:]:
+                c.close()
 
 
 def _call(c: Client, op: str, args: dict[str, Any]) -> Outcome:
@@ -140,138 +145,113 @@ def _one_winner(h: Harness, clause: str, op: str, outs: list[Outcome], flag: str
 @case("core.create.unique_unit", "concurrent-creates")
 def _race_create(h: Harness) -> None:
     h.need("create")
-    with tempfile.TemporaryDirectory(prefix="ledgercheck-race-") as tmp:
-        clients = _shared_ledger(h, tmp)
-        try:
-            src = next(iter(h.spec.source_systems))
-            ids = set()
-            for r in range(RACE_ROUNDS):
-                args: dict[str, Any] = {"source_system": src, "source_id": f"race-{r}", "now": h.now()}
-                if src in h.spec.run_id_required_for:
-                    args["source_run_id"] = "race-run"
-                outs = _race(clients, "create", args)
-                _one_winner(h, "core.create.unique_unit", "create", outs, "created", f"unit race-{r}")
-                got = {o.value["work"].get("work_id") for o in outs}
-                check(len(got) == 1, "core.create.unique_unit", f"one unit, raced: answers name {len(got)} different items {sorted(map(str, got))[:3]}", h)
-                wid = got.pop()
-                ids.add(wid)
-                ev = clients[0].call("events", work_id=wid)
-                if ev.ok:
-                    check(len(ev.value) == 1, "core.create.unique_unit", f"unit race-{r} created by racing calls has {len(ev.value)} events, one may", h)
-            listed = clients[0].call("list")
-            if listed.ok:
-                mine = [w for w in listed.value if str(w.get("source_id", "")).startswith("race-")]
-                check(len(mine) == RACE_ROUNDS, "core.create.unique_unit", f"{RACE_ROUNDS} units raced, the ledger lists {len(mine)} items", h)
-        finally:
-            for c in clients[1:]:
-                c.close()
+    with _racers(h) as clients:
+        src = next(iter(h.spec.source_systems))
+        ids = set()
+        for r in range(RACE_ROUNDS):
+            args: dict[str, Any] = {"source_system": src, "source_id": f"race-{r}", "now": h.now()}
+            if src in h.spec.run_id_required_for:
+                args["source_run_id"] = "race-run"
+            outs = _race(clients, "create", args)
+            _one_winner(h, "core.create.unique_unit", "create", outs, "created", f"unit race-{r}")
+            got = {o.value["work"].get("work_id") for o in outs}
+            check(len(got) == 1, "core.create.unique_unit", f"one unit, raced: answers name {len(got)} different items {sorted(map(str, got))[:3]}", h)
+            wid = got.pop()
+            ids.add(wid)
+            ev = clients[0].call("events", work_id=wid)
+            if ev.ok:
+                check(len(ev.value) == 1, "core.create.unique_unit", f"unit race-{r} created by racing calls has {len(ev.value)} events, one may", h)
+        listed = clients[0].call("list")
+        if listed.ok:
+            mine = [w for w in listed.value if str(w.get("source_id", "")).startswith("race-")]
+            check(len(mine) == RACE_ROUNDS, "core.create.unique_unit", f"{RACE_ROUNDS} units raced, the ledger lists {len(mine)} items", h)
 
 
 @case("idem.begin", "concurrent-begins")
 def _race_begin(h: Harness) -> None:
     h.need("effect_begin")
     h.need("claim")
-    with tempfile.TemporaryDirectory(prefix="ledgercheck-race-") as tmp:
-        clients = _shared_ledger(h, tmp)
-        try:
-            now = h.now()
-            made = clients[0].call("create", source_system="manual", source_id="race-effects", now=now)
-            if not made.ok:
-                raise AdapterFailure("create", made)
-            wid = made.value["work"]["work_id"]
-            got = clients[0].call("claim", owner="worker-0", work_id=wid, now=now)
-            if not got.ok or not got.value:
-                raise NotApplicable("the item to race effects on could not be claimed by id")
-            tok = got.value["lease_token"]
-            cls = next(iter(h.spec.step_classes))
-            keys = set()
-            for r in range(RACE_ROUNDS):
-                args = {"work_id": wid, "step_id": f"step-{r}", "tool": "email.send", "input": {"to": "ops", "n": r},
-                        "step_class": cls, "token": tok, "now": now}
-                outs = _race(clients, "effect_begin", args)
-                _one_winner(h, "idem.begin", "effect_begin", outs, "created", f"step-{r}")
-                ks = {(o.value.get("receipt") or {}).get("key") for o in outs}
-                check(len(ks) == 1, "idem.begin", f"step-{r} begun by racing calls got {len(ks)} different receipts", h)
-                keys |= ks
-            if h.claims("effect_list"):
-                listed = clients[0].call("effect_list", work_id=wid)
-                if listed.ok:
-                    check(len(listed.value) == RACE_ROUNDS, "idem.begin",
-                          f"{RACE_ROUNDS} steps begun by racing calls, the journal holds {len(listed.value)} receipts", h)
-        finally:
-            for c in clients[1:]:
-                c.close()
+    with _racers(h) as clients:
+        now = h.now()
+        made = clients[0].call("create", source_system="manual", source_id="race-effects", now=now)
+        if not made.ok:
+            raise AdapterFailure("create", made)
+        wid = made.value["work"]["work_id"]
+        got = clients[0].call("claim", owner="worker-0", work_id=wid, now=now)
+        if not got.ok or not got.value:
+            raise NotApplicable("the item to race effects on could not be claimed by id")
+        tok = got.value["lease_token"]
+        cls = next(iter(h.spec.step_classes))
+        keys = set()
+        for r in range(RACE_ROUNDS):
+            args = {"work_id": wid, "step_id": f"step-{r}", "tool": "email.send", "input": {"to": "ops", "n": r},
+                    "step_class": cls, "token": tok, "now": now}
+            outs = _race(clients, "effect_begin", args)
+            _one_winner(h, "idem.begin", "effect_begin", outs, "created", f"step-{r}")
+            ks = {(o.value.get("receipt") or {}).get("key") for o in outs}
+            check(len(ks) == 1, "idem.begin", f"step-{r} begun by racing calls got {len(ks)} different receipts", h)
+            keys |= ks
+        if h.claims("effect_list"):
+            listed = clients[0].call("effect_list", work_id=wid)
+            if listed.ok:
+                check(len(listed.value) == RACE_ROUNDS, "idem.begin",
+                      f"{RACE_ROUNDS} steps begun by racing calls, the journal holds {len(listed.value)} receipts", h)
 
 
 @case("inbox.deliver.idempotent", "concurrent-deliveries")
 def _race_deliver(h: Harness) -> None:
     h.need("inbox_deliver")
     h.need("inbox_drain")
-    with tempfile.TemporaryDirectory(prefix="ledgercheck-race-") as tmp:
-        clients = _shared_ledger(h, tmp)
-        try:
-            now = h.now()
-            for r in range(RACE_ROUNDS):
-                args = {"recipient": "agent", "message_id": f"race-{r}", "sender": "alice", "body": {"n": r}, "now": now}
-                outs = _race(clients, "inbox_deliver", args)
-                _one_winner(h, "inbox.deliver.idempotent", "inbox_deliver", outs, "delivered", f"message race-{r}")
-            drained = clients[0].call("inbox_drain", recipient="agent", now=now)
-            if not drained.ok:
-                raise AdapterFailure("inbox_drain", drained)
-            ids = [m.get("message_id") for m in drained.value]
-            check(sorted(ids) == sorted(f"race-{r}" for r in range(RACE_ROUNDS)), "inbox.deliver.idempotent",
-                  f"{RACE_ROUNDS} messages each delivered by racing calls; the drain handed out {ids[:12]}", h)
-        finally:
-            for c in clients[1:]:
-                c.close()
+    with _racers(h) as clients:
+        now = h.now()
+        for r in range(RACE_ROUNDS):
+            args = {"recipient": "agent", "message_id": f"race-{r}", "sender": "alice", "body": {"n": r}, "now": now}
+            outs = _race(clients, "inbox_deliver", args)
+            _one_winner(h, "inbox.deliver.idempotent", "inbox_deliver", outs, "delivered", f"message race-{r}")
+        drained = clients[0].call("inbox_drain", recipient="agent", now=now)
+        if not drained.ok:
+            raise AdapterFailure("inbox_drain", drained)
+        ids = [m.get("message_id") for m in drained.value]
+        check(sorted(ids) == sorted(f"race-{r}" for r in range(RACE_ROUNDS)), "inbox.deliver.idempotent",
+              f"{RACE_ROUNDS} messages each delivered by racing calls; the drain handed out {ids[:12]}", h)
 
 
 @case("outbox.dedupe", "concurrent-enqueues")
 def _race_enqueue(h: Harness) -> None:
     h.need("outbox_enqueue")
     h.need("outbox_pending")
-    with tempfile.TemporaryDirectory(prefix="ledgercheck-race-") as tmp:
-        clients = _shared_ledger(h, tmp)
-        try:
-            now = h.now()
-            for r in range(RACE_ROUNDS):
-                args = {"key": f"race-{r}", "destination": "mail:ops@example.org", "payload": {"n": r}, "now": now}
-                outs = _race(clients, "outbox_enqueue", args)
-                _one_winner(h, "outbox.dedupe", "outbox_enqueue", outs, "created", f"key race-{r}")
-            pending = clients[0].call("outbox_pending")
-            if not pending.ok:
-                raise AdapterFailure("outbox_pending", pending)
-            keys = [m.get("key") for m in pending.value]
-            check(sorted(keys) == sorted(f"race-{r}" for r in range(RACE_ROUNDS)), "outbox.dedupe",
-                  f"{RACE_ROUNDS} keys each enqueued by racing calls; pending holds {keys[:12]}", h)
-        finally:
-            for c in clients[1:]:
-                c.close()
+    with _racers(h) as clients:
+        now = h.now()
+        for r in range(RACE_ROUNDS):
+            args = {"key": f"race-{r}", "destination": "mail:ops@example.org", "payload": {"n": r}, "now": now}
+            outs = _race(clients, "outbox_enqueue", args)
+            _one_winner(h, "outbox.dedupe", "outbox_enqueue", outs, "created", f"key race-{r}")
+        pending = clients[0].call("outbox_pending")
+        if not pending.ok:
+            raise AdapterFailure("outbox_pending", pending)
+        keys = [m.get("key") for m in pending.value]
+        check(sorted(keys) == sorted(f"race-{r}" for r in range(RACE_ROUNDS)), "outbox.dedupe",
+              f"{RACE_ROUNDS} keys each enqueued by racing calls; pending holds {keys[:12]}", h)
 
 
 @case("eventlog.append.conflict", "concurrent-appends")
 def _race_append(h: Harness) -> None:
     h.need("log_append")
-    with tempfile.TemporaryDirectory(prefix="ledgercheck-race-") as tmp:
-        clients = _shared_ledger(h, tmp)
-        try:
-            now = h.now()
-            for r in range(RACE_ROUNDS):
-                args = {"stream": "race", "expected_seq": h.spec.first_seq - 1 + r, "kind": "tool.called",
-                        "payload": {"n": r}, "now": now}
-                outs = _race(clients, "log_append", args)
-                ok = [o for o in outs if o.ok]
-                refused = [o for o in outs if not o.ok]
-                check(len(ok) == 1, "eventlog.append.conflict", f"{len(outs)} connections appended with expected_seq "
-                      f"{args['expected_seq']} at once: {len(ok)} succeeded, exactly one may", h)
-                codes = sorted({o.code for o in refused} - {"concurrent_append"})
-                check(not codes, "eventlog.append.conflict", f"racing appends that lost were refused with {codes}, "
-                      f"the contract says concurrent_append", h)
-            if h.claims("log_read"):
-                read = clients[0].call("log_read", stream="race")
-                if read.ok:
-                    check(len(read.value) == RACE_ROUNDS, "eventlog.append.conflict",
-                          f"{RACE_ROUNDS} rounds of racing appends stored {len(read.value)} entries", h)
-        finally:
-            for c in clients[1:]:
-                c.close()
+    with _racers(h) as clients:
+        now = h.now()
+        for r in range(RACE_ROUNDS):
+            args = {"stream": "race", "expected_seq": h.spec.first_seq - 1 + r, "kind": "tool.called",
+                    "payload": {"n": r}, "now": now}
+            outs = _race(clients, "log_append", args)
+            ok = [o for o in outs if o.ok]
+            refused = [o for o in outs if not o.ok]
+            check(len(ok) == 1, "eventlog.append.conflict", f"{len(outs)} connections appended with expected_seq "
+                  f"{args['expected_seq']} at once: {len(ok)} succeeded, exactly one may", h)
+            codes = sorted({o.code for o in refused} - {"concurrent_append"})
+            check(not codes, "eventlog.append.conflict", f"racing appends that lost were refused with {codes}, "
+                  f"the contract says concurrent_append", h)
+        if h.claims("log_read"):
+            read = clients[0].call("log_read", stream="race")
+            if read.ok:
+                check(len(read.value) == RACE_ROUNDS, "eventlog.append.conflict",
+                      f"{RACE_ROUNDS} rounds of racing appends stored {len(read.value)} entries", h)
