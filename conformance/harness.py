@@ -103,6 +103,10 @@ class Harness:
         self.claim_by_id: bool | None = None  # False once the adapter answered claim(work_id) unsupported
         self.focus: str | None = None  # the clause a clause test judges (divergences of others are tolerated)
         self.tolerated: list[Violation] = []
+        # SHOULD-level violations a stateful run noted and went on past (reported as warnings;
+        # stopping there would leave the rest of the exploration, MUST clauses included, undone)
+        self.advisories: list[Violation] = []
+        self._should = frozenset(c.id for c in spec.clauses if c.level == "SHOULD")
         self.last_claim_fallback = False  # the last claim asked for a given item and got "the next" instead
         self.events_missing: str | None = None  # why the adapter has no event trail, once known
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
@@ -213,6 +217,9 @@ class Harness:
         if not out.ok and not out.definite:
             raise AdapterFailure(op, out)
         found = self.model.settle(op, exp, out)
+        if found and self.focus is None and all(v.clause in self._should for v in found):
+            self.advisories += found  # the model has applied the answer; the run goes on
+            found = []
         if found:
             ids = sorted(self.model.touched) or ([wid0] if isinstance(wid0, str) and wid0 in self.model.items else [])
             if op != "create" and isinstance(exp, Accept) and out.ok and self._tolerate(found, ids):

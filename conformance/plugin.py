@@ -335,6 +335,18 @@ class ClauseItem(LedgerItem):
 class StatefulItem(LedgerItem):
     kind = "stateful"
 
+    def _note_advisories(self, h: Harness) -> None:
+        """SHOULD-level violations the exploration went on past: each a warning of its clause."""
+        sess = self.sess
+        known = sess.client.known_bugs if sess.client else {}
+        by: dict[str, list[str]] = {}
+        for v in h.advisories:
+            by.setdefault(v.clause, []).append(str(v))
+        h.advisories = []
+        if by:
+            self.user_properties.append(("ledger_side_findings", [
+                {"clause": c, "messages": msgs[:5], "known_bug": known.get(c)} for c, msgs in sorted(by.items())]))
+
     def __init__(self, *, machine: str, **kw: Any) -> None:
         super().__init__(**kw)
         self.machine = machine
@@ -371,31 +383,34 @@ class StatefulItem(LedgerItem):
         h.seed = seed  # every reset of the machine sends reset_seed(seed) (docs/protocol.md)
         try:
             try:
-                run_machine(machine, opts, seed)
-            except ClauseFailure:
-                raise
-            except AdapterFailure:
-                raise
-            except BaseException as exc:  # hypothesis wraps failures (exception groups, Flaky*)
-                found = find_exception(exc, ClauseFailure) or find_exception(exc, AdapterFailure)
-                if found is None:
+                try:
+                    run_machine(machine, opts, seed)
+                except ClauseFailure:
                     raise
-                if found is not exc:
-                    found.add_note(f"(hypothesis reported {type(exc).__name__}: the implementation did not behave the "
-                                   f"same way when the example was replayed)")
-                raise found from None
-        except ClauseFailure as exc:
-            self.user_properties.append(("ledger_clause", exc.clauses[0]))
-            self.user_properties.append(("ledger_counterexample", "\n".join(getattr(exc, "__notes__", []) or []) or str(exc)))
-            sess._harness, keep = h, sess._harness
-            try:
-                self._fail_report(exc)
-            finally:
-                sess._harness = keep
-            raise
-        except AdapterFailure as exc:
-            self.user_properties.append(("ledger_error", str(exc)))
-            raise
+                except AdapterFailure:
+                    raise
+                except BaseException as exc:  # hypothesis wraps failures (exception groups, Flaky*)
+                    found = find_exception(exc, ClauseFailure) or find_exception(exc, AdapterFailure)
+                    if found is None:
+                        raise
+                    if found is not exc:
+                        found.add_note(f"(hypothesis reported {type(exc).__name__}: the implementation did not behave the "
+                                       f"same way when the example was replayed)")
+                    raise found from None
+            except ClauseFailure as exc:
+                self.user_properties.append(("ledger_clause", exc.clauses[0]))
+                self.user_properties.append(("ledger_counterexample", "\n".join(getattr(exc, "__notes__", []) or []) or str(exc)))
+                sess._harness, keep = h, sess._harness
+                try:
+                    self._fail_report(exc)
+                finally:
+                    sess._harness = keep
+                raise
+            except AdapterFailure as exc:
+                self.user_properties.append(("ledger_error", str(exc)))
+                raise
+        finally:
+            self._note_advisories(h)
 
 
 class ChaosItem(LedgerItem):

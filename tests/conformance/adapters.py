@@ -160,3 +160,11 @@ class DeclaresSeqGap(SeqGapAfterRefusedCloseOut):
         hs = super().hello(protocol)
         hs["known_bugs"] = {"core.event.append_only": "seq burnt by refused close-outs; fix scheduled"}
         return hs
+
+
+class OutboxNewestFirst(ReferenceAdapter):
+    """Lists pending outbox messages newest first: breaks outbox.order, a SHOULD.  A stateful
+    run notes it as a warning and explores on (a SHOULD must not cut the MUST checks short)."""
+
+    def outbox_pending(self, **kw: Any) -> Any:
+        return list(reversed(self.ledger.outbox_pending(**kw)))

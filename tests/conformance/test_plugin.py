@@ -149,3 +149,14 @@ def test_a_violation_seen_while_judging_another_clause_fails_its_own_clause(tmp_
     doc, out = _results(suite, tmp_path / "ref", "--ledger-adapter", "reference", "--ledger-profile", "core",
                         "--ledger-clauses-only", "-k", "core.cancel")
     assert not [t for t in doc["tests"] if "::seen[" in t["nodeid"]] and "violations seen" not in out
+
+
+def test_a_should_violation_does_not_cut_the_stateful_exploration_short(tmp_path, suite, cli):
+    doc, out = _results(suite, tmp_path, "--ledger-adapter", "python:adapters:OutboxNewestFirst", "--ledger-profile", "outbox",
+                        "--ledger-stateful-only", "--ledger-seed", "3")
+    stateful = [t for t in doc["tests"] if t["kind"] == "stateful" and not t["not_claimed"]]
+    assert stateful and all(t["outcome"] == "passed" for t in stateful), stateful  # explored to the end
+    seen = [t for t in doc["tests"] if t["nodeid"].endswith("::seen[outbox.order]")]
+    assert seen and seen[0]["outcome"] == "failed" and "pending messages in order" in seen[0]["message"], doc["tests"]
+    assert _clause(doc, "outbox.order")["outcome"] == "fail"
+    assert doc["profiles"]["verdicts"]["outbox"]["verdict"] != "failed"  # a SHOULD warns, it does not fail the profile
