@@ -232,7 +232,9 @@ class _Gen:
         kind = self.spec.step_classes[cls_]
         verb = self.rng.choice(_VERBS.get(kind, ["call"]))
         tool = f"{self.pick(self.hosts)}.{verb}"
-        inp = {"to": self.pick(self.emails), "subject": self.pick(self.phrases), "amount": self.rng.randint(1, 50000) / 100,
+        # an amount in cents: effect inputs hold integers only, whose canonical JSON every
+        # language writes alike (docs/contract.md, Idempotency)
+        inp = {"to": self.pick(self.emails), "subject": self.pick(self.phrases), "amount_cents": self.rng.randint(1, 50000),
                "locale": self.pick(self.locales)}
         return Step(step_id, "effect", cls_, tool, inp)
 
