@@ -68,6 +68,7 @@ class Observation:
     took_over: bool = False
     notes: list[str] = field(default_factory=list)
     stale_session: str = "stale"
+    scan_killed: bool = False  # the first scan at the lapse was SIGKILLed inside; ``victims`` is the next scan's
 
 
 # ---------------------------------------------------------------------------------- states
@@ -178,6 +179,17 @@ def _receipt_states(entry: Mapping[str, Any] | None) -> dict[str, str]:
     return {r.get("step_id"): r.get("state") for r in entry.get("receipts") or [] if isinstance(r, Mapping)}
 
 
+def _unrecorded(entry: Mapping[str, Any] | None) -> list[str]:
+    """Step ids of completed receipts that hold no result.
+
+    The worker always records a result (a mapping naming the provider's answer, the worker and its
+    session: ``Worker.receipt_result``), so a completed receipt without one lost the outcome its
+    in-flight marker stood for: a receipt completed in one write and given its result in another,
+    with a kill in between, say."""
+    return [str(r.get("step_id")) for r in (entry or {}).get("receipts") or []
+            if isinstance(r, Mapping) and r.get("state") == "completed" and r.get("result") is None]
+
+
 def check_window(spec: Spec, workload: Workload, point: str, obs: Observation) -> Verdict:
     """Check one crash window; when the kill left an ambiguous state, the best-matching one counts."""
     ctx = (obs.crash or {}).get("ctx") or {}
@@ -222,6 +234,9 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
             if want != got:
                 V.append(Violation("recovery.marker_kept", f"{where}: {item.key} receipt {s.step_id} ({s.step_class}) "
                                    f"is {got}, the worker's last acknowledged write leaves it {want}"))
+        for sid in _unrecorded(pre):
+            V.append(Violation("recovery.marker_kept", f"{where}: {item.key} receipt {sid} is completed without the "
+                               "result the worker recorded (the in-flight marker is gone, the outcome was not stored)"))
         status = (pre.get("work") or {}).get("status")
         if status != alt.status:
             V.append(Violation("recovery.no_loss", f"{where}: {item.key} is {status} before recovery, "
@@ -260,7 +275,16 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
             V.append(Violation("recovery.scan", f"{where}: recovery took {k}, which was {status} and not stale "
                                f"(decision {v.get('decision')})"))
     if item is not None and d_exp != "none":
-        if wid not in by_wid:
+        pw0 = ((obs.post.get(item.key) or {}).get("work") or {})
+        acted = (pw0.get("status") == spec.initial_status if spec.decisions.get(d_exp, {}).get("requeue")
+                 else bool(pw0.get("quarantined")))
+        if wid not in by_wid and obs.scan_killed and acted:
+            d_obs = d_exp  # the killed scan committed its decision; the next one rightly found nothing
+        elif wid not in by_wid and obs.scan_killed:
+            V.append(Violation("recovery.scan", f"{where}: the scan was killed inside, and the next scan neither "
+                               f"reported {item.key} nor found it classified (it is {pw0.get('status')}): "
+                               "the killed scan's partial work lost it"))
+        elif wid not in by_wid:
             V.append(Violation("recovery.scan", f"{where}: {item.key} was {leased} with a lapsed lease and "
                                "recovery did not report it"))
         elif d_obs != d_exp:
@@ -320,6 +344,9 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
                                f"{' (quarantined)' if w.get('quarantined') else ''}, expected {DONE}{extra}"))
         if w.get("quarantined") and obs.ids[it.key] not in listed and not q_here:
             V.append(Violation("recovery.quarantine.visible", f"{where}: {it.key} is quarantined but not listed"))
+        for sid in _unrecorded(e):
+            V.append(Violation("recovery.marker_kept", f"{where}: {it.key} receipt {sid} ends completed without the "
+                               "result the worker recorded"))
         for prob in fold_problems(spec, w, e.get("events") or []):
             V.append(Violation("eventlog.fold", f"{where}: {it.key}: {prob}"))
         # effects

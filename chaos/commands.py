@@ -173,7 +173,9 @@ def _print_failures(windows: list[dict[str, Any]]) -> None:
     for w in windows:
         if w["verdict"] == "pass":
             continue
-        print(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']} ({_cell(w['step_class'])}): {w['message']}")
+        sk = w.get("scan_kill")
+        scan = f", recovery scan killed at {sk[0]} #{sk[1]}" if sk else ""
+        print(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']}{scan} ({_cell(w['step_class'])}): {w['message']}")
         if w.get("replay"):
             print(f"  reproduce: {w['replay']}")
 

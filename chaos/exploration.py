@@ -216,6 +216,21 @@ class Explorer:
                                f"{_where(want)}, this run stopped at {_where(res.ctx)}")
         return res
 
+    def scan_kill_windows(self) -> list[tuple[str, int]]:
+        """One kill window per recovery decision that acts (requeue or quarantine): the windows
+        whose scan is then killed at each of the adapter's own points inside ``recover``."""
+        out, seen = [], set()
+        for t in self.baseline()["trace"]:
+            p, ctx = t["point"], t["ctx"]
+            if p not in WORKER_POINTS or not ctx.get("item"):
+                continue
+            item = self.workload.item(ctx["item"])
+            d, _ = expected_decision(self.spec, item, alternatives(self.spec, item, ctx)[0], 1)
+            if d != "none" and d not in seen:
+                seen.add(d)
+                out.append((p, t["occurrence"]))
+        return out
+
     def fence_occurrences(self, points: list[str]) -> list[tuple[str, int]]:
         """One takeover window per (worker point, step class) where recovery requeues the item."""
         out, seen = [], set()
@@ -243,8 +258,11 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
             workload: Workload | Mapping[str, Any] | None = None,
             max_occurrence: int | None = None, replay_dir: str | None = None, progress: Progress | None = None,
             jobs: int = 1, fencing: bool = True, worker: str | None = None, timeout: float = 60.0,
-            tmp_root: str | None = None) -> list[dict[str, Any]]:
-    """Run every crash window of a workload against an adapter; see docs/chaos.md."""
+            tmp_root: str | None = None, scan_kills: bool = True) -> list[dict[str, Any]]:
+    """Run every crash window of a workload against an adapter; see docs/chaos.md.
+
+    With ``scan_kills`` the worker running the recovery scan is killed too, at every occurrence of
+    the adapter's own points inside ``recover``, for one window per recovery decision."""
     replay_dir = replay_dir or default_replay_dir()
     with Explorer(address, spec, seed=seed, workload=workload, worker=worker, jobs=jobs, timeout=timeout,
                   tmp_root=tmp_root) as ex:
@@ -268,13 +286,15 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
         total: int | None = len(fixed) if not probes else None
         order = {p: i for i, p in enumerate(pts)}
 
-        def record(point: str, occ: int, mode: str, res: WindowResult) -> None:
+        def record(point: str, occ: int, mode: str, res: WindowResult, scan_kill: tuple[str, int] | None = None) -> None:
             d = res.as_dict()
             if d["verdict"] != "pass":
                 attach_replay(d, replay_dir, spec=spec, address=address, seed=seed, workload=ex.workload,
-                              point=point, occurrence=occ, mode=mode, worker=worker)
+                              point=point, occurrence=occ, mode=mode, worker=worker, scan_kill=scan_kill)
+            rank = 2 if scan_kill else 0 if mode == "kill" else 1
             with lock:
-                results.append(((0 if mode == "kill" else 1, order[point], occ), d))
+                results.append(((rank, order.get(scan_kill[0] if scan_kill else point, len(order)), point, occ,
+                                 *(scan_kill or ("", 0))), d))
                 done = len(results)
             if progress is not None:
                 progress(done, total, d)
@@ -291,6 +311,18 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
 
         cap = max_occurrence or PROBE_CAP
 
+        def scan_chain(rp: str, base: tuple[str, int]) -> None:
+            # a kill inside the recovery scan, at each occurrence of the adapter's point the scan
+            # passes (the first one it does not reach ends the chain: never a window)
+            for k in range(1, cap + 1):
+                try:
+                    res = ex.harness.run_window(base[0], base[1], "kill", recovery_kill=(rp, k))
+                except NotReached:
+                    return
+                record(base[0], base[1], "kill", res, (rp, k))
+                if res.verdict == "error":
+                    return
+
         def chain(point: str) -> None:
             # count first: only occurrences the run reaches are windows (an occurrence past the
             # last one, where the adapter never stops, is no window at all)
@@ -304,6 +336,9 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=ex.jobs) as tp:
             futs = [tp.submit(chain, p) for p in probes] + [tp.submit(one, t) for t in fixed]
+            if scan_kills:
+                futs += [tp.submit(scan_chain, rp, base) for rp in pts if rp in ex.adapter_points and rp not in WORKER_POINTS
+                         for base in ex.scan_kill_windows()]
             for f in futs:
                 f.result()
         results.sort(key=lambda r: r[0])
@@ -312,8 +347,10 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
 
 def run_one(address: str, spec: Spec, point: str, occurrence: int = 1, *, seed: int = 0, mode: str = "kill",
             workload: Workload | None = None, replay_dir: str | None = None, worker: str | None = None,
-            timeout: float = 60.0, tmp_root: str | None = None, save: bool = True) -> dict[str, Any]:
-    """Run a single window (the ``crash run`` command)."""
+            timeout: float = 60.0, tmp_root: str | None = None, save: bool = True,
+            scan_kill: tuple[str, int] | None = None) -> dict[str, Any]:
+    """Run a single window (the ``crash run`` command); ``scan_kill`` = (adapter point, occurrence)
+    kills the recovery scan's worker there too."""
     if mode not in ("kill", "pause"):
         raise ChaosError(f"mode must be kill or pause, not {mode!r}")
     with Explorer(address, spec, seed=seed, workload=workload, worker=worker, timeout=timeout, tmp_root=tmp_root) as ex:
@@ -324,12 +361,19 @@ def run_one(address: str, spec: Spec, point: str, occurrence: int = 1, *, seed: 
             raise ChaosError(f"adapter {address}: a takeover window needs two processes on one ledger (concurrent: true)")
         if occurrence < 1:
             raise ChaosError(f"--occurrence must be 1 or more, not {occurrence}")
+        if scan_kill is not None:
+            ex.check_points([scan_kill[0]])
+            if scan_kill[0] in WORKER_POINTS or mode != "kill":
+                raise ChaosError(f"a scan kill needs the adapter's own point and mode kill, not {scan_kill[0]!r} ({mode})")
         try:
-            res = ex.harness.run_window(point, occurrence, mode)
+            res = ex.harness.run_window(point, occurrence, mode, recovery_kill=scan_kill)
         except NotReached:
+            if scan_kill is not None:
+                raise ChaosError(f"the recovery scan never reached {scan_kill[0]} #{scan_kill[1]}") from None
             raise ChaosError(ex.not_reached(point, occurrence)) from None
         d = res.as_dict()
         if d["verdict"] != "pass" and save:
             attach_replay(d, replay_dir or default_replay_dir(), spec=spec, address=address, seed=seed,
-                          workload=ex.workload, point=point, occurrence=occurrence, mode=mode, worker=worker)
+                          workload=ex.workload, point=point, occurrence=occurrence, mode=mode, worker=worker,
+                          scan_kill=scan_kill)
         return d

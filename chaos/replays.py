@@ -61,8 +61,9 @@ def write_replay(directory: str, doc: dict[str, Any], stem: str) -> str:
 
 
 def window_doc(*, spec: Spec, address: str, seed: int, workload: Workload, point: str, occurrence: int, mode: str,
-               worker: str | None, recorded: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    return {
+               worker: str | None, recorded: Mapping[str, Any] | None = None,
+               scan_kill: tuple[str, int] | None = None) -> dict[str, Any]:
+    doc = {
         "format": FORMAT, "version": VERSION, "kind": "window", "ledgercheck": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "spec_digest": spec.digest, "spec_version": spec.version, "contract": _contract(spec),
@@ -70,6 +71,9 @@ def window_doc(*, spec: Spec, address: str, seed: int, workload: Workload, point
         "point": point, "occurrence": occurrence, "mode": mode,
         "recorded": dict(recorded or {}),
     }
+    if scan_kill is not None:  # the recovery scan's worker was killed too, at this point and occurrence
+        doc["scan_kill"] = [scan_kill[0], scan_kill[1]]
+    return doc
 
 
 def attach_replay(window: dict[str, Any], directory: str, **kw: Any) -> None:
@@ -77,7 +81,9 @@ def attach_replay(window: dict[str, Any], directory: str, **kw: Any) -> None:
     recorded = {k: window.get(k) for k in ("verdict", "clauses", "message", "decision_observed", "effects_observed")}
     doc = window_doc(recorded=recorded, **kw)
     safe = kw["point"].replace("/", "_").replace(".", "_")
-    path = write_replay(directory, doc, f"crash-{safe}-{kw['occurrence']}-{kw['mode']}")
+    sk = kw.get("scan_kill")
+    tail = f"-scan-{sk[0].replace('/', '_').replace('.', '_')}-{sk[1]}" if sk else ""
+    path = write_replay(directory, doc, f"crash-{safe}-{kw['occurrence']}-{kw['mode']}{tail}")
     window["replay_file"] = path
     window["replay"] = replay_command(path)
 
@@ -116,6 +122,10 @@ def load_replay(path: str) -> dict[str, Any]:
             raise ChaosError(f"{path}: 'point' must be a name and 'occurrence' a positive integer")
         if doc["mode"] not in ("kill", "pause"):
             raise ChaosError(f"{path}: 'mode' must be kill or pause")
+        sk = doc.get("scan_kill")
+        if sk is not None and not (isinstance(sk, list) and len(sk) == 2 and isinstance(sk[0], str) and sk[0]
+                                   and isinstance(sk[1], int) and not isinstance(sk[1], bool) and sk[1] >= 1):
+            raise ChaosError(f"{path}: 'scan_kill' must be [adapter point, positive occurrence]")
     return doc
 
 
@@ -152,7 +162,8 @@ def replay(path: str, *, address: str | None = None, tmp_root: str | None = None
 
     workload = replay_workload(doc, spec, path)
     window = run_one(address or doc["adapter"], spec, doc["point"], doc["occurrence"], seed=doc["seed"],
-                     mode=doc["mode"], workload=workload, worker=doc.get("worker"), tmp_root=tmp_root, save=False)
+                     mode=doc["mode"], workload=workload, worker=doc.get("worker"), tmp_root=tmp_root, save=False,
+                     scan_kill=tuple(doc["scan_kill"]) if doc.get("scan_kill") else None)
     if window["verdict"] != "pass":
         window["replay_file"] = os.path.abspath(path)
         window["replay"] = replay_command(window["replay_file"])

@@ -60,6 +60,7 @@ class WindowResult:
     message: str | None = None
     ctx: Mapping[str, Any] = field(default_factory=dict)
     elapsed: float = 0.0
+    recovery_kill: tuple[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         v = self.verdict_detail
@@ -72,7 +73,8 @@ class WindowResult:
             clauses = ["recovery.fencing_after_takeover" if self.mode == "pause" else "recovery.no_loss"]
         return {
             "point": self.point,
-            "mode": "takeover" if self.mode == "pause" else "kill",
+            "mode": "takeover" if self.mode == "pause" else "scan-kill" if self.recovery_kill else "kill",
+            "scan_kill": list(self.recovery_kill) if self.recovery_kill else None,
             "step_class": self.step_class,
             "occurrence": self.occurrence,
             "decision_expected": v.decision_expected if v else None,
@@ -183,9 +185,13 @@ class Harness:
         return {"counts": run.get("counts") or {}, "trace": run.get("trace") or []}
 
     # ------------------------------------------------------------------ one window
-    def run_window(self, point: str, occurrence: int, mode: str = "kill") -> WindowResult:
+    def run_window(self, point: str, occurrence: int, mode: str = "kill",
+                   recovery_kill: tuple[str, int] | None = None) -> WindowResult:
+        """``recovery_kill`` = (adapter point, occurrence): the worker running the recovery scan is
+        SIGKILLed there too (a kill inside the scan), and a third worker scans again."""
         started = time.monotonic()
         res = WindowResult(point, occurrence, mode, "error")
+        res.recovery_kill = recovery_kill
         base, ledger, sink_path = self._dirs()
         a: WorkerHandle | None = None
         b: WorkerHandle | None = None
@@ -220,6 +226,19 @@ class Harness:
             self._open(b, ledger, sink_path, t1, "B", ids)
             pre = self._req(b, {"cmd": "inspect"}, "inspect before recovery")["items"]
             early = self._req(b, {"cmd": "recover", "now": t1 - 2.0}, "recover before the lapse")["victims"]
+            if recovery_kill is not None:
+                rp, rk = recovery_kill
+                self._req(b, {"cmd": "arm", "point": rp, "occurrence": rk}, f"arm {rp} in the scan")
+                b.dirty = True
+                b.send({"cmd": "recover", "now": t1})
+                mr = self._recv(b, f"recover to {rp} #{rk}")
+                if mr.get("event") != "crash_point":
+                    if mr.get("ok"):
+                        raise NotReached({})
+                    raise WindowError(f"recover to {rp} #{rk}: {mr.get('error')}")
+                b.kill()
+                b = self.worker()
+                self._open(b, ledger, sink_path, t1, "C", ids)
             victims = self._req(b, {"cmd": "recover", "now": t1}, "recover")["victims"]
             post = self._req(b, {"cmd": "inspect"}, "inspect after recovery")["items"]
             stale_writes: list[dict[str, Any]] | None = None
@@ -259,7 +278,7 @@ class Harness:
             finally:
                 sink.close()
             obs = Observation(ids, msg, pre, early, victims, post, final["items"], final["quarantined"], applied,
-                              stale_applied, stale_writes, took_over, notes)
+                              stale_applied, stale_writes, took_over, notes, scan_killed=recovery_kill is not None)
             verdict = check_window(self.spec, self.workload, point, obs)
             res.verdict_detail = verdict
             res.verdict = "fail" if verdict.violations else "pass"

@@ -466,7 +466,9 @@ class Model:
                 return out
             return Accept(same, "core.create.unique_unit", "the unit already has a record; create must return it")
 
-        sibling = any(k[:2] == key[:2] for k in self.identity)
+        # another run of the same schedule: merging them breaks the scheduler's run identity;
+        # for any other source the triple is the unit all the same (core.create.unique_unit)
+        sibling = key[0] in self.spec.run_id_required_for and any(k[:2] == key[:2] for k in self.identity)
 
         def new(res: Any) -> list[Violation]:
             out = []

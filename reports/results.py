@@ -337,7 +337,7 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         if t["nodeid"] in seen:
             raise ResultsError(f"{source}: test {t['nodeid']} appears twice")
         seen.add(t["nodeid"])
-    keys: set[tuple[str, str, str, int]] = set()
+    keys: set[tuple[str, str, str, int, str]] = set()
     for w in doc["crash_windows"]:
         where = f"{source}: crash window {verdicts.window_nodeid(w)}"
         bad = [c for c in w["clauses"] if c not in known]
@@ -348,8 +348,9 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
             raise ResultsError(f"{where} appears twice")
         keys.add(k)
         # a passing kill window must show what its verdict claims; takeover windows judge fencing
-        # (the stale worker's own effects are accounted apart), so only kill windows are re-checked
-        if w["verdict"] == "pass" and w.get("mode", "kill") == "kill" and w["decision_expected"] is not None:
+        # (the stale worker's own effects are accounted apart), so only kill and scan-kill windows
+        # are re-checked
+        if w["verdict"] == "pass" and w.get("mode", "kill") in ("kill", "scan-kill") and w["decision_expected"] is not None:
             if w["decision_observed"] != w["decision_expected"]:
                 raise ResultsError(f"{where}: verdict pass, but decision {w['decision_observed']!r} "
                                    f"is not the expected {w['decision_expected']!r}")

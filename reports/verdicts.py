@@ -39,11 +39,15 @@ class Evidence:
 def window_nodeid(w: Mapping[str, Any]) -> str:
     """A stable, readable name for a crash window, used where a test would show its node id."""
     mode = "" if w.get("mode", "kill") == "kill" else f"/{w['mode']}"
-    return f"crash-window::{w['point']}{mode}[{w['step_class']}]#{w['occurrence']}"
+    sk = w.get("scan_kill")
+    scan = f"@{sk[0]}#{sk[1]}" if sk else ""
+    return f"crash-window::{w['point']}{mode}[{w['step_class']}]#{w['occurrence']}{scan}"
 
 
-def window_key(w: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    return (str(w["point"]), str(w.get("mode", "kill")), str(w["step_class"]), int(w["occurrence"]))
+def window_key(w: Mapping[str, Any]) -> tuple[str, str, str, int, str]:
+    sk = w.get("scan_kill")
+    return (str(w["point"]), str(w.get("mode", "kill")), str(w["step_class"]), int(w["occurrence"]),
+            f"{sk[0]}#{sk[1]}" if sk else "")
 
 
 def evidence_by_clause(tests: Iterable[Mapping[str, Any]],

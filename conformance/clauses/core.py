@@ -130,6 +130,27 @@ def _distinct(h: Harness) -> None:
         check(out.value["work"]["work_id"] == wid, "core.create.unique_unit", f"re-creating {sid!r} found another unit's record", h)
 
 
+@cases("core.create.unique_unit")
+def _distinct_runs(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    """The unit is the whole triple, for every source system (not just the one that must carry
+    a run id): the same source_id under two run ids, or with and without one, is two units."""
+    for src in spec.source_systems:
+        def fn(h: Harness, src: str = src) -> None:
+            runs = ["run-a", "run-b"] + ([] if src in h.spec.run_id_required_for else [None])
+            ids = {}
+            for run in runs:
+                kw = {} if run is None else {"source_run_id": run}
+                ids[run] = h.do("create", source_system=src, source_id="unit-r", **kw).value["work"]["work_id"]
+            check(len(set(ids.values())) == len(runs), "core.create.unique_unit",
+                  f"{src} units differing only by source_run_id were merged: {ids}", h)
+            for run, wid in ids.items():
+                kw = {} if run is None else {"source_run_id": run}
+                out = h.do("create", source_system=src, source_id="unit-r", **kw)
+                check(out.value["work"]["work_id"] == wid, "core.create.unique_unit",
+                      f"re-creating ({src}, unit-r, {run}) found another unit's record", h)
+        yield f"runs-{src}", fn
+
+
 @cases("core.create.source_system")
 def _bad_create(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     bad = {
@@ -448,6 +469,25 @@ def _intent(h: Harness) -> None:
     h.do("close_out", work_id=wid, token=tok, status="cancelled")
 
 
+@case("core.cancel.intent_first", "after-requeue")
+def _intent_after_requeue(h: Harness) -> None:
+    """A cancel request belongs to one run of the work: requeue clears it (with the result, the
+    error class and the times), so the next holder cannot close out as cancelled on the old
+    request."""
+    h.need("requeue")
+    wid = h.create()
+    tok = h.claim(wid)
+    h.do("cancel", work_id=wid)
+    h.do("close_out", work_id=wid, token=tok, status="cancelled")
+    h.do("requeue", work_id=wid, reason="operator")
+    got = h.raw("get", work_id=wid).value
+    check(got.get("cancel_requested") is False, "core.cancel.intent_first",
+          f"requeued work still carries cancel_requested={got.get('cancel_requested')!r}", h)
+    tok = h.claim(wid)
+    out = h.do("close_out", work_id=wid, token=tok, status="cancelled")
+    check(not out.ok, "core.cancel.intent_first", "after a requeue, close-out as cancelled was accepted on the old run's request", h)
+
+
 @cases("core.requeue.terminal")
 def _requeue(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     for status in spec.statuses:
@@ -589,6 +629,25 @@ def _claim_none_queued(h: Harness) -> None:
     check(out.ok and out.value is None, "core.claim.empty", f"claim with nothing queued gave {out.value!r:.60}", h)
 
 
+@case("core.claim.empty", "due-retry-not-queued")
+def _claim_due_retry(h: Harness) -> None:
+    """A retry that is due is still retry_scheduled until promote_due moves it: a claim with
+    nothing queued neither promotes it nor hands it out."""
+    h.need("fail", "promote_due")
+    retryable = [c for c, r in h.spec.error_classes.items() if r]
+    if not retryable:
+        raise NotApplicable("the contract has no retryable error class")
+    wid = h.create()
+    tok = h.claim(wid)
+    h.do("fail", work_id=wid, token=tok, error_class=retryable[0])
+    if h.item(wid)["status"] != "retry_scheduled":
+        raise NotApplicable("a retryable failure did not schedule a retry")
+    h.advance_to(h.item(wid)["next_retry_at"] + QUANT)
+    out = h.do("claim", owner="worker-2")
+    check(out.ok and out.value is None, "core.claim.empty", f"claim with only a due retry (not promoted) gave {out.value!r:.60}", h)
+    check(h.item(wid)["status"] == "retry_scheduled", "core.claim.empty", "a claim with nothing queued moved a due retry", h)
+
+
 @case("core.claim.order", "priority-then-age")
 def _order(h: Harness) -> None:
     prios = [h.spec.priority_max, h.spec.priority_min, h.spec.priority_default, h.spec.priority_min]
@@ -619,6 +678,20 @@ def _list(h: Harness) -> None:
     h.do("list")
     for s in h.spec.statuses:
         h.do("list", status=s)
+
+
+@case("core.list.complete", "many")
+def _list_many(h: Harness) -> None:
+    """"Every record" has no page size: more records than any batch size the contract names
+    (inbox drain, outbox relay: an implementer's natural default page) all come back, with and
+    without a status filter."""
+    n = 2 * max(h.spec.inbox_drain_max, h.spec.outbox_pending_max, 100) + 1
+    for i in range(n):
+        h.create("manual", f"bulk-{i}")
+    for args in ({}, {"status": h.spec.initial_status}):
+        got = h.raw("list", **args).value
+        check(isinstance(got, list) and len(got) == n and len({w.get("work_id") for w in got}) == n,
+              "core.list.complete", f"list({args}) returned {len(got) if isinstance(got, list) else got!r} records of {n}", h)
 
 
 @case("core.list.complete", "filters")

@@ -10,6 +10,9 @@ from .core import _tour
 S = "run-42"
 # names that differ from S (and from each other) only by case or by a non-ASCII letter
 OTHER_STREAMS = ("Run-42", "RUN-42", "rün-42", "RÜN-42")
+# names a SQL LIKE pattern built from S's neighbours would confuse: '_' and '%' are plain
+# characters of a stream name, never wildcards
+WILDCARD_STREAMS = ("run_42", "run%42", "run-4_", "%")
 
 
 @case("eventlog.append.expected_seq", "sequence")
@@ -20,7 +23,7 @@ def _append(h: Harness) -> None:
         check(out.value["seq"] == first + i, "eventlog.append.expected_seq", f"entry {i} stored at {out.value['seq']}", h)
     other = h.do("log_append", stream="run-43", expected_seq=first - 1, kind="run.started")
     check(other.value["seq"] == first, "eventlog.append.expected_seq", "streams share a sequence", h)
-    for name in OTHER_STREAMS:  # stream names are compared as they are: each is a stream of its own
+    for name in (*OTHER_STREAMS, *WILDCARD_STREAMS):  # stream names are compared as they are: each is a stream of its own
         out = h.do("log_append", stream=name, expected_seq=first - 1, kind="run.started")
         check(out.value["seq"] == first, "eventlog.append.expected_seq", f"stream {name!r} shares a sequence with another", h)
 
@@ -45,12 +48,13 @@ def _read(h: Harness) -> None:
     for start in (None, first, first + 2, first + 9):
         h.do("log_read", stream=S, from_seq=start)
     h.do("log_read", stream="never-written")
-    for name in OTHER_STREAMS:  # another stream's name, by case only: nothing was appended to it
+    for name in (*OTHER_STREAMS, *WILDCARD_STREAMS):  # another stream's name: nothing was appended to it
         h.do("log_read", stream=name)
-    for j, name in enumerate(OTHER_STREAMS):
-        for i in range(j + 1):
+        h.do("log_read", stream=name, from_seq=first + 1)
+    for j, name in enumerate((*OTHER_STREAMS, *WILDCARD_STREAMS)):
+        for i in range(j % 4 + 1):
             h.do("log_append", stream=name, expected_seq=first - 1 + i, kind=f"{name}.{i}", payload={"stream": name})
-    for name in (S, *OTHER_STREAMS):
+    for name in (S, *OTHER_STREAMS, *WILDCARD_STREAMS):
         h.do("log_read", stream=name)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
 
-from ..harness import Harness
+from ..harness import Harness, NotApplicable
 from . import CaseFn, case, cases, check
 
 INPUTS = {
@@ -59,6 +59,25 @@ def _derivation(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         out = _begin(h, wid, inp=b)
         check(out.ok and out.value["created"] is False, "idem.key.derivation", "the same input with another key order was treated as different", h)
     yield "key-order-independent", key_order
+
+
+@case("idem.begin", "after-recovery-marked")
+def _begin_after_marking(h: Harness) -> None:
+    """The holder dies with the intent open; recovery marks the receipt (reconcile: unknown).
+    The next holder's begin returns that receipt as it is: not created, not re-armed to pending."""
+    h.need("recover", "effect_lookup")
+    cls = next((c for c in h.spec.step_classes
+                if h.spec.receipt_decision("pending", c) == "reconcile"), None)
+    if cls is None:
+        raise NotApplicable("no step class is reconciled by the matrix")
+    wid = h.create()
+    r = _begin(h, wid, cls=cls, token=h.claim(wid)).value["receipt"]
+    h.advance_to(h.lapse_time(wid))
+    h.do("recover")
+    state = h.do("effect_lookup", key=r["key"]).value["state"]
+    again = _begin(h, wid, cls=cls, token=h.claim(wid, owner="w-new")).value
+    check(again["created"] is False and again["receipt"]["state"] == state, "idem.begin",
+          f"begin after recovery marked the receipt {state}: created {again['created']}, state {again['receipt']['state']}", h)
 
 
 @case("idem.begin", "twice")
@@ -171,8 +190,29 @@ def _fenced(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         out = h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"late": True}, token=old)
         check(not out.ok and out.code == "stale_lease", "idem.fenced", f"record with the old holder's token answered {out.code or 'ok'}", h)
 
+    def record_marked(cls: str) -> CaseFn:
+        def fn(h: Harness) -> None:
+            # the holder dies mid-effect; recovery marks its receipt (unknown or needs_inspection)
+            # and requeues or quarantines the item: the dead holder's late record stays fenced
+            h.need("recover")
+            wid = h.create()
+            old = h.claim(wid, owner="w-old")
+            r = _begin(h, wid, cls=cls, token=old).value["receipt"]
+            h.advance_to(h.lapse_time(wid))
+            h.do("recover")
+            if h.item(wid)["status"] in {t.src for t in h.spec.edges_of("claim")}:
+                h.claim(wid, owner="w-new")
+            out = h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"late": True}, token=old)
+            check(not out.ok and out.code == "stale_lease", "idem.fenced",
+                  f"{cls}: record of a receipt recovery marked, with the dead holder's token, answered {out.code or 'ok'}", h)
+        return fn
+
     yield "begin", begin
     yield "record-after-takeover", record
+    for cls in spec.step_classes:
+        state = spec.decisions[spec.receipt_decision("pending", cls)].get("receipt_state")
+        if state:
+            yield f"record-after-recovery-{state}", record_marked(cls)
 
 
 @case("idem.retention", "within-window")

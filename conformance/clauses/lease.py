@@ -310,6 +310,23 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             check(h.item(wid)["status"] != "running", "lease.per_source", "the override's grace was not applied", h)
         yield src, fn
 
+        def resumed(h: Harness, src: str = src) -> None:
+            # every acquire takes the source's ttl: a resume is an acquire like a claim
+            h.need("set_waiting", "resume")
+            if h.wall:
+                raise NotApplicable("compares exact instants")
+            wid = h.create(src)
+            tok = h.claim(wid)
+            kind = next(iter(h.spec.waiting_statuses))
+            h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-1")
+            h.advance(1.0)
+            t0 = h.now()
+            got = h.do("resume", work_id=wid, owner="worker-2").value
+            lt = h.spec.lease_for(src)
+            check(got["lease_expires_at"] == t0 + lt.ttl, "lease.per_source",
+                  f"resume of {src} work set lease_expires_at {got['lease_expires_at']}, expected now + {lt.ttl:g}", h)
+        yield f"{src}-resumed", resumed
+
         def renewed(h: Harness, src: str = src) -> None:
             """A renewal extends by the source's own ttl, and the source's grace counts from there."""
             h.need("renew")

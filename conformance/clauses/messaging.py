@@ -142,7 +142,17 @@ def _dedupe(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         _enqueue(h, "reply-1", b)  # and once more through the model, which compares the answer
         check(len(h.do("outbox_pending").value) == 1, "outbox.dedupe", "two pending messages for one key", h)
 
+    def after_sent(h: Harness) -> None:
+        # the key identifies the message for good: once it was sent, enqueuing it again (a retry
+        # of the step that sent it) returns the sent message and queues nothing new
+        _enqueue(h, "reply-1")
+        h.do("outbox_mark_sent", key="reply-1", provider_ref="tg-1001")
+        out = _enqueue(h, "reply-1")
+        check(out.ok and out.value["created"] is False, "outbox.dedupe", "enqueuing a sent key again created a message", h)
+        check(h.do("outbox_pending").value == [], "outbox.dedupe", "a sent key is pending again", h)
+
     yield "same-payload", same
+    yield "after-sent", after_sent
     yield "other-payload", conflict
     yield "same-payload-other-key-order", key_order
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
 
+from ..clock import QUANTUM
 from ..harness import Harness, NotApplicable
 from . import CaseFn, case, cases, check
 
@@ -47,6 +48,21 @@ def _scan(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         out = h.do("recover")
         check(all(v["work_id"] != wid for v in out.value), "recovery.scan", "live work was recovered", h)
 
+    def at_lapse_instant(h: Harness) -> None:
+        # lapsed means now > lease_expires_at + grace: at that very instant the lease is still
+        # the holder's (it may renew), so the scan leaves it; one quantum later it is stale
+        if h.wall:
+            raise NotApplicable("needs an exact instant")
+        wid = h.create()
+        h.claim(wid)
+        it = h.item(wid)
+        h.advance_to(it["lease_expires_at"] + h.spec.lease_for(it["source_system"]).grace)
+        out = h.do("recover")
+        check(all(v["work_id"] != wid for v in out.value), "recovery.scan",
+              "work was recovered at the instant its lease lapses (lapsed means strictly after expiry + grace)", h)
+        h.advance(QUANTUM)
+        _victim(h, wid)
+
     def marked_by_monitor(h: Harness) -> None:
         wid = _stale_with(h, "none", None)
         h.do("expire")
@@ -67,9 +83,31 @@ def _scan(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         check(all(v["work_id"] != wid for v in out.value), "recovery.scan",
               "a holder's own close-out as timeout was treated as a lapsed lease", h)
 
+    def renewed(h: Harness) -> None:
+        # a long run whose holder keeps renewing: its lease never lapses, however long ago the
+        # run started (kept inside the execution budget, which the scan does not judge)
+        h.need("renew")
+        wid = h.create()
+        tok = h.claim(wid)
+        it = h.item(wid)
+        lt = h.spec.lease_for(it["source_system"])
+        start = it["started_at"]
+        until = start + lt.ttl + lt.grace + lt.renew_interval
+        budget = h.spec.phase_timeout("execution")
+        if budget is not None and until >= start + budget:
+            raise NotApplicable("the execution budget ends before a renewed lease could outlive ttl + grace")
+        while h.now() < until:
+            h.advance(lt.renew_interval)
+            h.do("renew", work_id=wid, token=tok)
+        out = h.do("recover")
+        check(all(v["work_id"] != wid for v in out.value), "recovery.scan",
+              f"work renewed all along ({h.now() - start:g}s since its claim, lease live) was recovered", h)
+
     yield "lapsed-lease", lapsed
+    yield "renewed-lease-not-stale", renewed
     yield "holder-close-out-not-stale", holder_timeout
     yield "live-lease", live_untouched
+    yield "at-lapse-instant", at_lapse_instant
     yield "after-monitor-timeout", marked_by_monitor
     yield "once", only_once
 
@@ -116,6 +154,48 @@ def _matrix(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                   f"first scan: decision {v['decision']!r}, the contract says {want!r}", h)
         yield f"{cls}-second-crash", again
 
+    # a second crash after a resume: the completed receipts still mean resume (they are never
+    # re-opened, whatever the attempt), and they stay completed
+    for cls in spec.step_classes:
+        def again_completed(h: Harness, cls: str = cls) -> None:
+            h.need("effect_list")
+            wid = _stale_with(h, "completed", cls)
+            _victim(h, wid)
+            if h.item(wid)["status"] not in {t.src for t in h.spec.edges_of("claim")}:
+                h.do("requeue", work_id=wid, reason="operator reviewed")
+            h.claim(wid)
+            h.advance_to(h.lapse_time(wid))
+            v = _victim(h, wid)
+            want = h.spec.scanner_decision([], True)
+            policy = h.spec.retry_policy_for(h.item(wid)["source_system"], None)
+            if h.spec.decisions[want].get("requeue") and h.item(wid)["attempt"] >= policy.max_attempts:
+                want = "quarantine"
+            check(v["decision"] == want, "recovery.matrix", f"{cls}: a second crash with the step completed: decision "
+                  f"{v['decision']!r}, the contract says {want!r}", h)
+            states = [r["state"] for r in h.do("effect_list", work_id=wid).value]
+            check(states == ["completed"], "recovery.matrix", f"{cls}: after a second crash the completed receipt is {states}", h)
+        yield f"{cls}-completed-second-crash", again_completed
+
+    # several open receipts (steps run side by side): the decision of the highest rank wins,
+    # whichever receipt was begun last
+    by_rank = sorted({spec.receipt_decision("pending", c): c for c in spec.step_classes}.items(),
+                     key=lambda dc: spec.decisions[dc[0]]["rank"])
+    if len(by_rank) >= 2:
+        lo, hi = by_rank[0][1], by_rank[-1][1]
+        for name, order in (("highest-last", (lo, hi)), ("highest-first", (hi, lo))):
+            def several(h: Harness, order: tuple[str, ...] = order) -> None:
+                wid = h.create()
+                tok = h.claim(wid)
+                for n, cls in enumerate(order):
+                    h.do("effect_begin", work_id=wid, step_id=f"s{n + 1}", tool="tool.x", input={"n": n}, step_class=cls,
+                         token=tok)
+                h.advance_to(h.lapse_time(wid))
+                v = _victim(h, wid)
+                want = h.spec.scanner_decision([("pending", c) for c in order], False)
+                check(v["decision"] == want, "recovery.matrix", f"open receipts {', '.join(order)} (begun in that order): "
+                      f"decision {v['decision']!r}, the highest rank gives {want!r}", h)
+            yield f"several-open-{name}", several
+
 
 def _quarantine_class(spec: Spec) -> str:
     for cls in spec.step_classes:
@@ -132,9 +212,21 @@ def _quarantine(h: Harness) -> None:
     check(wid in listed, "recovery.quarantine.visible", "quarantined work is not listed as quarantined", h)
     out = h.do("claim", owner="worker-2")
     check(out.value is None, "recovery.quarantine.visible", "quarantined work was picked up again", h)
-    h.advance(3600.0)
-    h.do("recover")
-    h.do("expire")
+    # "never picked up again by itself": however long it sits there (an hour, then past every
+    # budget the contract knows: waits, retries, receipt retention), scans and the monitor
+    # leave it quarantined, listed and unclaimable
+    horizon = max([3600.0, h.spec.retention, *h.spec.waiting_timeouts.values()]) + 1.0
+    for dt in (3600.0, horizon):
+        h.advance(dt)
+        h.do("recover")
+        h.do("expire")
+        it = h.item(wid)
+        listed = [w["work_id"] for w in h.do("list", quarantined=True).value]
+        check(bool(it["quarantined"]) and wid in listed, "recovery.quarantine.visible",
+              f"{dt:g}s later a scan or the monitor released quarantined work ({it['status']}, quarantined "
+              f"{it['quarantined']})", h)
+        out = h.do("claim", owner="worker-2")
+        check(out.value is None, "recovery.quarantine.visible", f"quarantined work was picked up again {dt:g}s later", h)
     h.do("requeue", work_id=wid, reason="operator reviewed")
     check(not h.item(wid)["quarantined"], "recovery.quarantine.visible", "requeue did not release quarantine", h)
 
@@ -162,8 +254,14 @@ def _waiting(h: Harness) -> None:
     tok = h.claim(wid)
     h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=86400.0)
     h.advance(40000.0)
+    snap, trail = h.raw("get", work_id=wid).value, h.events_of(wid, "recovery.waiting_untouched")
     out = h.do("recover")
     check(all(v["work_id"] != wid for v in out.value), "recovery.waiting_untouched", "recovery took waiting work", h)
+    # left alone means left alone: not resumed and parked again, no new deadline, no event
+    after, trail2 = h.raw("get", work_id=wid).value, h.events_of(wid, "recovery.waiting_untouched")
+    changed = sorted(k for k in set(snap) | set(after) if snap.get(k) != after.get(k))
+    check(not changed and len(trail2) == len(trail), "recovery.waiting_untouched",
+          f"the scan changed old waiting work: fields {', '.join(changed) or 'none'}, {len(trail2) - len(trail)} new event(s)", h)
 
 
 @case("recovery.attempts_exhausted", "crash-loop")
@@ -177,6 +275,23 @@ def _exhausted(h: Harness) -> None:
             check(v["decision"] != "quarantine", "recovery.attempts_exhausted", "quarantined with attempts left", h)
     check(v["decision"] == "quarantine" and h.item(wid)["quarantined"], "recovery.attempts_exhausted",
           f"a stale item at its last attempt got {v['decision']!r}", h)
+
+
+@case("recovery.marker_kept", "bystander-untouched")
+def _marker_bystander(h: Harness) -> None:
+    """Recovery classifies the stale item's receipts only: a live holder's in-flight marker (and
+    a waiting item's) stays pending through a scan that reconciles or quarantines another item."""
+    cls = next((c for c in h.spec.step_classes if h.spec.receipt_decision("pending", c) in ("reconcile", "quarantine")), None)
+    if cls is None:
+        raise NotApplicable("no step class makes recovery mark a receipt")
+    stale = _stale_with(h, "pending", cls)
+    live = h.create()
+    tok = h.claim(live)  # claimed at the stale item's lapse: its own lease is fresh
+    mine = h.do("effect_begin", work_id=live, step_id="s1", tool="tool.x", input={"n": 2}, step_class=cls, token=tok).value["receipt"]
+    _victim(h, stale)
+    got = h.do("effect_lookup", key=mine["key"]).value
+    check(got is not None and got["state"] == "pending", "recovery.marker_kept",
+          f"recovering another item changed a live holder's pending receipt to {got and got['state']!r}", h)
 
 
 @case("recovery.marker_kept", "pending-until-classified")

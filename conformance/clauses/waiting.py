@@ -276,3 +276,39 @@ def _exec_timeout(h: Harness) -> None:
     h.do("renew", work_id=wid, token=tok)
     h.do("expire")
     check(h.item(wid)["status"] == "timeout", "retry.execution_timeout", "a stint past the execution budget kept running", h)
+
+
+@case("retry.execution_timeout", "stint-restarts-on-resume")
+def _exec_timeout_after_resume(h: Harness) -> None:
+    """A stint runs "since the claim or the last resume": time spent before a wait does not
+    count against the stint after it, so a resumed holder that renews keeps running until the
+    resume instant + the budget, and is marked execution_timeout just after it."""
+    h.need("renew", "set_waiting", "resume")
+    limit = h.spec.phase_timeout("execution")
+    if limit is None:
+        raise NotApplicable("the contract has no execution phase timeout")
+    if h.wall:
+        raise NotApplicable("walks the clock over a whole execution budget")
+    wid, tok = _running(h)
+    lt = h.spec.lease_for("manual")
+    first = h.now()
+    while h.now() < first + limit / 2:  # half a budget in the first stint
+        h.advance_to(min(h.now() + lt.renew_interval, first + limit / 2))
+        h.do("renew", work_id=wid, token=tok)
+    kind = next(iter(h.spec.waiting_statuses))
+    h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-7")
+    h.advance(QUANTUM)
+    tok = h.do("resume", work_id=wid, owner="worker-2").value["lease_token"]
+    start = h.now()
+    end = start + limit
+    while h.now() < end:  # across first + limit, where a stint counted from the claim would end
+        h.advance_to(min(h.now() + lt.renew_interval, end))
+        h.do("renew", work_id=wid, token=tok)
+        h.do("expire")
+        check(h.item(wid)["status"] == "running", "retry.execution_timeout",
+              f"marked timeout {h.now() - start:g}s after the resume (the claim was {h.now() - first:g}s ago); "
+              f"the stint since the resume is not longer than the budget {limit:g}s", h)
+    h.advance_to(end + QUANTUM)
+    h.do("renew", work_id=wid, token=tok)
+    h.do("expire")
+    check(h.item(wid)["status"] == "timeout", "retry.execution_timeout", "a resumed stint past the execution budget kept running", h)

@@ -65,3 +65,49 @@ def test_the_same_windows_pass_on_the_reference(spec: Spec, scratch: str | None)
     ws = explore("reference", spec, points=["after_intent_before_submit", "after_waiting_set"], fencing=True,
                  jobs=2, tmp_root=scratch)
     assert ws and all(w["verdict"] == "pass" for w in ws), [w["message"] for w in ws if w["verdict"] != "pass"]
+
+
+def test_a_torn_record_is_caught(spec: Spec, scratch: str | None, tmp_path) -> None:
+    """A receipt completed in one transaction and given its result in a second: a kill between
+    them leaves a completed receipt without the outcome (recovery.marker_kept)."""
+    adapter = "python:ledgercheck.fixtures.broken_recovery:TornRecord"
+    ws = explore(adapter, spec, points=["ledger.after_event_insert"], fencing=False, jobs=2, tmp_root=scratch,
+                 replay_dir=str(tmp_path), scan_kills=False)
+    bad = _failing(ws, "recovery.marker_kept")
+    assert bad, "no window caught the torn record"
+    assert all("completed without the result" in w["message"] for w in bad)
+    assert {w["verdict"] for w in ws} <= {"pass", "fail"}
+
+
+def test_a_scan_killed_between_its_two_transactions_is_caught(spec: Spec, scratch: str | None, tmp_path) -> None:
+    """The recovery scan releases leases in one transaction and requeues in another: killed in
+    between, it leaves timed-out work no later scan sees.  Only a kill inside the scan shows it."""
+    adapter = "python:ledgercheck.fixtures.broken_recovery:TwoPhaseRecover"
+    ws = explore(adapter, spec, points=["ledger.after_commit"], fencing=False, jobs=2, tmp_root=scratch,
+                 replay_dir=str(tmp_path), max_occurrence=1)
+    scan = [w for w in ws if w["mode"] == "scan-kill"]
+    assert {w["decision_expected"] for w in scan} == {"retry", "resume", "reconcile", "quarantine"}
+    bad = _failing(scan, "recovery.scan")
+    assert bad and all(w["decision_expected"] != "quarantine" for w in bad)
+    for w in bad:
+        assert w["scan_kill"][0] == "ledger.after_commit"
+        doc = json.loads(open(w["replay_file"], encoding="utf-8").read())
+        assert (doc["point"], doc["occurrence"], doc["scan_kill"]) == (w["point"], w["occurrence"], w["scan_kill"])
+    assert all(w["verdict"] == "pass" for w in ws if w["mode"] == "kill")
+    # the same windows pass on the reference, whose scan is one transaction
+    ref = explore("reference", spec, points=["ledger.after_commit"], fencing=False, jobs=2, tmp_root=scratch,
+                  replay_dir=str(tmp_path), max_occurrence=1)
+    assert len([w for w in ref if w["mode"] == "scan-kill"]) == len(scan)
+    assert all(w["verdict"] == "pass" for w in ref), [w["message"] for w in ref if w["verdict"] != "pass"]
+
+
+def test_a_scan_kill_replays(spec: Spec, scratch: str | None, tmp_path) -> None:
+    from ledgercheck.chaos.replays import replay
+
+    adapter = "python:ledgercheck.fixtures.broken_recovery:TwoPhaseRecover"
+    ws = explore(adapter, spec, points=["ledger.after_commit"], fencing=False, jobs=1, tmp_root=scratch,
+                 replay_dir=str(tmp_path), max_occurrence=1)
+    w = next(w for w in ws if w["mode"] == "scan-kill" and w["verdict"] == "fail")
+    again = replay(w["replay_file"], tmp_root=scratch)
+    assert (again["mode"], again["scan_kill"], again["verdict"]) == ("scan-kill", w["scan_kill"], "fail")
+    assert again["message"] == w["message"]
