@@ -773,7 +773,10 @@ class Model:
                         self._open(wid, f, it[f])  # a wait that timed out may keep its description
                 self._append(wid, self.spec.operations["expire"].event_for("timeout"), it["status"], "timeout", now, new)
                 clause = "waiting.timeout" if it["status"] in self._wait_kinds.values() else "lease.expiry.release"
-                self._commit(wid, new, {}, clause)
+                # a lease the timeout should have released: that clause's, whichever phase ran out
+                released = {f: "lease.expiry.release" for f in ("owner", "lease_token", "lease_expires_at")
+                            if it[f] is not None}
+                self._commit(wid, new, released, clause)
                 self.fixed_reason[wid] = frozenset(ok_reasons)
             return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..clock import QUANTUM
 from ..harness import Harness
 from ..model import fold
 from . import case, check
@@ -73,6 +74,36 @@ def _fold(h: Harness) -> None:
             if f.fold and f.compare != "none":
                 check(folded.get(name) == snap.get(name) or (f.compare == "presence" and (folded.get(name) is None) == (snap.get(name) is None)),
                       "eventlog.fold", f"fold(events).{name} = {folded.get(name)!r}, snapshot {snap.get(name)!r}", h)
+
+
+@case("eventlog.event_data", "monitors")
+def _data_monitors(h: Harness) -> None:
+    """The events the monitors and the recovery scan write (a lapsed lease, a wait that ran out,
+    a due retry, a crashed holder) carry their fields as they are after the event."""
+    wid = h.create()
+    lapse = lambda: h.advance_to(h.lapse_time(wid))  # noqa: E731
+    h.claim(wid)
+    lapse()
+    h.do("expire")
+    h.do("requeue", work_id=wid, reason="again")
+    tok = h.claim(wid)
+    if h.claims("set_waiting"):
+        h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="cb-9", timeout=60.0)
+        h.advance(60.0 + QUANTUM)
+        h.do("expire")
+        h.do("requeue", work_id=wid, reason="again")
+        tok = h.claim(wid)
+    retryable = [c for c, r in h.spec.error_classes.items() if r]
+    if h.claims("fail") and h.claims("promote_due") and retryable:
+        h.do("fail", work_id=wid, token=tok, error_class=retryable[0])
+        if h.item(wid)["status"] == "retry_scheduled":
+            h.advance_to(h.item(wid)["next_retry_at"])
+            h.do("promote_due")
+            tok = h.claim(wid)
+    if h.claims("recover") and h.item(wid)["status"] in {n for n, st in h.spec.statuses.items() if st.leased}:
+        lapse()
+        h.do("recover")
+    h.events_of(wid, "eventlog.event_data")  # each step above was compared with the model's events
 
 
 @case("eventlog.event_data", "tour")

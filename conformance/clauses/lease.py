@@ -179,17 +179,41 @@ def _expiry(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         yield src, fn
 
 
+def _released(h: Harness, wid: str, how: str) -> None:
+    got = h.raw("get", work_id=wid).value
+    check(got["owner"] is None and got["lease_token"] is None and got["lease_expires_at"] is None, "lease.expiry.release",
+          f"work expired ({how}) still has owner {got['owner']!r}, token {got['lease_token']!r}, "
+          f"expiry {got['lease_expires_at']!r}", h)
+    types = [e["type"] for e in h.events_of(wid, "lease.expiry.release")]
+    check(h.spec.operations["expire"].event_for("timeout") in types, "lease.expiry.release", f"events {types}", h)
+
+
 @case("lease.expiry.release", "clears-lease")
 def _release(h: Harness) -> None:
     wid = h.create()
     h.claim(wid)
     h.advance_to(h.lapse_time(wid))
     h.do("expire")
-    got = h.raw("get", work_id=wid).value
-    check(got["owner"] is None and got["lease_token"] is None and got["lease_expires_at"] is None, "lease.expiry.release",
-          f"expired work still has owner {got['owner']!r} token {got['lease_token']!r}", h)
-    types = [e["type"] for e in h.events_of(wid, "lease.expiry.release")]
-    check(h.spec.operations["expire"].event_for("timeout") in types, "lease.expiry.release", f"events {types}", h)
+    _released(h, wid, "lease lapsed")
+
+
+@case("lease.expiry.release", "execution-timeout")
+def _release_exec(h: Harness) -> None:
+    """The monitor ends a stint that ran past its execution budget while the lease was renewed:
+    the lease is released all the same (timeout_marked clears owner, token and expiry)."""
+    budget = h.spec.phase_timeout("execution")
+    if budget is None:
+        raise NotApplicable("the contract sets no execution budget")
+    h.need("renew")
+    wid = h.create()
+    tok = h.claim(wid)
+    start, lt = h.now(), h.spec.lease_for("manual")
+    while h.now() + lt.renew_interval < start + budget:
+        h.advance(lt.renew_interval)
+        h.do("renew", work_id=wid, token=tok)
+    h.advance_to(start + budget + 1.0)
+    h.do("expire")
+    _released(h, wid, "execution budget spent")
 
 
 def _guarded_writes(h: Harness, wid: str, tok: str) -> list[tuple[str, dict]]:

@@ -43,9 +43,14 @@ def test_windows_cover_every_point_class_and_decision(spec: Spec, windows: list[
 
 def test_window_shape(windows: list[dict]) -> None:
     keys = {"point", "mode", "step_class", "occurrence", "decision_expected", "decision_observed", "effects_expected",
-            "effects_observed", "final_status", "verdict", "clauses", "message", "replay", "replay_file"}
+            "effects_observed", "final_status", "verdict", "clauses", "message", "replay", "replay_file", "scan_kill"}
     assert all(set(w) == keys for w in windows)
-    assert {w["mode"] for w in windows} == {"kill", "takeover"}
+    assert {w["mode"] for w in windows} == {"kill", "takeover", "scan-kill"}
+    # a scan-kill window names the adapter's own point inside recover where the scan died
+    for w in windows:
+        sk = w["scan_kill"]
+        assert (sk is None) == (w["mode"] != "scan-kill")
+        assert sk is None or (sk[0] in ("ledger.after_event_insert", "ledger.after_commit") and sk[1] >= 1)
 
 
 def test_takeover_windows_refuse_every_stale_write(windows: list[dict]) -> None:
