@@ -1057,7 +1057,7 @@ class Model:
             if not any(r.get("may_be") for r in self.receipts.values() if r["work_id"] == exp["work_id"]):
                 self.unresolved.discard(exp["work_id"])
         for f in ("work_id", "step_id", "tool", "step_class", "state", "result"):
-            if got.get(f) != exp[f]:
+            if not same_json(got.get(f), exp[f]):
                 c = clause
                 if f == "result" and exp["state"] == "completed":
                     # the stored result is idem.record's; once a second record was tried, a
@@ -1199,7 +1199,7 @@ class Model:
                     out.append(Violation("inbox.dead_letter", f"dead-lettered {mid!r} was handed out again"))
                 else:
                     handed.append(mm)
-                if m.get("sender") != mm["sender"] or m.get("body") != mm["body"]:
+                if m.get("sender") != mm["sender"] or not same_json(m.get("body"), mm["body"]):
                     out.append(Violation("inbox.deliver.idempotent", f"{mid!r} came back with sender/body {m.get('sender')!r}/{m.get('body')!r:.40}"))
                 if m.get("nacks") != mm["nacks"]:
                     out.append(Violation("inbox.nack.redeliver", f"{mid!r} reports {m.get('nacks')!r} nacks, expected {mm['nacks']}"))
@@ -1374,7 +1374,8 @@ class Model:
                 raise _Bad("eventlog.read", f"expected a list of entries, got {res!r:.80}")
             got = [(e.get("seq"), e.get("kind"), e.get("payload") or {}) if isinstance(e, Mapping) else None for e in res]
             exp = [(e["seq"], e["kind"], e["payload"]) for e in want]
-            return [] if got == exp else [Violation("eventlog.read", f"read({a['stream']!r}, from {start}) gave {[g[0] if g else None for g in got]}, expected seqs {[e[0] for e in exp]}")]
+            same = len(got) == len(exp) and all(g is not None and g[:2] == x[:2] and same_json(g[2], x[2]) for g, x in zip(got, exp, strict=True))
+            return [] if same else [Violation("eventlog.read", f"read({a['stream']!r}, from {start}) gave {[g[0] if g else None for g in got]}, expected seqs {[e[0] for e in exp]}")]
 
         return Accept(h, "eventlog.read", "reading always works")
 
@@ -1531,12 +1532,26 @@ def _moves(res: Any, clause: str) -> list[Mapping[str, Any]]:
     return res
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Equality of JSON values as JSON sees them: a boolean is no number (Python's True == 1 is
+    not JSON's), an integral float equals its integer (2.0 is 2), containers compare element-wise."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping | list) or isinstance(b, Mapping | list):
+        return False
+    return a == b
+
+
 def _compare_outbox(exp: Mapping[str, Any], got: Any, clause: str) -> list[Violation]:
     if not isinstance(got, Mapping):
         return [Violation(clause, f"expected an outbox message, got {got!r:.80}")]
     out = []
     for f in ("key", "destination", "payload", "work_id", "state", "provider_ref"):
-        if got.get(f) != exp[f]:
+        if not same_json(got.get(f), exp[f]):
             c = "outbox.mark_sent" if f in ("state", "provider_ref") else clause
             out.append(Violation(c, f"outbox {exp['key']!r}: {f} is {got.get(f)!r}, expected {exp[f]!r}"))
     return out

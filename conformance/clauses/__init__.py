@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ledgercheck.spec import Spec
@@ -113,4 +114,31 @@ def check(cond: bool, clause: str, message: str, h: Harness | None = None) -> No
         fail(clause, message, h)
 
 
-__all__ = ["ClauseCase", "ClauseFailure", "NoCheck", "all_cases", "case", "cases", "check", "fail"]
+@contextmanager
+def durable(h: Harness) -> Iterator[Callable[[], None]]:
+    """A clause test on a ledger in a directory of its own; yields ``reopen()``, which resets the
+    adapter with the same directory (the ledger is closed and opened again, the model and the
+    clock go on).  Not applicable to adapters that do not declare durable state."""
+    import tempfile
+
+    from ..harness import AdapterFailure, NotApplicable
+
+    caps = h.client.handshake.get("capabilities") or {}
+    if not caps.get("durable"):
+        raise NotApplicable("the adapter does not declare durable state (a reset with the same dir)")
+    with tempfile.TemporaryDirectory(prefix="ledgercheck-reopen-") as tmp:
+        config = {"contract": h.contract_doc, "seed": h.sent_seed, "dir": tmp}
+
+        def reopen() -> None:
+            out = h.client.reset(config)
+            if not out.ok:
+                raise AdapterFailure("reset", out)
+
+        reopen()
+        try:
+            yield reopen
+        finally:
+            h.client.reset({"contract": h.contract_doc, "seed": h.sent_seed})  # let go of the directory
+
+
+__all__ = ["ClauseCase", "ClauseFailure", "NoCheck", "all_cases", "case", "cases", "check", "durable", "fail"]

@@ -659,6 +659,7 @@ def _order(h: Harness) -> None:
     got = []
     for _ in ids:
         out = h.do("claim", owner=OWNER)
+        check(out.ok and out.value is not None, "core.transition.allowed", f"claim returned {out.value!r:.60} with queued work left", h)
         got.append(out.value["work_id"])
     check(got == want, "core.claim.order", f"claimed in order {[ids.index(g) for g in got]}, expected {[ids.index(w) for w in want]}", h)
 
@@ -688,6 +689,13 @@ def _list_many(h: Harness) -> None:
     n = 2 * max(h.spec.inbox_drain_max, h.spec.outbox_pending_max, 100) + 1
     for i in range(n):
         h.create("manual", f"bulk-{i}")
+    # and past the page limits stores impose by default (1000, 1024): those records are created
+    # with plain calls (the model would read each one back); the listing is judged by its count
+    extra = max(0, 1025 - n)
+    for i in range(extra):
+        out = h.raw("create", source_system="manual", source_id=f"bulk-{n + i}", now=h.now())
+        check(out.ok, "core.list.complete", f"create of bulk record {n + i} answered {out.code}", h)
+    n += extra
     for args in ({}, {"status": h.spec.initial_status}):
         got = h.raw("list", **args).value
         check(isinstance(got, list) and len(got) == n and len({w.get("work_id") for w in got}) == n,
@@ -772,3 +780,31 @@ def _reason(h: Harness, wid: str, moves: list, want: str) -> None:
     check(bool(mine) and mine[0].get("reason") == want, "core.expire.timeout_reason", f"expire reported {mine!r:.100}, expected reason {want}", h)
     got = h.raw("get", work_id=wid).value
     check(got.get("status_reason") == want, "core.expire.timeout_reason", f"status_reason is {got.get('status_reason')!r}, expected {want!r}", h)
+
+
+# ---------------------------------------------------------------- round-3 hunt
+@case("core.transition.allowed", "claim-every-priority")
+def _claim_every_priority(h: Harness) -> None:
+    """queued -> running by claim holds at every priority of the range: a claim without an id
+    hands out queued work whatever its priority (the model accepts any queued item)."""
+    prios = list(range(h.spec.priority_min, h.spec.priority_max + 1))
+    for p in reversed(prios):
+        h.create(priority=p)
+    for _ in prios:
+        out = h.do("claim", owner=OWNER)
+        check(out.ok and out.value is not None, "core.transition.allowed", f"claim returned {out.value!r:.60} with queued work left", h)
+
+
+@case("core.list.complete", "after-changes")
+def _list_after_changes(h: Harness) -> None:
+    """Listing reflects every change since the last listing, not only new records."""
+    ids = [h.create() for _ in range(3)]
+    statuses = [s for s in h.spec.statuses if _drivable(h, h.spec.initial_status, s)]
+    for s in statuses:
+        h.do("list", status=s)
+    for wid, s in zip(ids, ("running", "done", "cancelled"), strict=False):
+        if s in statuses:
+            h.drive(wid, s)
+            for st in statuses:
+                h.do("list", status=st)
+    h.do("list")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..clock import QUANTUM
 from ..harness import Harness
-from ..model import fold
+from ..model import fold, same_json
 from . import case, check
 from .core import _tour
 
@@ -116,3 +116,43 @@ def _data(h: Harness) -> None:
         h.do("renew", work_id=wid, token=h.token(wid))
     h.do("cancel", work_id=wid)
     h.events_of(wid, "eventlog.event_data")  # each step above was compared with the model's events
+
+
+# ---------------------------------------------------------------- round-3 hunt
+@case("eventlog.append.expected_seq", "after-conflicts")
+def _append_after_conflict(h: Harness) -> None:
+    """A refused append takes no seq: the next matching append is stored right after the last entry."""
+    first = h.spec.first_seq
+    h.do("log_append", stream=S, expected_seq=first - 1, kind="a")
+    for exp in (first - 1, first + 1, first + 5):
+        h.do("log_append", stream=S, expected_seq=exp, kind="lost")
+    out = h.do("log_append", stream=S, expected_seq=first, kind="b")
+    check(out.ok and out.value["seq"] == first + 1, "eventlog.append.expected_seq", f"after refused appends, stored at {out.value!r}", h)
+    h.do("log_read", stream=S)
+
+
+@case("eventlog.read", "every-start")
+def _read_every_start(h: Harness) -> None:
+    """Reading from every seq, the one after the last included (a tailer polling for news gets nothing)."""
+    first = h.spec.first_seq
+    for i in range(3):
+        h.do("log_append", stream=S, expected_seq=first - 1 + i, kind=f"k{i}", payload={"i": i})
+    for start in range(0, first + 5):
+        h.do("log_read", stream=S, from_seq=start)
+
+
+# payload values a careless store changes: integers past 2^53, up to the 64-bit limits (canonical JSON writes
+# integers as plain digits), floats that need all 17 digits, booleans (not 0/1), text beyond the
+# BMP and text in decomposed form (kept as it is, never normalised)
+FIDELITY = {"big": 2 ** 53 - 1, "huge": 2 ** 53 - 2, "neg": -(2 ** 53 - 1), "time": 1000045.125, "tenth": 0.1,
+            "third": 1 / 3, "yes": True, "no": False, "emoji": "\U0001F642 \U0001D11E", "decomposed": "cafe\u0301",
+            "nested": {"n": [None, {"x": None}], "flag": [True, 0, 1, False]}}
+
+
+@case("eventlog.read", "payload-fidelity")
+def _read_fidelity(h: Harness) -> None:
+    first = h.spec.first_seq
+    h.do("log_append", stream=S, expected_seq=first - 1, kind="values", payload=FIDELITY)
+    got = h.raw("log_read", stream=S).value
+    check(isinstance(got, list) and len(got) == 1 and same_json(got[0].get("payload"), FIDELITY), "eventlog.read",
+          f"read back {got[0].get('payload') if got else None!r:.160}", h)

@@ -7,13 +7,19 @@ from collections.abc import Iterable
 from ledgercheck.spec import Spec
 
 from ..harness import Harness, NotApplicable
+from ..model import same_json
 from . import CaseFn, case, cases, check
 
 INPUTS = {
     "flat": {"to": "ops@example.org", "subject": "report"},
-    "nested-unicode": {"b": [1, 2, {"z": "ünïcødé ✓", "a": None}], "a": {"y": 1.5, "x": True}},
+    "nested-unicode": {"b": [1, 2, {"z": "ünïcødé ✓", "a": None}], "a": {"y": 15, "x": True}},
     "scalar": "plain text",
     "empty": {},
+    # strings as they are (no Unicode normalisation), keys by code point (not UTF-16 unit),
+    # integers as plain digits whatever their size
+    "decomposed-unicode": {"nfc": "caf\u00e9", "nfd": "cafe\u0301"},
+    "astral-keys": {"\U0001F642": 1, "\uff01": 2, "a": [{"\U0001D11E": True, "\ufb01": None}]},
+    "big-integers": {"amount": 2 ** 53 - 1, "neg": -(2 ** 53 - 1), "id": 2 ** 53 - 2},
 }
 
 
@@ -111,6 +117,7 @@ def _conflict(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 # results as a provider returns them: nulls at the top and nested, empty containers, non-ASCII
 RESULTS = {
     "then-lookup": {"message_id": "m-1"},
+    "booleans-kept": {"ok": True, "retry": False, "codes": [0, 1, True, False]},
     "nulls-kept": {"message_id": "m-2", "thread_id": None, "meta": {"retry_after": None, "tags": [], "ids": [None, 3]}, "note": "reçu"},
 }
 
@@ -123,7 +130,7 @@ def _record(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             r = _begin(h, wid).value["receipt"]
             h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result=result)
             got = h.do("effect_lookup", key=r["key"]).value
-            check(got is not None and got["state"] == "completed" and got["result"] == result, "idem.record",
+            check(got is not None and got["state"] == "completed" and same_json(got["result"], result), "idem.record",
                   f"lookup gave {got!r:.120}, recorded {result!r:.80}", h)
         yield name, fn
 
@@ -226,3 +233,26 @@ def _retention(h: Harness) -> None:
             h.do(op)
     got = h.do("effect_lookup", key=r["key"]).value
     check(got is not None and got["result"] == {"kept": True}, "idem.retention", "a receipt vanished within the retention window", h)
+
+
+# ---------------------------------------------------------------- round-3 hunt
+@cases("idem.conflict")
+def _conflict_completed(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    """Completion does not end the key's input check: a later begin or record with another
+    input is still a conflict (and the stored result is unchanged)."""
+    def begin(h: Harness) -> None:
+        wid = h.create()
+        r = _begin(h, wid, inp={"amount": 10}).value["receipt"]
+        h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"ok": 1})
+        out = _begin(h, wid, inp={"amount": 11})
+        check(not out.ok and out.code == "idempotency_conflict", "idem.conflict", f"begin of a completed key with another input answered {out.code or 'ok'}", h)
+
+    def record(h: Harness) -> None:
+        wid = h.create()
+        r = _begin(h, wid, inp={"amount": 10}).value["receipt"]
+        h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"ok": 1})
+        out = h.do("effect_record", key=r["key"], input_hash=h.spec.input_hash({"amount": 11}), result={"ok": 2})
+        check(not out.ok and out.code == "idempotency_conflict", "idem.conflict", f"record of a completed key with another input hash answered {out.code or 'ok'}", h)
+
+    yield "begin-after-completed", begin
+    yield "record-after-completed", record

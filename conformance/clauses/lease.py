@@ -390,3 +390,37 @@ def _active(h: Harness) -> None:
     got = h.raw("active", now=h.now()).value
     check(a not in got and b not in got, "lease.active_pointer", f"active view {got}", h)
     _ = OWNER
+
+
+# ---------------------------------------------------------------- round-3 hunt
+@case("lease.version.monotonic", "resumes-in-one-attempt")
+def _monotonic_resumes(h: Harness) -> None:
+    """Several waits and resumes within one attempt: every resume is an acquire of its own."""
+    h.need("set_waiting", "resume")
+    wid = h.create()
+    tok = h.claim(wid)
+    versions = [h.item(wid)["lease_version"]]
+    kind = next(iter(h.spec.waiting_statuses))
+    for i in range(3):
+        h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref=f"ref-{i}")
+        tok = h.do("resume", work_id=wid, owner=f"worker-{i}").value["lease_token"]
+        versions.append(h.raw("get", work_id=wid).value["lease_version"])
+    check(all(b > a for a, b in zip(versions, versions[1:], strict=False)), "lease.version.monotonic", f"lease versions {versions}", h)
+
+
+@case("lease.version.monotonic", "many-acquires")
+def _monotonic_many(h: Harness) -> None:
+    """No bound on lease_version: past any small counter width (a byte) it still grows."""
+    h.need("requeue")
+    wid = h.create()
+    last = h.item(wid)["lease_version"]
+    # plain calls (the model would compare the whole growing trail after each one); the item is
+    # not used through the model afterwards
+    for i in range(300):
+        now = h.now()
+        got = h.raw("claim", owner=f"w-{i % 3}", work_id=wid, now=now).value
+        check(isinstance(got, dict) and got.get("lease_version", -1) > last, "lease.version.monotonic",
+              f"acquire {i + 1}: lease_version {got.get('lease_version') if isinstance(got, dict) else got!r} after {last}", h)
+        last = got["lease_version"]
+        h.raw("close_out", work_id=wid, token=got["lease_token"], status="done", now=now)
+        h.raw("requeue", work_id=wid, now=now)

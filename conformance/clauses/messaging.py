@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from ledgercheck.spec import Spec
 
 from ..harness import Harness
-from . import CaseFn, case, cases, check
+from ..model import same_json
+from . import CaseFn, case, cases, check, durable
 
 R = "agent-7"
 
@@ -177,3 +178,144 @@ def _order(h: Harness) -> None:
     check(got == keys, "outbox.order", f"pending order {got}, enqueued {keys}", h)
     got2 = [m["key"] for m in h.do("outbox_pending", max=2).value]
     check(got2 == keys[:2], "outbox.order", f"pending(max=2) gave {got2}", h)
+
+
+# ---------------------------------------------------------------- round-3 hunt: inbox
+@case("inbox.nack.redeliver", "keeps-place-every-nack")
+def _nack_every(h: Harness) -> None:
+    """Every nack below the limit, not just the first, returns the message to its original place."""
+    for mid in ("a1", "a2", "a3"):
+        _deliver(h, mid, "alice")
+    for i in range(1, h.spec.inbox_max_nacks):
+        got = _drain(h, 1)  # (how many it hands out is inbox.drain.max's business; a1 comes first)
+        check(got[:1] == ["a1"], "inbox.nack.redeliver", f"after {i - 1} nack(s) of a1, drain(max=1) gave {got}", h)
+        h.do("inbox_nack", recipient=R, message_id="a1", error=f"attempt {i}")
+    again = _drain(h, 3)
+    check(again[:1] == ["a1"], "inbox.nack.redeliver", f"after {h.spec.inbox_max_nacks - 1} nacks of a1, drain gave {again}", h)
+
+
+@case("inbox.fifo.per_sender", "arrival-not-id-order")
+def _fifo_ids(h: Harness) -> None:
+    """Arrival order is the order of delivery, whatever the ids look like and however many
+    arrive at the same instant (ids sort neither numerically nor lexically here)."""
+    order = [("alice", "m-10"), ("bob", "z-1"), ("alice", "m-9"), ("alice", "m-100"), ("bob", "a-2"), ("alice", "m-1")]
+    for sender, mid in order:
+        _deliver(h, mid, sender)
+    seen: list[str] = []
+    for _ in range(len(order) + 1):
+        got = _drain(h, 1)
+        if not got:
+            break
+        seen += got
+        h.do("inbox_ack", recipient=R, message_id=got[0])
+    for sender in ("alice", "bob"):
+        want = [m for s, m in order if s == sender]
+        check([m for m in seen if m in want] == want, "inbox.fifo.per_sender", f"{sender}: drained {seen}, delivered {want}", h)
+
+
+@case("inbox.drain.max", "limit-one-sender")
+def _max_one_sender(h: Harness) -> None:
+    """The limit counts messages, not senders: one sender's backlog is handed out max at a time."""
+    for sender in ("alice", "bob"):
+        for i in range(4):
+            _deliver(h, f"{sender}-{i}", sender)
+    for n in (1, 2, 3):
+        got = _drain(h, n)
+        check(1 <= len(got) <= n, "inbox.drain.max", f"drain(max={n}) gave {len(got)} messages: {got}", h)
+        for mid in got:
+            h.do("inbox_ack", recipient=R, message_id=mid)
+
+
+@case("inbox.deliver.idempotent", "after-dead-letter")
+def _dup_dead(h: Harness) -> None:
+    """A message id stays known once dead-lettered: delivering it again is a duplicate, and the
+    dead letter is not revived."""
+    _deliver(h, "poison", "alice")
+    for i in range(h.spec.inbox_max_nacks):
+        if _drain(h) != ["poison"]:
+            break
+        h.do("inbox_nack", recipient=R, message_id="poison", error=f"attempt {i + 1}")
+    out = _deliver(h, "poison", "alice").value
+    check(out["delivered"] is False, "inbox.deliver.idempotent", f"redelivery of a dead-lettered id reported {out}", h)
+    check(_drain(h) == [], "inbox.deliver.idempotent", "a redelivered dead-lettered id was handed out again", h)
+    h.do("inbox_dead", recipient=R)
+
+
+@case("inbox.ack", "other-recipient")
+def _ack_other(h: Harness) -> None:
+    """An ack names the recipient's own message: an id only another recipient received is
+    not_found for this one, and the other recipient's message is untouched."""
+    other = "agent-8"
+    h.do("inbox_deliver", recipient=other, message_id="m1", sender="alice", body={"text": "m1"})
+    h.do("inbox_drain", recipient=other)
+    out = h.raw("inbox_ack", recipient=R, message_id="m1", now=h.now())  # judged here, not by the model's not_found
+    check(not out.ok and out.code == "not_found", "inbox.ack", f"ack of another recipient's message answered {out.code or 'ok'}", h)
+    h.do("inbox_nack", recipient=other, message_id="m1", error="handler failed")
+    got = [m["message_id"] for m in h.do("inbox_drain", recipient=other).value]
+    check(got == ["m1"], "inbox.ack", f"the other recipient's message was lost (drain gave {got})", h)
+
+
+@case("inbox.dead_letter", "survives-reopen")
+def _dead_reopen(h: Harness) -> None:
+    """Dead letters are part of the durable ledger: listed (and never handed out) after a reopen."""
+    with durable(h) as reopen:
+        _deliver(h, "poison", "alice")
+        for i in range(h.spec.inbox_max_nacks):
+            _drain(h)
+            h.do("inbox_nack", recipient=R, message_id="poison", error=f"attempt {i + 1}")
+        reopen()
+        dead = [m["message_id"] for m in h.do("inbox_dead", recipient=R).value]
+        check(dead == ["poison"], "inbox.dead_letter", f"after a reopen the dead letters are {dead}", h)
+        check(_drain(h) == [], "inbox.dead_letter", "after a reopen a dead-lettered message was handed out", h)
+
+
+# ---------------------------------------------------------------- round-3 hunt: outbox
+@case("outbox.dedupe", "other-work-item")
+def _dedupe_work(h: Harness) -> None:
+    """The key alone identifies the message: reusing it for another work item is either the
+    existing message or an idempotency_conflict (the contract lets you choose), never a second one."""
+    w1, w2 = h.create(), h.create()
+    payload = {"text": "done", "thread": None}
+    h.do("outbox_enqueue", key="reply-1", destination="telegram:chat-42", payload=payload, work_id=w1)
+    out = h.do("outbox_enqueue", key="reply-1", destination="telegram:chat-42", payload=payload, work_id=w2)
+    check((out.ok and out.value["created"] is False) or (not out.ok and out.code == "idempotency_conflict"), "outbox.dedupe",
+          f"reusing the key for another work item answered {out.code or out.value!r:.80}", h)
+    got = [m["key"] for m in h.raw("outbox_pending").value]
+    check(got == ["reply-1"], "outbox.dedupe", f"one key, pending {got}", h)
+
+
+@case("outbox.dedupe", "other-payload-same-after-normalisation")
+def _dedupe_nfc(h: Harness) -> None:
+    """Payloads are compared by their canonical JSON, which keeps strings as they are: 'é' as one
+    code point and as e + combining accent are different payloads."""
+    _enqueue(h, "reply-1", {"text": "caf\u00e9"})
+    out = _enqueue(h, "reply-1", {"text": "cafe\u0301"})
+    check(not out.ok and out.code == "idempotency_conflict", "outbox.dedupe",
+          f"key reuse with a differently spelled payload answered {out.code or 'ok'}", h)
+
+
+@case("outbox.intent_first", "payload-as-given")
+def _intent_payload(h: Harness) -> None:
+    """What is recorded is what will be sent: integers of any size (canonical JSON writes them as
+    plain digits), non-ASCII and astral text, booleans and nulls come back as enqueued."""
+    payload = {"amount": 2 ** 53 - 1, "id": 2 ** 53 - 2, "neg": -(2 ** 53 - 1), "text": "caf\u00e9 cafe\u0301 \U0001F642",
+               "ok": True, "no": False, "none": None, "n": [0, 1, {"deep": None}]}
+    m = _enqueue(h, "reply-1", payload).value["message"]
+    check(same_json(m.get("payload"), payload), "outbox.intent_first", f"enqueue returned payload {m.get('payload')!r:.100}", h)
+    got = h.do("outbox_pending").value
+    check(len(got) == 1 and same_json(got[0].get("payload"), payload), "outbox.intent_first",
+          f"pending payload {got[0].get('payload') if got else None!r:.100}", h)
+
+
+@case("outbox.mark_sent", "survives-reopen")
+def _sent_reopen(h: Harness) -> None:
+    """Marking sent is durable: after a reopen the message is still sent, with its first reference."""
+    with durable(h) as reopen:
+        _enqueue(h, "reply-1")
+        _enqueue(h, "reply-2")
+        h.do("outbox_mark_sent", key="reply-1", provider_ref="tg-1001")
+        reopen()
+        got = [m["key"] for m in h.do("outbox_pending").value]
+        check(got == ["reply-2"], "outbox.mark_sent", f"after a reopen pending is {got}", h)
+        again = h.do("outbox_mark_sent", key="reply-1", provider_ref="tg-2002").value
+        check(again["provider_ref"] == "tg-1001", "outbox.mark_sent", f"after a reopen, marking again gave {again['provider_ref']!r}", h)

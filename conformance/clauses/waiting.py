@@ -8,7 +8,7 @@ from ledgercheck.spec import Spec
 
 from ..clock import QUANTUM
 from ..harness import Harness, NotApplicable
-from . import CaseFn, case, cases, check
+from . import CaseFn, case, cases, check, durable
 
 
 def _running(h: Harness, src: str = "manual") -> tuple[str, str]:
@@ -312,3 +312,82 @@ def _exec_timeout_after_resume(h: Harness) -> None:
     h.do("renew", work_id=wid, token=tok)
     h.do("expire")
     check(h.item(wid)["status"] == "timeout", "retry.execution_timeout", "a resumed stint past the execution budget kept running", h)
+
+
+# ---------------------------------------------------------------- round-3 hunt
+@cases("waiting.deadline")
+def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    for kind in spec.waiting_statuses:
+        def longer(h: Harness, kind: str = kind) -> None:
+            """An explicit timeout is taken as given, also when it is longer than the kind's default."""
+            wid, tok = _running(h)
+            t = h.now()
+            budget = 2 * h.spec.waiting_timeout(kind, "manual")
+            out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=budget)
+            if not h.wall:
+                check(out.value["waiting_deadline"] == t + budget, "waiting.deadline",
+                      f"timeout {budget:g}: deadline {out.value['waiting_deadline']} != now + {budget:g}", h)
+
+        def same_ref_again(h: Harness, kind: str = kind) -> None:
+            """Each wait has its own deadline, counted from its own start, even under a reference used before."""
+            h.need("resume")
+            wid, tok = _running(h)
+            for timeout in (600.0, 600.0, None):
+                t = h.now()
+                out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-1", timeout=timeout)
+                budget = timeout if timeout is not None else h.spec.waiting_timeout(kind, "manual")
+                if not h.wall:
+                    check(out.value["waiting_deadline"] == t + budget, "waiting.deadline",
+                          f"wait under a reused reference: deadline {out.value['waiting_deadline']} != now + {budget:g}", h)
+                h.advance(60.0)
+                tok = h.do("resume", work_id=wid, owner="worker-2").value["lease_token"]
+                h.advance(30.0)
+
+        yield f"{kind}-explicit-longer-than-default", longer
+        yield f"{kind}-reference-reused", same_ref_again
+
+
+@cases("retry.policy_override")
+def _override_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    fields = {"max_attempts": 4, "initial_backoff": 3.0, "multiplier": 3.0, "max_backoff": 5.0}
+    for name, value in fields.items():
+        def partial(h: Harness, name: str = name, value: object = value) -> None:
+            """A policy that gives one field (and jitter none, for exact delays) keeps every other default."""
+            pol = {"jitter": "none", name: value}
+            policy = h.spec.retry_default.merged(h._scaled_args("create", {"retry_policy": pol})["retry_policy"])
+            got = _fail_at_attempts(h, pol, policy.max_attempts + 1)
+            check(len(got) == policy.max_attempts - 1, "retry.policy_override",
+                  f"policy {pol}: {len(got)} retries for max_attempts {policy.max_attempts}", h)
+            for n, (t, nra) in enumerate(got, start=1):
+                lo, hi = h.spec.backoff_range(policy, n)
+                tol = h.wall_tolerance if h.wall else 0.0
+                check(t + lo - tol <= nra <= t + hi + tol, "retry.policy_override",
+                      f"policy {pol}: retry after attempt {n} due in {nra - t:g}s, the merged policy gives {lo:g}", h)
+        yield f"only-{name}", partial
+
+    def after_requeue(h: Harness) -> None:
+        """The override belongs to the work item: a requeue keeps it (max_attempts 1: every run fails at once)."""
+        h.need("requeue")
+        wid = h.create(retry_policy={"max_attempts": 1})
+        tok = h.claim(wid)
+        h.do("fail", work_id=wid, token=tok, error_class=_retryable(h.spec))
+        h.do("requeue", work_id=wid, reason="operator")
+        tok = h.claim(wid)
+        # the last call, read here (the model would blame the outcome on retry.exhausted, whose
+        # rule holds for whatever policy the ledger applied)
+        out = h.raw("fail", work_id=wid, token=tok, error_class=_retryable(h.spec), now=h.now())
+        check(out.ok and out.value["status"] == "failed", "retry.policy_override",
+              f"max_attempts 1, after a requeue: a retryable failure gave {out.value['status'] if out.ok else out.code}", h)
+
+    def after_reopen(h: Harness) -> None:
+        """The override is part of the durable record: it still holds after the ledger is reopened."""
+        with durable(h) as reopen:
+            wid = h.create(retry_policy={"max_attempts": 1})
+            reopen()
+            tok = h.claim(wid)
+            out = h.raw("fail", work_id=wid, token=tok, error_class=_retryable(h.spec), now=h.now())  # the last call
+            check(out.ok and out.value["status"] == "failed", "retry.policy_override",
+                  f"max_attempts 1 after a reopen: a retryable failure gave {out.value['status'] if out.ok else out.code}", h)
+
+    yield "kept-across-requeue", after_requeue
+    yield "kept-across-reopen", after_reopen
