@@ -207,7 +207,10 @@ class Storm:
             want = dec.get("receipt_state") or "pending"
             states = {r["key"]: r["state"] for r in a.get("receipts") or []}
             for r in recs:
-                if r["state"] == "pending" and states.get(r["key"]) != want:
+                # attempts turned a requeue into quarantine: marking a receipt whose own class did
+                # not call for quarantine is the implementation's choice (docs/protocol.md)
+                free = rule == "recovery.attempts_exhausted" and spec.receipt_decision("pending", r["step_class"]) != d
+                if r["state"] == "pending" and states.get(r["key"]) != want and not (free and states.get(r["key"]) == "pending"):
                     V.append(Violation("recovery.receipt_marking", f"{when}: {wid} receipt {r['step_id']} is "
                                        f"{states.get(r['key'])} after {d}, expected {want}"))
         for wid, v in got.items():

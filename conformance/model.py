@@ -169,6 +169,11 @@ class Model:
             wid = args.get("work_id")
             if isinstance(wid, str) and op not in ("create", "outbox_enqueue") and wid not in self.items:
                 codes.add("not_found")
+            if self._nonterminal_close_out(op, args):
+                # a close-out to a status that exists but is not terminal is both an argument
+                # out of its range and a pair the table forbids (contract.md: "An operation that
+                # would make a forbidden move fails with invalid_transition"): either code is right
+                codes.add("invalid_transition")
             return Refuse(frozenset(codes), clause, msg)
         return handler(dict(args))
 
@@ -260,6 +265,9 @@ class Model:
             clause = blame.get(name) or (FIELD_OWNER.get(name, default) if default != "core.create.initial" else default)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
         fixed = self.fixed_reason.get(expect["work_id"])
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
+                and isinstance(expect, dict):
+            expect["status_reason"] = actual.get("status_reason")  # the phase the record names, from now on
         if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
             out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
                                  f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
@@ -404,6 +412,13 @@ class Model:
             return None
         name, problem = bad
         return self._arg_blame(op, name, args), f"{name} {problem}" if problem.startswith("is ") else f"{name}: {problem}"
+
+    def _nonterminal_close_out(self, op: str, args: Mapping[str, Any]) -> bool:
+        st = args.get("status")
+        if op != "close_out" or not isinstance(st, str) or st not in self.spec.statuses or self.spec.terminal(st):
+            return False
+        bad = arg_problem(self.spec, op, args)
+        return bad is not None and bad[0] == "status"
 
     def _arg_blame(self, op: str, name: str, args: Mapping[str, Any]) -> str:
         table = {
@@ -679,6 +694,11 @@ class Model:
             new = dict(it)
             self._requeue_fields(new, dst, a.get("reason"))
             self._begin(wid)
+            for f in ("waiting_kind", "waiting_ref", "waiting_deadline"):
+                if it[f] is not None:
+                    # a wait that timed out may have kept its description (expire); requeue,
+                    # which starts the work over, may clear it with the run's other fields
+                    self._open(wid, f, None)
             self._append(wid, "requeued", it["status"], dst, now, new)
             blame = {"quarantined": "recovery.quarantine.visible"}
             self._commit(wid, new, blame, "core.requeue.terminal")
@@ -759,7 +779,9 @@ class Model:
                     continue
                 it = self.items[wid]
                 ok_reasons = sure[wid][1] if wid in sure else set(self.spec.timeout_reasons.values())
-                if m.get("reason") not in ok_reasons:
+                # a move's reason is optional (protocol reference: `move`); the clause is judged
+                # on the record's status_reason (fixed_reason below), a reason given must agree
+                if m.get("reason") is not None and m.get("reason") not in ok_reasons:
                     out.append(Violation("core.expire.timeout_reason", f"{wid}: timeout reason {m.get('reason')!r}, expected {'/'.join(sorted(ok_reasons))}"))
                 if m.get("from_status") != it["status"] or m.get("to_status") != "timeout":
                     out.append(Violation("core.running.renew_or_leave", f"{wid}: move reported as {m.get('from_status')} -> {m.get('to_status')}"))
