@@ -398,6 +398,15 @@ class Ledger(RecoveryOps, JournalOps):
         if now > limit:
             raise LedgerError("stale_lease", f"{op}: {s['work_id']}: the lease lapsed at {limit:g}")
 
+    def _acquire(self, s: Mapping[str, Any], owner: str, now: float) -> dict[str, Any]:
+        """The lease fields an acquire (claim, resume) writes: a fresh token, the next version,
+        the source's ttl from now, and the start of the running stint."""
+        return {"owner": owner, "lease_token": self._token(), "lease_version": s["lease_version"] + 1,
+                "lease_expires_at": now + self.spec.lease_for(s["source_system"]).ttl, "started_at": now}
+
+    def _resume_lease(self, s: Mapping[str, Any], owner: str, now: float) -> dict[str, Any]:
+        return self._acquire(s, owner, now)
+
     @staticmethod
     def _token() -> str:
         return os.urandom(12).hex()
@@ -528,11 +537,8 @@ class Ledger(RecoveryOps, JournalOps):
             s = rec.snap
             src = s["status"]
             dst = self._dst("claim", rec)
-            ttl = self.spec.lease_for(s["source_system"]).ttl
-            new = self._write(cur, rec, {
-                "status": dst, "owner": owner, "lease_token": self._token(), "lease_version": s["lease_version"] + 1,
-                "lease_expires_at": now + ttl, "attempt": s["attempt"] + 1, "started_at": now,
-            }, now, self._ev[("claim", dst)], src, dst)
+            new = self._write(cur, rec, {"status": dst, **self._acquire(s, owner, now), "attempt": s["attempt"] + 1},
+                              now, self._ev[("claim", dst)], src, dst)
         if self.pointer is not None:
             self.write_pointer()
         return new
@@ -671,12 +677,9 @@ class Ledger(RecoveryOps, JournalOps):
             s = rec.snap
             src = s["status"]
             dst = self._dst("resume", rec)
-            ttl = self.spec.lease_for(s["source_system"]).ttl
-            new = self._write(cur, rec, {
-                "status": dst, "owner": owner, "lease_token": self._token(), "lease_version": s["lease_version"] + 1,
-                "lease_expires_at": now + ttl, "waiting_kind": None, "waiting_ref": None, "waiting_deadline": None,
-                "started_at": now,
-            }, now, self._ev[("resume", dst)], src, dst)
+            new = self._write(cur, rec, {"status": dst, **self._resume_lease(s, owner, now), "waiting_kind": None,
+                                         "waiting_ref": None, "waiting_deadline": None},
+                              now, self._ev[("resume", dst)], src, dst)
         if self.pointer is not None:
             self.write_pointer()
         return new
