@@ -16,29 +16,14 @@ certified.  Certified with the exploration by hand:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "eventsourced" / "ledger.py"
-CHAOS_CLAUSES = {"recovery.no_loss", "recovery.effects_allowed", "recovery.fencing_after_takeover"}
 
 
-def test_certified_from_the_docs_alone(tmp_path):
-    out = tmp_path / "out"
+def test_certified_from_the_docs_alone(certified_without_chaos):
     env = dict(os.environ)
     env.pop("ESLEDGER_CHOICES", None)
-    proc = subprocess.run([sys.executable, "-m", "ledgercheck", "certify", "--adapter", f"exec:{sys.executable} {LEDGER}",
-                           "--seed", "3", "--no-chaos", "--out", str(out), "--artifacts", str(tmp_path / "artifacts"),
-                           "--json"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    bad = [f"{t['nodeid']}: {(t['message'] or '')[:300]}" for t in doc["tests"]
-           if t["outcome"] in ("failed", "error") and t["clause"] not in CHAOS_CLAUSES]
-    assert not bad, "\n".join(bad[:5]) + proc.stderr[-1000:]
-    verdicts = {p: v["verdict"] for p, v in doc["profiles"]["verdicts"].items()}
-    assert len(verdicts) == 9 and all(v == "certified" for p, v in verdicts.items() if p != "recovery"), verdicts
-    undecided = {c["id"] for c in doc["clauses"] if c["outcome"] == "error"}
-    assert undecided == CHAOS_CLAUSES, undecided
+    certified_without_chaos(f"exec:{sys.executable} {LEDGER}", 3, env)
