@@ -334,13 +334,22 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
                 if errors >= 3:
                     return
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=ex.jobs) as tp:
+        tp = concurrent.futures.ThreadPoolExecutor(max_workers=ex.jobs)
+        try:
             futs = [tp.submit(chain, p) for p in probes] + [tp.submit(one, t) for t in fixed]
             if scan_kills:
                 futs += [tp.submit(scan_chain, rp, base) for rp in pts if rp in ex.adapter_points and rp not in WORKER_POINTS
                          for base in ex.scan_kill_windows()]
             for f in futs:
                 f.result()
+        except BaseException:
+            # an interrupt (or a failure) in this thread: drop the windows not started and kill
+            # the workers of those running, so the lanes end now instead of finishing the point
+            tp.shutdown(wait=False, cancel_futures=True)
+            ex.pool.abort("the crash-window exploration was stopped")
+            raise
+        finally:
+            tp.shutdown(wait=True)
         results.sort(key=lambda r: r[0])
         return [d for _, d in results]
 

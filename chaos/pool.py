@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import psutil
+from ledgercheck.conformance.reaper import descendants
 from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, default_spec
 
@@ -30,31 +31,6 @@ class WorkerDied(Exception):
 
 class WorkerTimeout(Exception):
     pass
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of a process (Linux exposes them per thread; elsewhere ask psutil)."""
-    task = f"/proc/{pid}/task"
-    try:
-        out = []
-        for tid in os.listdir(task):
-            with open(f"{task}/{tid}/children", encoding="ascii") as f:
-                out += [int(x) for x in f.read().split()]
-        return out
-    except (FileNotFoundError, PermissionError, ProcessLookupError):
-        try:
-            return [c.pid for c in psutil.Process(pid).children()]
-        except psutil.NoSuchProcess:
-            return []
-
-
-def descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        for c in _children(todo.pop()):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def kill_tree(pid: int, proc: psutil.Process | None = None) -> list[int]:
@@ -255,6 +231,16 @@ class WorkerPool:
             return
         with self._lock:
             self._idle.append(h)
+
+    def abort(self, reason: str) -> None:
+        """Stop at once (an interrupt): no more workers are handed out, and every worker is
+        SIGKILLed with all it started, so a scenario waiting on one ends now, not at its deadline."""
+        with self._lock:
+            self._failed = reason
+            hs = list(self._all)
+        for h in hs:
+            if not h.dead:
+                h.kill()
 
     def close(self) -> None:
         with self._lock:

@@ -24,11 +24,11 @@ import inspect
 import os
 import select
 import shlex
-import signal
 import subprocess
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,6 +36,7 @@ from ledgercheck.spec import Spec, default_spec
 
 from ledgercheck import PROTOCOL_VERSION
 
+from . import reaper
 from .model import Outcome
 from .protocol import DEFINITE, LedgerError
 from .wire import LOAD_ERRORS, dumps, loads, result_checker, spin_until_readable
@@ -431,9 +432,15 @@ class WireClient(Client):
     def _spawn(self) -> None:
         self._buf = b""
         self.last_crash_point = None
+        # a tag every process below the adapter inherits: close() finds them by it even after
+        # they left the adapter's process group and lost their parent (see reaper.py)
+        self._tag = uuid.uuid4().hex
+        env = dict(self.env if self.env is not None else os.environ)
+        env[reaper.ADAPTER_TAG] = self._tag
+        self._seen: dict[int, Any] = {}
         try:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    bufsize=0, start_new_session=True, env=self.env, cwd=self.cwd)
+                                    bufsize=0, start_new_session=True, env=env, cwd=self.cwd)
         except FileNotFoundError:
             raise AdapterError(f"adapter {self.address}: command not found: {self.argv[0]}") from None
         except OSError as exc:
@@ -452,29 +459,42 @@ class WireClient(Client):
         out = self._request("hello", {"protocol": PROTOCOL_VERSION}, self.startup_timeout)
         try:
             self._greet(out)
+            self.snapshot()
         except AdapterError as exc:
             self.broken = "handshake failed"
             self.kill()
             msg = str(exc)
             raise AdapterError(msg if "[adapter stderr:" in msg else msg + self._tail_suffix()) from None
 
+    def snapshot(self) -> None:
+        """Remember the processes now below the adapter, so a kill reaches them even once the
+        adapter has exited and they were re-parented (taken at start and on every failure)."""
+        if self.proc is not None:
+            for p in reaper.processes(reaper.descendants(self.proc.pid)):
+                self._seen.setdefault(p.pid, p)
+
     def kill(self) -> None:
-        """SIGKILL the adapter's process group and reap it; never blocks for long."""
+        """SIGKILL everything the adapter started and reap it; never blocks for long.
+
+        The process group goes whether or not its leader is still alive (a child holding the
+        adapter's output outlives its parent there), then every descendant seen (now or
+        earlier) and every process carrying this adapter's tag (one that called ``setsid``)."""
         proc = self.proc
         if proc is None:
             return
+        self.snapshot()
+        reaper.kill_group(proc.pid)
         if proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                try:
-                    proc.kill()
-                except OSError:
-                    pass
+                proc.kill()
+            except OSError:
+                pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        reaper.sweep(reaper.ADAPTER_TAG, self._tag, self._seen.values())
+        self._seen = {}
         for f in (proc.stdin, proc.stdout):
             try:
                 if f is not None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shlex
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--artifacts", default=".ledgercheck", metavar="DIR",
                    help="where failure traces, replay files and the hypothesis example database go (default .ledgercheck)")
     c.add_argument("--no-chaos", action="store_true", help="skip the crash-window exploration; the recovery clauses only it decides are then reported as errors (not checked), so the recovery profile cannot be certified")
+    c.add_argument("--breaker", type=int, default=3, metavar="N",
+                   help="stop the run (INCOMPLETE, exit 2) after N tests in a row end in an adapter timeout or crash; 0 never stops (default 3)")
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
@@ -77,7 +82,60 @@ def _reproduce(args: argparse.Namespace, seed: int) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
 
 
+class _Stopped(KeyboardInterrupt):
+    """An interrupt outside the suite's own handling (before the plugin took over)."""
+
+
+def _handle(handler: Any) -> dict[int, Any]:
+    """Set ``handler`` for SIGINT and SIGTERM (main thread only); returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
+    """Run the suite; whatever way it ends, nothing the run started is left running.
+
+    Every process the run starts inherits a tag in its environment (reaper.RUN_TAG); when the
+    suite is over, any process still carrying it is killed.  SIGINT and SIGTERM stop the run
+    once (the plugin handles them while the suite runs) and the verdict is INCOMPLETE."""
+    import uuid
+
+    from .reaper import RUN_TAG, sweep
+
+    if args.breaker < 0:
+        print("ledgercheck certify: --breaker must be 0 (never) or more", file=sys.stderr)
+        return EXIT_ERROR
+    tag = uuid.uuid4().hex
+    old_tag = os.environ.get(RUN_TAG)
+    os.environ[RUN_TAG] = tag
+    seen: list[str] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        seen.append(signal.Signals(signum).name)
+        if len(seen) == 1:
+            raise _Stopped(seen[0])
+
+    previous = _handle(stop)
+    try:
+        return _certify(args, seen)
+    except KeyboardInterrupt:
+        why = f"interrupted by {seen[0]}" if seen else "interrupted"
+        print(f"ledgercheck certify: INCOMPLETE: {why} before the suite produced its results", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if previous:
+            _handle(signal.SIG_IGN)  # the sweep is not cut short
+        sweep(RUN_TAG, tag)
+        if old_tag is None:
+            os.environ.pop(RUN_TAG, None)
+        else:
+            os.environ[RUN_TAG] = old_tag
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _certify(args: argparse.Namespace, seen: list[str]) -> int:
     import pytest
     from ledgercheck.spec import SpecError, load_spec
 
@@ -128,6 +186,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
             pyargs.append("--ledger-no-chaos")
         if args.keyword:
             pyargs += ["-k", args.keyword]
+        pyargs += ["--ledger-breaker", str(args.breaker)]
         if args.workers:
             # long tests (crash points, stateful machines) go to whichever worker is free
             pyargs += ["-n", str(args.workers), "--dist", "worksteal"]
@@ -135,8 +194,15 @@ def cmd_certify(args: argparse.Namespace) -> int:
         if args.json:
             pyargs += ["--capture=sys", "-qq"]
         rc = pytest.main(pyargs)
+    # the suite is over: an interrupt from here on is ignored, so the report it already decided
+    # on (INCOMPLETE if it was stopped) is written whole
+    _handle(signal.SIG_IGN)
     if not results.exists():
-        print(f"ledgercheck certify: the suite produced no results (pytest exit status {int(rc)})", file=sys.stderr)
+        if seen or rc == pytest.ExitCode.INTERRUPTED:
+            why = f"interrupted by {seen[0]}" if seen else "interrupted"
+            print(f"ledgercheck certify: INCOMPLETE: {why} before the suite produced its results", file=sys.stderr)
+        else:
+            print(f"ledgercheck certify: the suite produced no results (pytest exit status {int(rc)})", file=sys.stderr)
         return EXIT_ERROR
     from ledgercheck.reports.render import verdict_line, write_bundle
     from ledgercheck.reports.results import ResultsError, load_results

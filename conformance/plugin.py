@@ -18,8 +18,11 @@ import hashlib
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and the hypothesis example database live")
     g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
     g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration (the recovery clauses only it decides are then errors: not checked)")
+    g.addoption("--ledger-breaker", type=int, default=3, metavar="N",
+                help="stop the run (INCOMPLETE) after N tests in a row end in an adapter timeout or crash; 0 never stops (default 3)")
     g.addoption("--ledger-reproduce", metavar="CMD", default=None, help=argparse_suppress())
 
 
@@ -140,14 +145,164 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ledger_clause(id, profile, kind): a ledgercheck conformance test of a contract clause")
     if not _opt(config, "ledger_adapter"):
         return
+    if int(_opt(config, "ledger_breaker")) < 0:
+        raise pytest.UsageError("ledgercheck: --ledger-breaker must be 0 (never) or more")
+    stop = config._ledger_stop = RunStop(breaker_after=int(_opt(config, "ledger_breaker")))  # type: ignore[attr-defined]
+    stop.install(config)
     config._ledger = LedgerSession(config)  # type: ignore[attr-defined]
     config._ledger_reports = []  # type: ignore[attr-defined]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    sess = getattr(config, "_ledger", None)
-    if sess is not None:
-        sess.close()
+    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    try:
+        sess = getattr(config, "_ledger", None)
+        if sess is not None:
+            sess.close()
+    finally:
+        if stop is not None:
+            stop.uninstall()
+
+
+# ------------------------------------------------------------------------- stopping
+BREAKER_CODES = ("timeout", "adapter_crashed")
+
+
+@dataclass
+class RunStop:
+    """Why and where a run stopped early: an interrupt (SIGINT, SIGTERM) or the breaker.
+
+    The first SIGINT or SIGTERM is recorded, passed on to this run's pytest-xdist workers and
+    raised as KeyboardInterrupt; later ones are noted and otherwise ignored, so the clean-up
+    that follows (adapters closed, workers killed, the report written) is not cut short.  Even
+    if something swallowed the KeyboardInterrupt, no further test starts once it was recorded.
+    """
+
+    breaker_after: int = 3
+    signal: str | None = None
+    signals: int = 0
+    where: list[str] = field(default_factory=list)
+    breaker: str | None = None
+    in_a_row: int = 0
+    last_failures: list[str] = field(default_factory=list)
+    running: dict[str, None] = field(default_factory=dict)
+    planned: list[str] | None = None
+    chaos_progress: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    session: pytest.Session | None = None
+    _previous: dict[int, Any] = field(default_factory=dict)
+    _config: pytest.Config | None = None
+
+    @property
+    def stopped(self) -> str | None:
+        if self.signal:
+            return f"interrupted by {self.signal}"
+        return self.breaker
+
+    def install(self, config: pytest.Config) -> None:
+        self._config = config
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):  # not the main thread of the interpreter
+                pass
+
+    def uninstall(self) -> None:
+        for sig, old in self._previous.items():
+            try:
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            except (ValueError, OSError, TypeError):
+                pass
+        self._previous = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals += 1
+        if self.signal is not None:
+            return  # once: the run is already stopping
+        self.signal = signal.Signals(signum).name
+        self.where = list(self.running)
+        if self.session is not None:
+            self.session.shouldstop = f"ledgercheck: {self.stopped}"
+        self._forward(signum)
+        raise KeyboardInterrupt(f"ledgercheck: {self.stopped}")
+
+    def _forward(self, signum: int) -> None:
+        """Pass the signal to this run's pytest-xdist workers (children in our process group),
+        whether or not the terminal sent it to them too: each stops and cleans up itself."""
+        config = self._config
+        if config is None or hasattr(config, "workerinput") or not config.pluginmanager.has_plugin("dsession"):
+            return
+        import psutil
+
+        try:
+            group = os.getpgid(0)
+            for child in psutil.Process().children():
+                try:
+                    if os.getpgid(child.pid) == group:
+                        child.send_signal(signum)
+                except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+                    pass
+        except (psutil.Error, OSError):
+            pass
+
+    def note(self, item: pytest.Item, rep: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+        """Count tests that ended in an adapter timeout or crash; trip the breaker at ``breaker_after`` in a row."""
+        if rep.when != "call" and not (rep.when == "setup" and rep.failed):
+            return
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(exc, AdapterFailure) and exc.outcome.code in BREAKER_CODES:
+            self.in_a_row += 1
+            self.last_failures = (self.last_failures + [f"{item.name}: {exc.outcome.code}: {exc}"])[-3:]
+        elif rep.when == "call" and not rep.skipped:
+            self.in_a_row = 0
+            self.last_failures = []
+        if self.breaker is None and self.breaker_after and self.in_a_row >= self.breaker_after:
+            sess = getattr(item.config, "_ledger", None)
+            address = sess.address if sess is not None else "the adapter"
+            last = " | ".join(_short(m, 160) for m in self.last_failures)
+            self.breaker = (f"breaker: adapter {address} timed out or crashed in {self.in_a_row} tests in a row; "
+                            f"last: {last}")
+            rep.user_properties.append(("ledger_breaker", self.breaker))
+            item.session.shouldstop = f"ledgercheck: {self.breaker}"
+
+    def saw(self, rep: pytest.TestReport, props: dict[str, Any]) -> None:
+        """The controller learns of a breaker trip on a worker from the tripping test's report."""
+        msg = props.get("ledger_breaker")
+        if msg and self.breaker is None:
+            self.breaker = str(msg)
+            if self.session is not None:
+                self.session.shouldstop = f"ledgercheck: {self.breaker}"
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """No test starts once the run is stopping (even if an interrupt's exception was swallowed)."""
+    stop: RunStop | None = getattr(item.config, "_ledger_stop", None)
+    if stop is not None and isinstance(item, LedgerItem) and stop.stopped:
+        item.session.shouldstop = f"ledgercheck: {stop.stopped}"
+        return True
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The plan: every ledger test this process collected and did not deselect."""
+    stop: RunStop | None = getattr(session.config, "_ledger_stop", None)
+    if stop is not None:
+        stop.planned = [it.nodeid for it in session.items if isinstance(it, LedgerItem)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under pytest-xdist the controller collects nothing: the plan is a worker's collection."""
+    stop: RunStop | None = getattr(node.config, "_ledger_stop", None)
+    if stop is not None and stop.planned is None:
+        stop.planned = [i for i in ids if i.startswith("ledgercheck::")]
 
 
 class LedgerRoot(pytest.Collector):
@@ -450,9 +605,17 @@ class ChaosItem(LedgerItem):
             # in RAM where there is some
             lanes = min(2, os.cpu_count() or 1)
             shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+            stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
+
+            def progress(done: int, total: int | None, _window: dict[str, Any]) -> None:
+                if stop is not None:  # how far this point got, should the run stop inside it
+                    stop.chaos_progress[self.nodeid] = (done, total)
+
             windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
                               replay_dir=str(sess.artifacts / "replays" / sess.slug),
-                              timeout=60.0 * sess.timeout_scale, jobs=lanes, tmp_root=shm)
+                              timeout=60.0 * sess.timeout_scale, jobs=lanes, tmp_root=shm, progress=progress)
+            if stop is not None:
+                stop.chaos_progress.pop(self.nodeid, None)
         except ChaosError as exc:
             self.user_properties.append(("ledger_error", f"chaos: {exc}"))
             raise NoCheck(f"chaos exploration at {self.point} failed: {exc}") from None
@@ -531,6 +694,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if isinstance(item, LedgerItem):
         rep = outcome.get_result()
         rep.user_properties = list(item.user_properties)
+        stop: RunStop | None = getattr(item.config, "_ledger_stop", None)
+        if stop is not None:
+            stop.note(item, rep, call)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -553,6 +719,9 @@ def _collect_report(config: pytest.Config, report: pytest.TestReport) -> None:
     props = dict(report.user_properties or [])
     if "ledger_kind" not in props:
         return
+    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    if stop is not None:
+        stop.saw(report, props)
     if report.when == "call" or (report.when == "setup" and (report.skipped or report.failed)) or (report.when == "teardown" and report.failed):
         store.append((report, props))
 
@@ -582,6 +751,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if session.exitstatus == pytest.ExitCode.OK and any(not f.get("known_bug") for _, f in side_findings(config)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    config._ledger_incomplete = incomplete = incompleteness(config, session)  # type: ignore[attr-defined]
+    if incomplete is not None:
+        print(f"ledgercheck: INCOMPLETE: {incomplete['message']}", file=sys.stderr, flush=True)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
     path = _opt(config, "ledger_results")
     if not path:
         return
@@ -598,6 +772,56 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
+MAX_UNFINISHED = 200  # node ids of unfinished tests the results list by name
+
+
+def incompleteness(config: pytest.Config, session: pytest.Session) -> dict[str, Any] | None:
+    """What the run planned and did not finish, and why; None when every planned test has an
+    outcome and nothing stopped the run (docs/results.md, ``run.incomplete``)."""
+    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    if stop is None:
+        return None
+    reports = getattr(config, "_ledger_reports", [])
+    finished = {rep.nodeid for rep, _ in reports}
+    planned = list(stop.planned or [])
+    planned_set = set(planned)
+    unfinished = [n for n in planned if n not in finished]
+    done = len(planned_set & finished)
+    status = session.exitstatus
+    if stop.signal:
+        reason = "interrupted"
+        where = f" while running {', '.join(stop.where[:3])}" if stop.where else ""
+        message = f"interrupted by {stop.signal}{where}"
+    elif stop.breaker:
+        reason, message = "breaker", stop.breaker
+    elif status == pytest.ExitCode.INTERNAL_ERROR:
+        reason, message = "harness_error", "the harness failed (pytest internal error) before the run finished"
+    elif status == pytest.ExitCode.INTERRUPTED:
+        reason, message = "interrupted", f"the run was stopped ({session.shouldstop or 'interrupted'})"
+    elif unfinished:
+        reason, message = "unfinished", f"{len(unfinished)} planned test(s) ended without an outcome"
+    else:
+        return None
+    points = [n for n in planned if "::chaos[" in n]
+    windows_done = sum(len(props.get("ledger_crash_windows") or []) for rep, props in reports
+                       if rep.nodeid in planned_set and "::chaos[" in rep.nodeid)
+    totals: list[int | None] = [len(props.get("ledger_crash_windows") or []) for rep, props in reports
+                                if "::chaos[" in rep.nodeid and rep.when == "call"]
+    partial_done = sum(d for d, _ in stop.chaos_progress.values())
+    totals += [t for _, t in stop.chaos_progress.values()]
+    points_done = len({n for n in points if n in finished})
+    unknown = len(points) - points_done - len(stop.chaos_progress)
+    return {
+        "reason": reason,
+        "message": message,
+        "signal": stop.signal,
+        "tests": {"planned": len(planned), "finished": done, "unfinished": unfinished[:MAX_UNFINISHED]},
+        "crash_windows": {"points_planned": len(points), "points_finished": points_done,
+                          "finished": windows_done + partial_done,
+                          "planned": None if unknown > 0 or None in totals else sum(t for t in totals if t is not None)},
+    }
+
+
 class _Collector:
     """Registered as a plugin object so it sees reports from xdist workers too."""
 
@@ -607,10 +831,23 @@ class _Collector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         _collect_report(self.config, report)
 
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
+        if stop is not None:
+            stop.running[nodeid] = None
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
+        if stop is not None:
+            stop.running.pop(nodeid, None)
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
+    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    if stop is not None:
+        stop.session = session
     if getattr(config, "_ledger", None) is not None and not config.pluginmanager.has_plugin("ledgercheck-collector"):
         config.pluginmanager.register(_Collector(config), "ledgercheck-collector")
 

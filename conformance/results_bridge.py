@@ -106,6 +106,7 @@ def run_info(config: pytest.Config, started: float, kind: str = "conformance") -
         "timeout_scale": float(config.getoption("ledger_timeout_scale")),
         "shard": shard_doc,
         "workers": int(workers) if isinstance(workers, int) else 0,
+        "incomplete": getattr(config, "_ledger_incomplete", None),
     }
 
 

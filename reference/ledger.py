@@ -86,9 +86,14 @@ class _Tx:
         led._lock.acquire()
         try:
             led._waiting(led._cur.execute, "BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            # whatever ends the begin (a database error, or an interrupt while it waits for
+            # another writer), nothing holds the transaction: roll back what began, release
+            led._rollback()
             led._lock.release()
-            raise led._db_error(exc) from None
+            if isinstance(exc, sqlite3.Error):
+                raise led._db_error(exc) from None
+            raise
         return led._cur
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:

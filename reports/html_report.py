@@ -36,7 +36,7 @@ TEST_CLASS = {"passed": "o-pass", "failed": "o-fail", "error": "o-error", "skipp
               "xfailed": "o-xfail", "xpassed": "o-fail"}
 VERDICT_LABEL = {"certified": "certified", "failed": "failed", "error": "error", "not_claimed": "not claimed",
                  "not_requested": "not requested"}
-BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error"}
+BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error", "INCOMPLETE": "v-incomplete"}
 
 
 @cache
@@ -138,6 +138,12 @@ def _reproduce(doc: Mapping[str, Any], results_sha256: str) -> str:
     ]
     if r.get("error"):
         pairs.insert(0, ("run error", f'<strong class="mismatch">{h(r["error"])}</strong>'))
+    inc = r.get("incomplete")
+    if inc:
+        left = inc["tests"]["unfinished"]
+        shown = ", ".join(left[:20]) + (f" … and {len(left) - 20} more" if len(left) > 20 else "")
+        pairs.insert(0, ("not finished", f'<strong class="mismatch" id="incomplete">{h(inc["message"])}</strong>'
+                                         + (f"<br>{h(len(left))} test(s) without an outcome: {_code(shown)}" if left else "")))
     parts = ""
     if r.get("parts"):
         rows = "".join(

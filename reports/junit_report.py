@@ -3,7 +3,8 @@
 A testcase's ``name`` is the clause id and its ``classname`` the test's node id, so several tests
 of one clause stay apart.  A clause that could not be decided without any failing test (no test
 at all, or every test skipped) gets a testcase of its own with an ``error``, so a CI summary never
-shows green for a run whose verdict is ERROR.
+shows green for a run whose verdict is ERROR.  A run that did not finish (INCOMPLETE) gets a first
+testsuite ``run`` whose one testcase is an ``error`` naming the tests left without an outcome.
 """
 
 from __future__ import annotations
@@ -77,6 +78,16 @@ def render_junit(doc: Mapping[str, Any]) -> str:
     name, version = adapter_label(doc)
     root = ET.Element("testsuites", name=visible(f"ledgercheck {name} {version}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+    inc = r.get("incomplete")
+    if inc:  # first, so CI shows a run that did not finish as what it is
+        suite = ET.SubElement(root, "testsuite", name="run", timestamp=r["started_at"])
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="verdict", value=visible(verdict_line(doc)))
+        left = inc["tests"]["unfinished"]
+        text = "\n".join(visible(n) for n in left)
+        _mark(_case(suite, "ledgercheck.run", "ledgercheck.incomplete", float(r["duration_s"])), "error", "incomplete",
+              verdict_line(doc), text)
+        _totals(suite, totals)
     for profile in doc["profiles"]["defined"]:
         pv = doc["profiles"]["verdicts"][profile]
         suite = ET.SubElement(root, "testsuite", name=profile, timestamp=r["started_at"])

@@ -21,7 +21,7 @@ from .summary import (
 from .text import md_code, md_text
 from .verdicts import unattributed_failures
 
-ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️"}
+ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️", "INCOMPLETE": "⏹️"}
 PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "error": "⚠️ error",
                 "not_claimed": "➖ not claimed", "not_requested": "➖ not requested"}
 MAX_ROWS = 25
@@ -63,6 +63,11 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None) -
         "| Profile | Verdict | Pass | Fail | Error | Known bug | Not claimed |",
         "|---|---|--:|--:|--:|--:|--:|",
     ]
+    inc = r.get("incomplete")
+    if inc and inc["tests"]["unfinished"]:
+        left = inc["tests"]["unfinished"]
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        out[4:4] = [f"Without an outcome: {', '.join(md_code(n, limit=120) for n in left[:5])}{more}", ""]
     for p in doc["profiles"]["defined"]:
         v = doc["profiles"]["verdicts"][p]
         out.append(f"| {md_text(p)} | {PROFILE_ICON[v['verdict']]} | {v['passed']} | {v['failed']} | {v['errors']} "

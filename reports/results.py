@@ -162,7 +162,7 @@ def _run(run: Mapping[str, Any]) -> dict[str, Any]:
         r["duration_s"] = max(0.0, round(span.total_seconds(), 6))
     r.setdefault("argv", shlex.split(r["command"]) if isinstance(r["command"], str) else [])
     r.setdefault("cwd", os.getcwd())
-    for key in ("seed", "hypothesis_profile", "shard", "error"):
+    for key in ("seed", "hypothesis_profile", "shard", "error", "incomplete"):
         r.setdefault(key, None)
     r.setdefault("timeout_scale", 1.0)
     r.setdefault("workers", 1)
@@ -330,6 +330,11 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         bad = [p for p in doc["profiles"][key] if p not in defined]
         if bad:
             raise ResultsError(f"{source}: profiles.{key} names undefined profile(s) {', '.join(bad)}")
+    inc = doc["run"].get("incomplete")
+    if inc:
+        for part, done, planned in (("tests", "finished", "planned"), ("crash_windows", "points_finished", "points_planned")):
+            if inc[part][done] > inc[part][planned]:
+                raise ResultsError(f"{source}: run.incomplete.{part}: {inc[part][done]} {done} of {inc[part][planned]} {planned}")
     seen: set[str] = set()
     for i, t in enumerate(doc["tests"]):
         if t["clause"] is not None and t["clause"] not in known:
@@ -583,6 +588,7 @@ def _merged_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             n = shards[0]["count"]
             errors.append(f"shard(s) {', '.join(f'{m}/{n}' for m in missing)} missing from the merge")
     kinds = [r["kind"] for r in runs]
+    incomplete = merged_incomplete(runs)
     return {
         "id": "merged-" + bytes_sha256("\n".join(p["id"] for p in parts).encode())[:12],
         "kind": _common(kinds) or "certify",
@@ -598,7 +604,28 @@ def _merged_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "shard": None,
         "workers": sum(int(r["workers"]) for r in runs),
         "error": "; ".join(errors) or None,
+        "incomplete": incomplete,
         "parts": parts,
+    }
+
+
+def merged_incomplete(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The parts that did not finish, as one record (None when every part finished)."""
+    parts = [r["incomplete"] for r in runs if r.get("incomplete")]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return copy.deepcopy(dict(parts[0]))
+    planned = [p["crash_windows"].get("planned") for p in parts]
+    return {
+        "reason": parts[0]["reason"],
+        "message": "; ".join(p["message"] for p in parts),
+        "signal": next((p.get("signal") for p in parts if p.get("signal")), None),
+        "tests": {"planned": sum(p["tests"]["planned"] for p in parts),
+                  "finished": sum(p["tests"]["finished"] for p in parts),
+                  "unfinished": [n for p in parts for n in p["tests"]["unfinished"]]},
+        "crash_windows": {k: sum(p["crash_windows"][k] for p in parts) for k in ("points_planned", "points_finished", "finished")}
+        | {"planned": None if None in planned else sum(planned)},
     }
 
 

@@ -38,6 +38,8 @@ def verdict_parts(doc: Mapping[str, Any]) -> tuple[str, str | None]:
     """The verdict line as (text made only of contract names and counts, adapter-supplied detail or None)."""
     verdict = doc["verdict"]
     verd = doc["profiles"]["verdicts"]
+    if verdict == "INCOMPLETE":
+        return incomplete_line(doc["run"]["incomplete"]), None
     if verdict == "CERTIFIED":
         line = f"CERTIFIED for profiles {', '.join(doc['certified_profiles'])}"
         warn = len(warning_clauses(doc))
@@ -72,9 +74,19 @@ def verdict_parts(doc: Mapping[str, Any]) -> tuple[str, str | None]:
     return "ERROR", "unknown cause"
 
 
+def incomplete_line(inc: Mapping[str, Any]) -> str:
+    """``INCOMPLETE: <why>; ran 120 of 250 tests, 10 of 26 crash points (73 crash windows)``."""
+    t, w = inc["tests"], inc["crash_windows"]
+    covered = f"ran {t['finished']} of {t['planned']} tests"
+    if w["points_planned"]:
+        covered += f", {w['points_finished']} of {w['points_planned']} crash points ({w['finished']} crash windows"
+        covered += f" of {w['planned']})" if w.get("planned") is not None else ")"
+    return f"INCOMPLETE: {one_line(inc['message'], 200)}; {covered}"
+
+
 def verdict_line(doc: Mapping[str, Any]) -> str:
     """``CERTIFIED for profiles core, lease`` / ``NOT CERTIFIED: N clause(s) failed in profiles ...`` /
-    ``ERROR: ...`` -- plain text; each renderer escapes it for its output."""
+    ``ERROR: ...`` / ``INCOMPLETE: ...`` -- plain text; each renderer escapes it for its output."""
     line, detail = verdict_parts(doc)
     if detail is None:
         return line

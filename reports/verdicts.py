@@ -18,7 +18,7 @@ TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 CLAUSE_OUTCOMES = ("pass", "fail", "error", "xfail", "not_claimed", "not_requested")
 PROFILE_VERDICTS = ("certified", "failed", "error", "not_claimed", "not_requested")
 WINDOW_VERDICTS = {"pass": "passed", "fail": "failed", "error": "error"}
-EXIT_CODES = {"CERTIFIED": 0, "NOT CERTIFIED": 1, "ERROR": 2}
+EXIT_CODES = {"CERTIFIED": 0, "NOT CERTIFIED": 1, "ERROR": 2, "INCOMPLETE": 2}
 NO_TEST = "no test produced a result"
 SLOWEST = 10
 
@@ -171,6 +171,8 @@ def anonymous_adapter(doc: Mapping[str, Any]) -> bool:
 def overall(doc: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
     prof = doc["profiles"]
     in_scope = [p for p in prof["defined"] if p in prof["requested"] and p in prof["claimed"]]
+    if doc["run"].get("incomplete"):  # first: a run that did not finish decides nothing
+        return "INCOMPLETE", []
     if (doc["run"].get("error") or any(v["verdict"] == "error" for v in verdicts.values())
             or unattributed_failures(doc) or anonymous_adapter(doc)):
         return "ERROR", []
