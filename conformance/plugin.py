@@ -610,6 +610,7 @@ class ChaosItem(LedgerItem):
             def progress(done: int, total: int | None, _window: dict[str, Any]) -> None:
                 if stop is not None:  # how far this point got, should the run stop inside it
                     stop.chaos_progress[self.nodeid] = (done, total)
+                progress_line(f"window {self.nodeid} {done}")
 
             windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
                               replay_dir=str(sess.artifacts / "replays" / sess.slug),
@@ -772,6 +773,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
+PROGRESS_FILE = "LEDGERCHECK_PROGRESS_FILE"
+
+
+def progress_line(line: str) -> None:
+    """Append one line to the file named by $LEDGERCHECK_PROGRESS_FILE, if set: ``start NODEID``
+    as each test starts, ``window NODEID N`` as each crash window of a point ends.  Lets a
+    script (or a test) see which phase a run is in without parsing the terminal output."""
+    path = os.environ.get(PROGRESS_FILE)
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 MAX_UNFINISHED = 200  # node ids of unfinished tests the results list by name
 
 
@@ -835,6 +856,7 @@ class _Collector:
         stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
         if stop is not None:
             stop.running[nodeid] = None
+        progress_line(f"start {nodeid}")
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
