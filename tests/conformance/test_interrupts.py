@@ -1,0 +1,203 @@
+"""A run that did not finish never certifies (docs/results.md, "Runs that did not finish").
+
+Real ``ledgercheck certify`` subprocesses, stopped by a real SIGINT or SIGTERM in a known phase:
+the run writes LEDGERCHECK_PROGRESS_FILE (a line as each test starts and as each crash window
+ends), and the test sends the signal once the line it waits for appears, so no sleep decides
+where the signal lands.  Every process the run started is watched (psutil, while it runs) and
+must be gone when it has exited.  The breaker is checked on adapters that hang or die on every
+call: the run stops after N tests, counted in the report, not in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from ledgercheck.conformance import reaper
+
+HERE = Path(__file__).resolve().parent
+HANG = HERE / "hang_adapter.py"
+LIMIT = 300.0  # seconds a run may take at most before the test gives up on it (never reached when correct)
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
+    doc: dict[str, Any]
+    out_dir: Path
+    seen: dict[int, psutil.Process] = field(default_factory=dict)
+    signalled_at: str | None = None
+
+
+def _serve_reference() -> str:
+    exe = Path(sys.executable).with_name("ledgercheck")
+    return f"exec:{shlex.quote(str(exe))} serve reference"
+
+
+def certify(tmp_path: Path, *args: str, until: Callable[[list[str]], bool] | None = None, sig: int = signal.SIGINT,
+            group: bool = True) -> Run:
+    """Run certify; once ``until(progress lines)`` holds, send ``sig`` to its process group (as a
+    terminal's Ctrl-C does) or to the certify process alone."""
+    progress = tmp_path / "progress.log"
+    out_dir = tmp_path / "out"
+    env = {**os.environ, "LEDGERCHECK_PROGRESS_FILE": str(progress)}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cmd = [sys.executable, "-m", "ledgercheck", "certify", "--out", str(out_dir), "--artifacts", str(tmp_path / "art"),
+           "--seed", "7", *args]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen: dict[int, psutil.Process] = {}
+    signalled_at = None
+    deadline = time.monotonic() + LIMIT
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            for pid in reaper.descendants(proc.pid):
+                if pid not in seen:
+                    try:
+                        seen[pid] = psutil.Process(pid)
+                    except psutil.NoSuchProcess:
+                        pass
+            if until is not None and signalled_at is None:
+                lines = progress.read_text().splitlines() if progress.exists() else []
+                if until(lines):
+                    signalled_at = lines[-1]
+                    (os.killpg if group else os.kill)(proc.pid, sig)
+            time.sleep(0.01)
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    doc = json.loads((out_dir / "results.json").read_text()) if (out_dir / "results.json").exists() else {}
+    return Run(proc.returncode, out, err, doc, out_dir, seen, signalled_at)
+
+
+def assert_nothing_left(run: Run) -> None:
+    """Every process seen below the run is gone (a zombie counts as gone) within a few seconds."""
+    deadline = time.monotonic() + 5
+    alive = []
+    for p in run.seen.values():
+        while time.monotonic() < deadline:
+            try:
+                if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.02)
+        else:
+            alive.append(p)
+    left = []
+    for p in alive:
+        try:
+            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    assert not left, f"left running after the run ended: {left}"
+
+
+def assert_incomplete(run: Run, reason: str) -> dict[str, Any]:
+    assert run.rc == 2, (run.rc, run.out[-2000:], run.err[-2000:])
+    assert run.doc, f"no results.json: {run.err[-2000:]}"
+    inc = run.doc["run"]["incomplete"]
+    assert (run.doc["verdict"], run.doc["exit_code"], inc["reason"]) == ("INCOMPLETE", 2, reason), inc
+    assert inc["tests"]["finished"] < inc["tests"]["planned"]
+    assert len(inc["tests"]["unfinished"]) == min(200, inc["tests"]["planned"] - inc["tests"]["finished"])
+    # the terminal's verdict line and every rendering say so first
+    lines = run.out.splitlines()
+    verdict = lines[next(i for i, ln in enumerate(lines) if ln.startswith("  html ")) - 1]
+    assert verdict.startswith("INCOMPLETE: "), run.out[-2000:]
+    assert (run.out_dir / "summary.md").read_text().splitlines()[0].startswith("### ⏹️ ledgercheck: INCOMPLETE")
+    assert 'data-verdict="INCOMPLETE"' in (run.out_dir / "report.html").read_text()
+    assert '<testsuite name="run"' in (run.out_dir / "junit.xml").read_text()
+    return inc
+
+
+def _started(prefix: str, n: int = 1) -> Callable[[list[str]], bool]:
+    return lambda lines: sum(1 for ln in lines if ln.startswith(f"start ledgercheck::{prefix}")) >= n
+
+
+def test_sigint_during_clause_tests(tmp_path: Path) -> None:
+    run = certify(tmp_path, "--adapter", _serve_reference(), "--no-chaos", "-k", "core", until=_started("core::", 5))
+    inc = assert_incomplete(run, "interrupted")
+    assert inc["signal"] == "SIGINT" and "interrupted by SIGINT while running ledgercheck::core::" in inc["message"]
+    assert_nothing_left(run)
+
+
+def test_sigint_during_stateful_tests(tmp_path: Path) -> None:
+    run = certify(tmp_path, "--adapter", "reference", "--no-chaos", "-k", "stateful", until=_started("stateful::"))
+    inc = assert_incomplete(run, "interrupted")
+    assert "ledgercheck::stateful::" in inc["message"]
+    # no false verdicts from the interrupted machine: whatever finished before it passed
+    assert all(t["outcome"] in ("passed", "skipped") for t in run.doc["tests"]), run.doc["tests"]
+    assert_nothing_left(run)
+
+
+def test_sigint_during_crash_exploration(tmp_path: Path) -> None:
+    """The workers, their fork server and the windows in flight all end; the windows already
+    explored are counted, the point is not finished, and nothing certifies."""
+    run = certify(tmp_path, "--adapter", "reference", "-k", "chaos and after_claim",
+                  until=lambda lines: any(ln.startswith("window ") for ln in lines))
+    inc = assert_incomplete(run, "interrupted")
+    assert run.signalled_at is not None and run.signalled_at.startswith("window ")
+    cw = inc["crash_windows"]
+    assert cw["points_planned"] == 1 and cw["points_finished"] == 0 and cw["finished"] >= 1, cw
+    assert cw["planned"] is None or cw["finished"] < cw["planned"], cw
+    assert len(run.seen) >= 2, "the exploration should have started worker processes"
+    assert_nothing_left(run)
+
+
+def test_sigterm_to_certify_alone_under_xdist(tmp_path: Path) -> None:
+    """SIGTERM to the certify process only (not its group): it passes the stop on to its xdist
+    workers, which end their tests, close their adapters and exit; the run is INCOMPLETE once."""
+    run = certify(tmp_path, "--adapter", _serve_reference(), "--no-chaos", "-n", "2", "-k", "stateful",
+                  until=_started("stateful::"), sig=signal.SIGTERM, group=False)
+    inc = assert_incomplete(run, "interrupted")
+    assert inc["signal"] == "SIGTERM"
+    assert run.err.count("ledgercheck: INCOMPLETE") == 1, run.err[-3000:]
+    assert_nothing_left(run)
+
+
+@pytest.mark.parametrize("mode", ["hang", "crash"])
+def test_the_breaker_stops_a_run_against_an_adapter_that_cannot_answer(tmp_path: Path, mode: str) -> None:
+    adapter = f"exec:{shlex.quote(sys.executable)} {shlex.quote(str(HANG))} {mode}"
+    run = certify(tmp_path, "--adapter", adapter, "--no-chaos", "--timeout", "0.3", "--breaker", "3")
+    inc = assert_incomplete(run, "breaker")
+    ran = [t for t in run.doc["tests"] if t["outcome"] != "skipped"]
+    assert len(ran) == 3 and all(t["outcome"] == "error" for t in ran), ran
+    assert inc["tests"]["planned"] > 100
+    assert f"breaker: adapter {adapter}" in inc["message"]
+    code = "timeout" if mode == "hang" else "adapter_crashed"
+    assert inc["message"].count(code) >= 3, inc["message"]
+    assert_nothing_left(run)
+
+
+def test_without_the_breaker_every_planned_test_runs(tmp_path: Path) -> None:
+    """--breaker 0: the same adapter is tried on every planned test (ERROR, not INCOMPLETE)."""
+    adapter = f"exec:{shlex.quote(sys.executable)} {shlex.quote(str(HANG))} crash"
+    run = certify(tmp_path, "--adapter", adapter, "--no-chaos", "--timeout", "0.3", "--breaker", "0",
+                  "-k", "core.status or core.claim")
+    assert run.rc == 2 and run.doc["verdict"] == "ERROR" and run.doc["run"]["incomplete"] is None
+    ran = [t for t in run.doc["tests"] if t["outcome"] != "skipped"]
+    assert len(ran) > 3 and all(t["outcome"] == "error" for t in ran)
+    assert_nothing_left(run)
+
+
+def test_an_uninterrupted_run_is_complete(tmp_path: Path) -> None:
+    run = certify(tmp_path, "--adapter", "reference", "--no-chaos", "-k", "core.claim")
+    assert run.doc["run"]["incomplete"] is None and run.doc["verdict"] != "INCOMPLETE", run.doc["run"]
+    assert "INCOMPLETE" not in run.out + run.err
+    assert_nothing_left(run)
