@@ -225,7 +225,9 @@ class RunStop:
         if self.session is not None:
             self.session.shouldstop = f"ledgercheck: {self.stopped}"
         self._forward(signum)
-        raise KeyboardInterrupt(f"ledgercheck: {self.stopped}")
+        exc = KeyboardInterrupt(f"ledgercheck: {self.stopped}")
+        exc.__ledger_config__ = self._config  # type: ignore[attr-defined]
+        raise exc
 
     def _forward(self, signum: int) -> None:
         """Pass the signal to this run's pytest-xdist workers (children in our process group),
@@ -295,6 +297,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     stop: RunStop | None = getattr(session.config, "_ledger_stop", None)
     if stop is not None:
         stop.planned = [it.nodeid for it in session.items if isinstance(it, LedgerItem)]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """An interrupt the run asked for needs no traceback: keep only its last frame, so pytest does
+    not spend a second formatting a deep stack (hypothesis, the harness) before the run can stop."""
+    config = getattr(excinfo.value, "__ledger_config__", None)
+    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    if stop is not None and stop.signal and len(excinfo.traceback) > 1 and not config.option.fulltrace:
+        excinfo.traceback = excinfo.traceback[-1:]
 
 
 @pytest.hookimpl(optionalhook=True)
