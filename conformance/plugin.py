@@ -622,7 +622,7 @@ class ChaosItem(LedgerItem):
             def progress(done: int, total: int | None, _window: dict[str, Any]) -> None:
                 if stop is not None:  # how far this point got, should the run stop inside it
                     stop.chaos_progress[self.nodeid] = (done, total)
-                progress_line(f"window {self.nodeid} {done}")
+                progress_line(f"window {self.nodeid} {done}/{'?' if total is None else total}")
 
             windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
                               replay_dir=str(sess.artifacts / "replays" / sess.slug),
@@ -790,7 +790,7 @@ PROGRESS_FILE = "LEDGERCHECK_PROGRESS_FILE"
 
 def progress_line(line: str) -> None:
     """Append one line to the file named by $LEDGERCHECK_PROGRESS_FILE, if set: ``start NODEID``
-    as each test starts, ``window NODEID N`` as each crash window of a point ends.  Lets a
+    as each test starts, ``window NODEID N/TOTAL`` as each crash window of a point ends.  Lets a
     script (or a test) see which phase a run is in without parsing the terminal output."""
     path = os.environ.get(PROGRESS_FILE)
     if not path:

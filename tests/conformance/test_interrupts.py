@@ -40,6 +40,7 @@ class Run:
     out_dir: Path
     seen: dict[int, psutil.Process] = field(default_factory=dict)
     signalled_at: str | None = None
+    progress: list[str] = field(default_factory=list)
 
 
 def _serve_reference() -> str:
@@ -82,7 +83,8 @@ def certify(tmp_path: Path, *args: str, until: Callable[[list[str]], bool] | Non
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
     doc = json.loads((out_dir / "results.json").read_text()) if (out_dir / "results.json").exists() else {}
-    return Run(proc.returncode, out, err, doc, out_dir, seen, signalled_at)
+    lines = progress.read_text().splitlines() if progress.exists() else []
+    return Run(proc.returncode, out, err, doc, out_dir, seen, signalled_at, lines)
 
 
 def assert_nothing_left(run: Run) -> None:
@@ -146,15 +148,24 @@ def test_sigint_during_stateful_tests(tmp_path: Path) -> None:
     assert_nothing_left(run)
 
 
-def test_sigint_during_crash_exploration(tmp_path: Path) -> None:
-    """The workers, their fork server and the windows in flight all end; the windows already
-    explored are counted, the point is not finished, and nothing certifies."""
-    run = certify(tmp_path, "--adapter", "reference", "-k", "chaos and after_claim",
-                  until=lambda lines: any(ln.startswith("window ") for ln in lines))
+@pytest.mark.parametrize("group", [True, False], ids=["process-group", "certify-alone"])
+def test_sigint_during_crash_exploration(tmp_path: Path, group: bool) -> None:
+    """The workers, their fork server and the windows in flight all end at once (the windows not
+    started are dropped, not explored first: with the signal sent to certify alone the workers
+    do not die of it themselves); the windows explored are counted, the point is not finished,
+    and nothing certifies."""
+    run = certify(tmp_path, "--adapter", "reference", "-k", "chaos and after_event_insert",
+                  until=lambda lines: any(ln.startswith("window ") for ln in lines), group=group)
     inc = assert_incomplete(run, "interrupted")
     assert run.signalled_at is not None and run.signalled_at.startswith("window ")
+    windows = [ln for ln in run.progress if ln.startswith("window ")]
+    at_signal = run.progress.index(run.signalled_at)
+    total = int(windows[0].rsplit("/", 1)[1])
+    after = len([ln for ln in run.progress[at_signal + 1:] if ln.startswith("window ")])
+    # two lanes: at most the windows in flight (and one finishing as the signal lands) end after it
+    assert total >= 40 and after <= 4, (total, after, windows[-3:])
     cw = inc["crash_windows"]
-    assert cw["points_planned"] == 1 and cw["points_finished"] == 0 and cw["finished"] >= 1, cw
+    assert cw["points_planned"] == 1 and cw["points_finished"] == 0 and cw["finished"] == len(windows), (cw, len(windows))
     assert cw["planned"] is None or cw["finished"] < cw["planned"], cw
     assert len(run.seen) >= 2, "the exploration should have started worker processes"
     assert_nothing_left(run)
