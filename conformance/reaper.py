@@ -79,6 +79,14 @@ def gone(pid: int) -> bool:
         return True
 
 
+def _dead(p: psutil.Process) -> bool:
+    """Like :func:`gone`, for a handle: a later process that reuses the pid does not count."""
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL a process group, whether or not its leader is still alive."""
     try:
@@ -117,7 +125,7 @@ def kill_all(targets: Iterable[int | psutil.Process], wait: float = 5.0) -> list
     deadline = time.monotonic() + wait
     delay = 0.0005
     for p in procs:
-        while not gone(p.pid) and time.monotonic() < deadline:
+        while not _dead(p) and time.monotonic() < deadline:
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
     return [p.pid for p in procs]
