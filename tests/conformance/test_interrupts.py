@@ -210,6 +210,18 @@ def test_the_breaker_stops_a_run_against_an_adapter_that_cannot_answer(tmp_path:
     assert_nothing_left(run)
 
 
+def test_the_breaker_works_per_worker_under_xdist(tmp_path: Path) -> None:
+    """Each xdist worker counts its own tests; the first to trip stops the whole run, so at most
+    the other worker's tests in flight run past it (two workers: at most 2 x 3 tests)."""
+    adapter = f"exec:{shlex.quote(sys.executable)} {shlex.quote(str(HANG))} crash"
+    run = certify(tmp_path, "--adapter", adapter, "--no-chaos", "--timeout", "0.3", "--breaker", "3", "-n", "2")
+    inc = assert_incomplete(run, "breaker")
+    ran = [t for t in run.doc["tests"] if t["outcome"] != "skipped"]
+    assert 3 <= len(ran) <= 6 and all(t["outcome"] == "error" for t in ran), ran
+    assert inc["tests"]["planned"] > 100 and f"breaker: adapter {adapter}" in inc["message"]
+    assert_nothing_left(run)
+
+
 def test_without_the_breaker_every_planned_test_runs(tmp_path: Path) -> None:
     """--breaker 0: the same adapter is tried on every planned test (ERROR, not INCOMPLETE)."""
     adapter = f"exec:{shlex.quote(sys.executable)} {shlex.quote(str(HANG))} crash"
