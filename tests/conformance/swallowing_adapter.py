@@ -23,3 +23,17 @@ class SwallowsInterrupts(ReferenceAdapter):
         except BaseException:  # noqa: BLE001 - the point: an adapter that eats Ctrl-C
             pass
         super().reset(config)
+
+
+class ExitsOnce(ReferenceAdapter):
+    """Ends the process it runs in (``os._exit``) the first time ``get`` is called: the file named
+    by $LEDGERCHECK_TEST_EXIT_ONCE records that it happened.  A crash of the harness's process,
+    as far as the run can tell."""
+
+    def get(self, work_id: str) -> Any:
+        marker = os.environ.get("LEDGERCHECK_TEST_EXIT_ONCE")
+        if marker and not os.path.exists(marker):
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write(str(os.getpid()))
+            os._exit(70)
+        return self.__getattr__("get")(work_id=work_id)

@@ -50,12 +50,12 @@ def _serve_reference() -> str:
 
 
 def certify(tmp_path: Path, *args: str, until: Callable[[list[str]], bool] | None = None, sig: int = signal.SIGINT,
-            group: bool = True) -> Run:
+            group: bool = True, env_extra: dict[str, str] | None = None) -> Run:
     """Run certify; once ``until(progress lines)`` holds, send ``sig`` to its process group (as a
     terminal's Ctrl-C does) or to the certify process alone."""
     progress = tmp_path / "progress.log"
     out_dir = tmp_path / "out"
-    env = {**os.environ, "LEDGERCHECK_PROGRESS_FILE": str(progress)}
+    env = {**os.environ, "LEDGERCHECK_PROGRESS_FILE": str(progress), **(env_extra or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [sys.executable, "-m", "ledgercheck", "certify", "--out", str(out_dir), "--artifacts", str(tmp_path / "art"),
            "--seed", "7", *args]
@@ -230,6 +230,18 @@ def test_without_the_breaker_every_planned_test_runs(tmp_path: Path) -> None:
     assert run.rc == 2 and run.doc["verdict"] == "ERROR" and run.doc["run"]["incomplete"] is None
     ran = [t for t in run.doc["tests"] if t["outcome"] != "skipped"]
     assert len(ran) > 3 and all(t["outcome"] == "error" for t in ran)
+    assert_nothing_left(run)
+
+
+def test_a_worker_that_dies_leaves_the_run_incomplete(tmp_path: Path) -> None:
+    """An xdist worker process dies in the middle of a test (the adapter ends it): the other tests
+    run, but that one has no outcome, so the run is INCOMPLETE (unfinished), never certified."""
+    marker = tmp_path / "exited"
+    run = certify(tmp_path, "--adapter", "python:swallowing_adapter:ExitsOnce", "--no-chaos", "-n", "2",
+                  "-k", "core.status.enum", env_extra={"LEDGERCHECK_TEST_EXIT_ONCE": str(marker)})
+    assert marker.exists()
+    inc = assert_incomplete(run, "unfinished")
+    assert len(inc["tests"]["unfinished"]) == 1 and inc["tests"]["finished"] == inc["tests"]["planned"] - 1, inc
     assert_nothing_left(run)
 
 
