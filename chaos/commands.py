@@ -14,6 +14,7 @@ from typing import Any
 from ledgercheck.spec import Spec, SpecError, load_spec
 
 from .points import ChaosError
+from .storms import HARD_MAX_WORKERS, MAX_WORKERS
 
 DEFAULT_ADAPTER = "reference"
 
@@ -58,7 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     q = cs.add_parser("storm", help="N workers on one ledger, random SIGKILLs, end checks")
     common(q)
-    q.add_argument("--workers", type=int, default=4)
+    q.add_argument("--workers", type=int, default=4, help="worker processes (default 4, at most --max-workers)")
+    q.add_argument("--max-workers", type=int, default=MAX_WORKERS,
+                   help=f"refuse more workers than this (default {MAX_WORKERS}, at most {HARD_MAX_WORKERS})")
     q.add_argument("--kills", type=int, default=150)
     q.add_argument("--items", type=int, default=None, help="items in the generated workload (default max(200, 4 x kills))")
     q.add_argument("--time-limit", type=float, default=600.0, help="stop killing after this many seconds")
@@ -67,6 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     q = cs.add_parser("replay", help="re-create the kill a replay file describes and check it again")
     q.add_argument("file", help="replay file written by a failing window or storm")
+    q.add_argument("--max-workers", type=int, default=MAX_WORKERS,
+                   help=f"refuse a storm file asking for more workers than this (default {MAX_WORKERS})")
     q.add_argument("--adapter", default=None, help="run against this adapter instead of the recorded one")
     q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     q.add_argument("--tmp-dir", default=None)
@@ -277,7 +282,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
         spec = _spec(args.spec)
         s = storm(args.adapter, spec, seed=args.seed, workers=args.workers, kills=args.kills, items=args.items,
                   time_limit=args.time_limit, replay_dir=args.replay_dir, progress=progress, worker=args.worker,
-                  timeout=args.timeout, tmp_root=args.tmp_dir)
+                  timeout=args.timeout, tmp_root=args.tmp_dir, max_workers=args.max_workers)
     except (ChaosError, OSError) as exc:
         progress.close()
         return _fail("storm", exc)
@@ -311,7 +316,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     try:
         _check_paths(args)
-        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir)
+        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir, max_workers=args.max_workers)
     except (ChaosError, OSError) as exc:
         return _fail("replay", exc)
     if "point" in res:
