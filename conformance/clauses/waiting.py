@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
+from ledgercheck.spec.checks import MAX_ATTEMPTS, MAX_MULTIPLIER
+from ledgercheck.spec.contract import RetryPolicy
 
 from ..clock import QUANTUM
 from ..harness import Harness, NotApplicable
@@ -100,10 +102,12 @@ def _timeout(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 @case("waiting.not_stale", "old-but-within-deadline")
 def _not_stale(h: Harness) -> None:
     wid, tok = _running(h)
-    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=86400.0)
     lt = h.spec.lease_for("manual")
+    step = (lt.ttl + lt.grace) * 3  # each step would lapse any lease three times over
+    # a wait whose deadline lies beyond the four steps, however long the contract's leases are
+    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=step * 5)
     for _ in range(4):
-        h.advance((lt.ttl + lt.grace) * 3)
+        h.advance(step)
         h.do("expire")
         if h.claims("recover"):
             h.do("recover")
@@ -347,13 +351,28 @@ def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         yield f"{kind}-reference-reused", same_ref_again
 
 
+def _other_value(d: RetryPolicy, name: str) -> float:
+    """A value of one retry policy field that differs from the contract's default ``d`` (where the
+    contract leaves room) and, merged with the other defaults, still makes a valid policy."""
+    if name == "max_attempts":
+        return d.max_attempts + 1 if d.max_attempts < MAX_ATTEMPTS else d.max_attempts - 1
+    if name == "multiplier":
+        return d.multiplier + 1 if d.multiplier + 1 <= MAX_MULTIPLIER else 1.0
+    if name == "initial_backoff":  # at most the default max_backoff
+        return _quantum(d.max_backoff / 2) if d.initial_backoff != _quantum(d.max_backoff / 2) else d.max_backoff
+    return d.initial_backoff + (_quantum((d.max_backoff - d.initial_backoff) / 2) or QUANTUM)  # at least initial
+
+
+def _quantum(seconds: float) -> float:
+    return round(seconds / QUANTUM) * QUANTUM
+
+
 @cases("retry.policy_override")
 def _override_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    fields = {"max_attempts": 4, "initial_backoff": 3.0, "multiplier": 3.0, "max_backoff": 5.0}
-    for name, value in fields.items():
-        def partial(h: Harness, name: str = name, value: object = value) -> None:
+    for name in ("max_attempts", "initial_backoff", "multiplier", "max_backoff"):
+        def partial(h: Harness, name: str = name) -> None:
             """A policy that gives one field (and jitter none, for exact delays) keeps every other default."""
-            pol = {"jitter": "none", name: value}
+            pol = {"jitter": "none", name: _other_value(h.spec.retry_default, name)}
             policy = h.spec.retry_default.merged(h._scaled_args("create", {"retry_policy": pol})["retry_policy"])
             got = _fail_at_attempts(h, pol, policy.max_attempts + 1)
             check(len(got) == policy.max_attempts - 1, "retry.policy_override",

@@ -265,7 +265,8 @@ def test_bad_durations_are_refused(bad: object) -> None:
     ("ttl", "2h", 7200), ("ttl", "90", 90), ("grace", "250ms", 0.25), ("grace", "12.5", 12.5), ("ttl", "7d", 604800),
 ])
 def test_durations_in_an_overlay(tmp_path: Path, field: str, value: str, seconds: float) -> None:
-    path = write(tmp_path, f"extends: default\nlease:\n  {field}: {value}\n")
+    # a lease lapses within the execution budget, so long leases come with a longer budget
+    path = write(tmp_path, f"extends: default\nlease:\n  {field}: {value}\nphases:\n  execution: {{timeout: 8d}}\n")
     assert getattr(load_spec([path]).lease_default, field) == pytest.approx(seconds)
 
 
