@@ -28,8 +28,8 @@ FIELD_TYPES = {"string", "integer", "boolean", "time", "status", "any"}
 # bounds; these constants are the same numbers, for the checks below, the clause tests and the
 # tests that keep both in step.
 MAX_DURATION = 3650 * 86400.0       # ten years: epoch + every wait of a test stays exact (see the docs)
-MIN_ATTEMPTS, MAX_ATTEMPTS = 2, 100  # the default policy retries at least once; a test fails every attempt
-MIN_NACKS, MAX_NACKS = 2, 100        # at least one redelivery; a test nacks a message max_nacks times
+MIN_ATTEMPTS, MAX_ATTEMPTS = 2, 25  # the default policy retries at least once; a test fails every attempt
+MIN_NACKS, MAX_NACKS = 2, 25         # at least one redelivery; a test nacks a message max_nacks times
 MAX_BATCH = 1000                     # drain_max / pending_max: a test fills one batch and one more
 MAX_FIRST_SEQ = 1_000_000
 PRIORITY_LIMIT = 1_000_000           # |priority| for min, max and default

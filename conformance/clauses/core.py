@@ -799,12 +799,22 @@ def _reason(h: Harness, wid: str, moves: list, want: str) -> None:
     check(got.get("status_reason") == want, "core.expire.timeout_reason", f"status_reason is {got.get('status_reason')!r}, expected {want!r}", h)
 
 
+def _priority_sample(spec: Spec, levels: int = 64) -> list[int]:
+    """Every priority of a range of up to ``levels`` levels; of a wider one both ends and their
+    neighbours, the default and an even spread in between (a test creates work at each)."""
+    lo, hi = spec.priority_min, spec.priority_max
+    if hi - lo < levels:
+        return list(range(lo, hi + 1))
+    spread = {lo + (hi - lo) * k // (levels - 1) for k in range(levels)}
+    return sorted(spread | {lo, lo + 1, spec.priority_default, hi - 1, hi})
+
+
 # ---------------------------------------------------------------- round-3 hunt
 @case("core.transition.allowed", "claim-every-priority")
 def _claim_every_priority(h: Harness) -> None:
-    """queued -> running by claim holds at every priority of the range: a claim without an id
+    """queued -> running by claim holds across the priority range (_priority_sample): a claim without an id
     hands out queued work whatever its priority (the model accepts any queued item)."""
-    prios = list(range(h.spec.priority_min, h.spec.priority_max + 1))
+    prios = _priority_sample(h.spec)
     for p in reversed(prios):
         h.create(priority=p)
     for _ in prios:

@@ -133,11 +133,12 @@ def _append_after_conflict(h: Harness) -> None:
 
 @case("eventlog.read", "every-start")
 def _read_every_start(h: Harness) -> None:
-    """Reading from every seq, the one after the last included (a tailer polling for news gets nothing)."""
+    """Reading from every seq around the stream (0, the seqs just below the first, each entry's,
+    the one after the last: a tailer polling for news gets nothing, and beyond)."""
     first = h.spec.first_seq
     for i in range(3):
         h.do("log_append", stream=S, expected_seq=first - 1 + i, kind=f"k{i}", payload={"i": i})
-    for start in range(0, first + 5):
+    for start in sorted({0, *range(max(0, first - 2), first + 5)}):
         h.do("log_read", stream=S, from_seq=start)
 
 

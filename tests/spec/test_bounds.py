@@ -35,14 +35,14 @@ def _validate(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, list
 
 REFUSED = [
     # the examples: each would hang a test or fail a correct ledger
-    ("retry:\n  policy:\n    max_attempts: " + str(BIG) + "\n", 5, "retry.policy.max_attempts", "maximum 100"),
-    ("inbox:\n  max_nacks: " + str(10**37) + "\n", 4, "inbox.max_nacks", "maximum 100"),
+    ("retry:\n  policy:\n    max_attempts: " + str(BIG) + "\n", 5, "retry.policy.max_attempts", "maximum 25"),
+    ("inbox:\n  max_nacks: " + str(10**37) + "\n", 4, "inbox.max_nacks", "maximum 25"),
     ("lease:\n  ttl: " + "1" + "0" * 50 + "d\n", 4, "is longer than ten years", ""),
     # one past each bound
     ("lease:\n  grace: 3651d\n", 4, "is longer than ten years", ""),
     ("idempotency:\n  retention: 315360001\n", 4, "is longer than ten years", ""),
     ("waiting:\n  timeouts: {user: 87601h}\n", 4, "is longer than ten years", ""),
-    ("retry:\n  policy:\n    max_attempts: 101\n", 5, "retry.policy.max_attempts", "maximum 100"),
+    ("retry:\n  policy:\n    max_attempts: 26\n", 5, "retry.policy.max_attempts", "maximum 25"),
     ("retry:\n  policy:\n    max_attempts: 1\n", 5, "retry.policy.max_attempts", "minimum 2"),
     ("retry:\n  policy:\n    multiplier: 101\n", 5, "retry.policy.multiplier", "maximum 100"),
     ("inbox:\n  max_nacks: 1\n", 4, "inbox.max_nacks", "minimum 2"),
@@ -87,8 +87,8 @@ ACCEPTED = {
         waiting:
           timeouts: {user: 3650d, external: 3650d}
         retry:
-          policy: {max_attempts: 100, initial_backoff: 3650d, multiplier: 100, max_backoff: 3650d}
-        inbox: {max_nacks: 100, drain_max: 1000}
+          policy: {max_attempts: 25, initial_backoff: 3650d, multiplier: 100, max_backoff: 3650d}
+        inbox: {max_nacks: 25, drain_max: 1000}
         outbox: {pending_max: 1000}
         idempotency: {retention: 3650d}
         eventlog: {first_seq: 1000000}
