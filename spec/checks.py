@@ -35,6 +35,7 @@ MAX_FIRST_SEQ = 1_000_000
 PRIORITY_LIMIT = 1_000_000           # |priority| for min, max and default
 MAX_PRIORITY_SPAN = 1000             # max - min: a test creates and claims work at every priority
 MAX_MULTIPLIER = 100.0
+MAX_RENEWALS = 2000                  # execution timeout / renew_interval: tests renew through a whole stint
 
 
 class _Ctx:
@@ -312,10 +313,16 @@ def _lease_within_execution(c: _Ctx) -> None:
         return
     for path, o in [(("lease",), {}), *((("lease", "by_source", s), o) for s, o in d["by_source"].items())]:
         ttl, grace = _quiet_dur(o.get("ttl", d["ttl"])), _quiet_dur(o.get("grace", d["grace"]))
+        renew = _quiet_dur(o.get("renew_interval", d["renew_interval"]))
+        which = f" for {path[-1]}" if len(path) > 1 else ""
         if ttl is not None and grace is not None and ttl + grace >= limit:
             at = c.pos.newest([path + ("ttl",), path + ("grace",), ("phases", "execution", "timeout")])
-            c.add(at, f"lease ttl + grace ({ttl + grace:g}s{' for ' + path[-1] if len(path) > 1 else ''}) must be shorter "
+            c.add(at, f"lease ttl + grace ({ttl + grace:g}s{which}) must be shorter "
                       f"than the execution timeout ({limit:g}s), or the heartbeat phase never ends a stint")
+        if renew and limit / renew > MAX_RENEWALS:
+            at = c.pos.newest([path + ("renew_interval",), ("phases", "execution", "timeout")])
+            c.add(at, f"the execution timeout ({limit:g}s) is {limit / renew:.0f} renew intervals ({renew:g}s{which}), "
+                      f"more than {MAX_RENEWALS}: a stint kept alive by renewals must end within that many")
 
 
 @check

@@ -357,7 +357,13 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             wid = h.create(src)
             tok = h.claim(wid)
             lt = h.spec.lease_for(src)
-            h.advance(lt.renew_interval)
+            # renew after renew_interval, or sooner when the renewed lease's ttl + grace would
+            # otherwise reach past the execution budget (whose timeout is another clause's)
+            limit = h.spec.phase_timeout("execution")
+            step = lt.renew_interval
+            if limit is not None and step + lt.ttl + lt.grace >= limit:
+                step = (limit - lt.ttl - lt.grace) / 2
+            h.advance(step)
             t = h.now()
             out = h.do("renew", work_id=wid, token=tok)
             if not h.wall:

@@ -33,7 +33,7 @@ OVERLAYS = {
           renew_interval: 999d
           grace: 1000d
           by_source:
-            control: {ttl: 1000d, renew_interval: 1d, grace: 2000d}
+            control: {ttl: 1000d, renew_interval: 999d, grace: 2000d}
         waiting:
           timeouts: {user: 3650d, external: 3650d}
         retry:
@@ -49,7 +49,16 @@ OVERLAYS = {
     # the issue's example: a clause test used 99 as an out-of-range priority
     "priority-max-100": "priority: {max: 100}\n",
     # a large but accepted lease, with the execution budget it needs
-    "long-lease": "lease: {ttl: 3000d, renew_interval: 1d, grace: 600d}\nphases:\n  execution: {timeout: 3650d}\n",
+    "long-lease": """
+        lease:
+          ttl: 3000d
+          renew_interval: 1000d
+          grace: 600d
+          by_source:
+            control: {ttl: 3000d, renew_interval: 1000d, grace: 600d}
+        phases:
+          execution: {timeout: 3650d}
+        """,
 }
 
 

@@ -52,6 +52,8 @@ REFUSED = [
     ("priority:\n  max: 1000001\n", 4, "priority.max", "maximum 1000000"),
     ("priority:\n  min: -992\n", 4, "priority range [-992, 9] spans 1001 levels, more than 1000", ""),
     ("lease:\n  ttl: 50m\n  grace: 10m\n", 4, "lease ttl + grace (3600s) must be shorter than the execution timeout (3600s)", ""),
+    ("lease:\n  renew_interval: 1.75\n", 4, "the execution timeout (3600s) is 2057 renew intervals (1.75s), more than 2000", ""),
+    ("lease:\n  by_source:\n    control: {renew_interval: 1s}\n", 5, "is 3600 renew intervals (1s for control)", ""),
 ]
 
 
@@ -71,7 +73,7 @@ def test_certify_refuses_an_out_of_range_overlay_with_exit_2(capsys: pytest.Capt
     rc = main(["certify", "--adapter", "reference", "--spec", str(path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == 2 and len(lines) == 1 and "overlay.yaml:5:" in lines[0] and "maximum 100" in lines[0], err
+    assert rc == 2 and len(lines) == 1 and "overlay.yaml:5:" in lines[0] and "maximum 25" in lines[0], err
     assert not (tmp_path / "out").exists()
 
 
@@ -83,7 +85,7 @@ ACCEPTED = {
           renew_interval: 999d
           grace: 1000d
           by_source:
-            control: {ttl: 1000d, renew_interval: 1d, grace: 2000d}
+            control: {ttl: 1000d, renew_interval: 999d, grace: 2000d}
         waiting:
           timeouts: {user: 3650d, external: 3650d}
         retry:
@@ -97,7 +99,16 @@ ACCEPTED = {
           execution: {timeout: 3650d}
         """,
     "priority-max-100": "priority: {max: 100}\n",
-    "long-lease": "lease: {ttl: 3000d, renew_interval: 1d, grace: 600d}\nphases:\n  execution: {timeout: 3650d}\n",
+    "long-lease": """
+        lease:
+          ttl: 3000d
+          renew_interval: 1000d
+          grace: 600d
+          by_source:
+            control: {ttl: 3000d, renew_interval: 1000d, grace: 600d}
+        phases:
+          execution: {timeout: 3650d}
+        """,
 }
 
 
