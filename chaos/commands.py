@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
 
 from .points import ChaosError
@@ -114,7 +115,7 @@ def _check_paths(args: argparse.Namespace) -> None:
 def _fail(cmd: str, exc: BaseException) -> int:
     if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
         exc = ChaosError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
-    print(f"ledgercheck crash {cmd}: {exc}", file=sys.stderr)
+    print(terminal(f"ledgercheck crash {cmd}: {exc}"), file=sys.stderr)
     return 2
 
 
@@ -180,7 +181,7 @@ def _print_failures(windows: list[dict[str, Any]]) -> None:
             continue
         sk = w.get("scan_kill")
         scan = f", recovery scan killed at {sk[0]} #{sk[1]}" if sk else ""
-        print(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']}{scan} ({_cell(w['step_class'])}): {w['message']}")
+        print(terminal(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']}{scan} ({_cell(w['step_class'])}): {w['message']}"))
         if w.get("replay"):
             print(f"  reproduce: {w['replay']}")
 
@@ -232,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(w, indent=1))
     else:
-        print(window_table([w]))
+        print(terminal(window_table([w])))
         _print_failures([w])
     return 0 if w["verdict"] == "pass" else 1
 
@@ -266,7 +267,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         print(json.dumps({"adapter": args.adapter, "seed": args.seed, "windows": windows,
                           "passed": len(windows) - len(bad), "not_passed": len(bad)}, indent=1))
     else:
-        print(window_table(windows))
+        print(terminal(window_table(windows)))
         _print_failures(windows)
         print(f"\n{len(windows)} windows: {len(windows) - len(bad)} passed, "
               f"{sum(w['verdict'] == 'fail' for w in windows)} failed, {sum(w['verdict'] == 'error' for w in windows)} errors")
@@ -296,7 +297,7 @@ def print_storm(s: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(s, indent=1))
         return
     if s["verdict"] == "error":
-        print(f"ERROR: {s.get('message')}")
+        print(terminal(f"ERROR: {s.get('message')}"))
     else:
         print(f"{s['kills']} kills of {s['workers']} workers over {s['items']} items ({s['steps']} effect steps) "
               f"in {s['elapsed']:.1f}s ({s['kills_per_s']} kills/s), {s['barriers']} recoveries")
@@ -306,7 +307,7 @@ def print_storm(s: dict[str, Any], as_json: bool) -> None:
               f"{s['acquisitions']} lease grants checked")
         print(f"verdict: {s['verdict'].upper()} ({s['violation_count']} violation(s))")
     for v in s.get("violations") or []:
-        print(f"  [{v['clause']}] {v['message']}")
+        print(terminal(f"  [{v['clause']}] {v['message']}"))
     if s.get("replay"):
         print(f"reproduce: {s['replay']}")
 
@@ -323,7 +324,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(res, indent=1))
         else:
-            print(window_table([res]))
+            print(terminal(window_table([res])))
             _print_failures([res])
     else:
         print_storm(res, args.json)
