@@ -120,7 +120,8 @@ def _grace(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         wid = h.create()
         tok = h.claim(wid)
         lt = h.spec.lease_for("manual")
-        h.advance_to(h.item(wid)["lease_expires_at"] + max(QUANTUM, round(lt.grace / 2 / QUANTUM) * QUANTUM))
+        # half the grace (a whole quantum at least, the grace at most: with no grace, the expiry itself)
+        h.advance_to(h.item(wid)["lease_expires_at"] + min(lt.grace, max(QUANTUM, round(lt.grace / 2 / QUANTUM) * QUANTUM)))
         out = h.do("renew", work_id=wid, token=tok)
         check(out.ok, "lease.renew.grace", "renew within the grace window was refused", h)
 

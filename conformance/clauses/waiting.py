@@ -239,8 +239,9 @@ def _override(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         check(not got, "retry.policy_override", "max_attempts 1 still scheduled a retry", h)
 
     def exact_delay(h: Harness) -> None:
-        got = _fail_at_attempts(h, {"initial_backoff": 10.0, "jitter": "none"}, 1)
-        check(bool(got) and (h.wall or got[0][1] - got[0][0] == 10.0), "retry.policy_override", f"delay {got!r}", h)
+        delay = min(10.0, h.spec.retry_default.max_backoff)  # valid with the default max_backoff
+        got = _fail_at_attempts(h, {"initial_backoff": delay, "jitter": "none"}, 1)
+        check(bool(got) and (h.wall or got[0][1] - got[0][0] == delay), "retry.policy_override", f"delay {got!r}", h)
 
     def bad_policy(h: Harness) -> None:
         out = h.do("create", source_system="manual", source_id="p", retry_policy={"max_attempts": 0})
@@ -336,6 +337,7 @@ def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             """Each wait has its own deadline, counted from its own start, even under a reference used before."""
             h.need("resume")
             wid, tok = _running(h)
+            ttl = h.spec.lease_for("manual").ttl
             for timeout in (600.0, 600.0, None):
                 t = h.now()
                 out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-1", timeout=timeout)
@@ -343,9 +345,9 @@ def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 if not h.wall:
                     check(out.value["waiting_deadline"] == t + budget, "waiting.deadline",
                           f"wait under a reused reference: deadline {out.value['waiting_deadline']} != now + {budget:g}", h)
-                h.advance(60.0)
+                h.advance(min(60.0, budget / 2))  # inside the wait
                 tok = h.do("resume", work_id=wid, owner="worker-2").value["lease_token"]
-                h.advance(30.0)
+                h.advance(min(30.0, ttl / 2))  # inside the new lease
 
         yield f"{kind}-explicit-longer-than-default", longer
         yield f"{kind}-reference-reused", same_ref_again

@@ -21,11 +21,31 @@ from ledgercheck.spec import Spec, load_spec
 RELEVANT = ("core.invalid_argument", "core.create.", "core.claim.", "core.transition.allowed", "core.running.",
             "lease.", "waiting.", "retry.", "inbox.", "outbox.", "eventlog.", "idem.")
 # what each smaller overlay changes is read by fewer of them
-FOCUS = {"at-the-maxima": RELEVANT,
+FOCUS = {"at-the-maxima": RELEVANT, "at-the-minima": RELEVANT,
          "priority-max-100": ("core.invalid_argument", "core.create.", "core.claim.", "core.transition.allowed"),
          "long-lease": ("core.running.", "lease.", "waiting.not_stale", "retry.execution_timeout")}
 
 OVERLAYS = {
+    "at-the-minima": """
+        priority: {default: 0, min: 0, max: 0}
+        lease:
+          ttl: 1s
+          renew_interval: 0.5
+          grace: 0
+          by_source:
+            control: {ttl: 1s, renew_interval: 0.5, grace: 0}
+        waiting:
+          timeouts: {user: 1s, external: 1s}
+        retry:
+          policy: {max_attempts: 2, initial_backoff: 0, multiplier: 1, max_backoff: 0}
+        inbox: {max_nacks: 2, drain_max: 10}
+        outbox: {pending_max: 10}
+        idempotency: {retention: 1s}
+        eventlog: {first_seq: 1}
+        phases:
+          claim: {timeout: 1s}
+          execution: {timeout: 2s}
+        """,
     "at-the-maxima": """
         priority: {default: 3, min: -500, max: 500}
         lease:

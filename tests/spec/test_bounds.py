@@ -48,6 +48,8 @@ REFUSED = [
     ("inbox:\n  max_nacks: 1\n", 4, "inbox.max_nacks", "minimum 2"),
     ("inbox:\n  drain_max: 1001\n", 4, "inbox.drain_max", "maximum 1000"),
     ("outbox:\n  pending_max: 1001\n", 4, "outbox.pending_max", "maximum 1000"),
+    ("outbox:\n  pending_max: 9\n", 4, "outbox.pending_max", "minimum 10"),
+    ("eventlog:\n  first_seq: 0\n", 4, "eventlog.first_seq", "minimum 1"),
     ("eventlog:\n  first_seq: 1000001\n", 4, "eventlog.first_seq", "maximum 1000000"),
     ("priority:\n  max: 1000001\n", 4, "priority.max", "maximum 1000000"),
     ("priority:\n  min: -992\n", 4, "priority range [-992, 9] spans 1001 levels, more than 1000", ""),
@@ -78,6 +80,26 @@ def test_certify_refuses_an_out_of_range_overlay_with_exit_2(capsys: pytest.Capt
 
 
 ACCEPTED = {
+    "at-the-minima": """
+        priority: {default: 0, min: 0, max: 0}
+        lease:
+          ttl: 1s
+          renew_interval: 0.5
+          grace: 0
+          by_source:
+            control: {ttl: 1s, renew_interval: 0.5, grace: 0}
+        waiting:
+          timeouts: {user: 1s, external: 1s}
+        retry:
+          policy: {max_attempts: 2, initial_backoff: 0, multiplier: 1, max_backoff: 0}
+        inbox: {max_nacks: 2, drain_max: 10}
+        outbox: {pending_max: 10}
+        idempotency: {retention: 1s}
+        eventlog: {first_seq: 1}
+        phases:
+          claim: {timeout: 1s}
+          execution: {timeout: 2s}
+        """,
     "at-the-maxima": """
         priority: {default: 3, min: -500, max: 500}
         lease:
@@ -126,8 +148,10 @@ def test_schema_bounds_are_the_checks_constants() -> None:
     assert policy["multiplier"]["maximum"] == by_source["multiplier"]["maximum"] == C.MAX_MULTIPLIER
     inbox = schema["inbox"]["properties"]
     assert (inbox["max_nacks"]["minimum"], inbox["max_nacks"]["maximum"]) == (C.MIN_NACKS, C.MAX_NACKS)
-    assert inbox["drain_max"]["maximum"] == schema["outbox"]["properties"]["pending_max"]["maximum"] == C.MAX_BATCH
-    assert schema["eventlog"]["properties"]["first_seq"]["maximum"] == C.MAX_FIRST_SEQ
+    for batch in (inbox["drain_max"], schema["outbox"]["properties"]["pending_max"]):
+        assert (batch["minimum"], batch["maximum"]) == (C.MIN_BATCH, C.MAX_BATCH)
+    first_seq = schema["eventlog"]["properties"]["first_seq"]
+    assert (first_seq["minimum"], first_seq["maximum"]) == (C.MIN_FIRST_SEQ, C.MAX_FIRST_SEQ)
     for k in ("min", "max", "default"):
         p = schema["priority"]["properties"][k]
         assert (p["minimum"], p["maximum"]) == (-C.PRIORITY_LIMIT, C.PRIORITY_LIMIT)
