@@ -59,12 +59,18 @@ def _read(h: Harness) -> None:
         h.do("log_read", stream=name)
 
 
+def _inside_lease(h: Harness) -> float:
+    """A step after a claim that the lease outlives: 5 s, or half a short ttl (whole quanta)."""
+    ttl = h.spec.lease_for("manual").ttl
+    return min(5.0, max(QUANTUM, (ttl / 2) // QUANTUM * QUANTUM))
+
+
 @case("eventlog.fold", "every-step")
 def _fold(h: Harness) -> None:
     wid = h.create()
     if h.claims("renew"):  # a renewal moves the expiry: its event must carry the new one
         tok = h.claim(wid)
-        h.advance(5.0)
+        h.advance(_inside_lease(h))
         h.do("renew", work_id=wid, token=tok)
     for _ in _tour(h, wid):
         snap = h.raw("get", work_id=wid).value
@@ -112,7 +118,7 @@ def _data(h: Harness) -> None:
     _tour(h, wid)
     if h.claims("renew"):
         h.drive(wid, "running")
-        h.advance(5.0)  # so the renewed expiry differs from the claimed one
+        h.advance(_inside_lease(h))  # so the renewed expiry differs from the claimed one
         h.do("renew", work_id=wid, token=h.token(wid))
     h.do("cancel", work_id=wid)
     h.events_of(wid, "eventlog.event_data")  # each step above was compared with the model's events
