@@ -214,7 +214,7 @@ def cmd_points(args: argparse.Namespace) -> int:
         print(f"  {wp['point']:<32} journal {wp['journal']:<9} {wp['description']}")
         for c, m in wp["matrix"].items():
             print(f"      {c:<32} {m['decision']:<10} {m['effects']}")
-    print(f"adapter crash points ({args.adapter}): {', '.join(adapter_points) or 'none declared'}")
+    print(terminal(f"adapter crash points ({args.adapter}): {', '.join(adapter_points) or 'none declared'}"))
     if out["not_implemented"]:
         print(f"contract points the worker has no place for: {', '.join(out['not_implemented'])}")
     return 0
