@@ -11,9 +11,11 @@ import json
 import sys
 from typing import Any
 
+from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
 
 from .points import ChaosError
+from .storms import HARD_MAX_WORKERS, MAX_WORKERS
 
 DEFAULT_ADAPTER = "reference"
 
@@ -58,7 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     q = cs.add_parser("storm", help="N workers on one ledger, random SIGKILLs, end checks")
     common(q)
-    q.add_argument("--workers", type=int, default=4)
+    q.add_argument("--workers", type=int, default=4, help="worker processes (default 4, at most --max-workers)")
+    q.add_argument("--max-workers", type=int, default=MAX_WORKERS,
+                   help=f"refuse more workers than this (default {MAX_WORKERS}, at most {HARD_MAX_WORKERS})")
     q.add_argument("--kills", type=int, default=150)
     q.add_argument("--items", type=int, default=None, help="items in the generated workload (default max(200, 4 x kills))")
     q.add_argument("--time-limit", type=float, default=600.0, help="stop killing after this many seconds")
@@ -67,6 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     q = cs.add_parser("replay", help="re-create the kill a replay file describes and check it again")
     q.add_argument("file", help="replay file written by a failing window or storm")
+    q.add_argument("--max-workers", type=int, default=MAX_WORKERS,
+                   help=f"refuse a storm file asking for more workers than this (default {MAX_WORKERS})")
     q.add_argument("--adapter", default=None, help="run against this adapter instead of the recorded one")
     q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     q.add_argument("--tmp-dir", default=None)
@@ -109,7 +115,7 @@ def _check_paths(args: argparse.Namespace) -> None:
 def _fail(cmd: str, exc: BaseException) -> int:
     if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
         exc = ChaosError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
-    print(f"ledgercheck crash {cmd}: {exc}", file=sys.stderr)
+    print(terminal(f"ledgercheck crash {cmd}: {exc}"), file=sys.stderr)
     return 2
 
 
@@ -175,7 +181,7 @@ def _print_failures(windows: list[dict[str, Any]]) -> None:
             continue
         sk = w.get("scan_kill")
         scan = f", recovery scan killed at {sk[0]} #{sk[1]}" if sk else ""
-        print(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']}{scan} ({_cell(w['step_class'])}): {w['message']}")
+        print(terminal(f"\n{w['verdict'].upper()} {w['point']} #{w['occurrence']}{scan} ({_cell(w['step_class'])}): {w['message']}"))
         if w.get("replay"):
             print(f"  reproduce: {w['replay']}")
 
@@ -208,7 +214,7 @@ def cmd_points(args: argparse.Namespace) -> int:
         print(f"  {wp['point']:<32} journal {wp['journal']:<9} {wp['description']}")
         for c, m in wp["matrix"].items():
             print(f"      {c:<32} {m['decision']:<10} {m['effects']}")
-    print(f"adapter crash points ({args.adapter}): {', '.join(adapter_points) or 'none declared'}")
+    print(terminal(f"adapter crash points ({args.adapter}): {', '.join(adapter_points) or 'none declared'}"))
     if out["not_implemented"]:
         print(f"contract points the worker has no place for: {', '.join(out['not_implemented'])}")
     return 0
@@ -227,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(w, indent=1))
     else:
-        print(window_table([w]))
+        print(terminal(window_table([w])))
         _print_failures([w])
     return 0 if w["verdict"] == "pass" else 1
 
@@ -261,7 +267,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         print(json.dumps({"adapter": args.adapter, "seed": args.seed, "windows": windows,
                           "passed": len(windows) - len(bad), "not_passed": len(bad)}, indent=1))
     else:
-        print(window_table(windows))
+        print(terminal(window_table(windows)))
         _print_failures(windows)
         print(f"\n{len(windows)} windows: {len(windows) - len(bad)} passed, "
               f"{sum(w['verdict'] == 'fail' for w in windows)} failed, {sum(w['verdict'] == 'error' for w in windows)} errors")
@@ -277,7 +283,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
         spec = _spec(args.spec)
         s = storm(args.adapter, spec, seed=args.seed, workers=args.workers, kills=args.kills, items=args.items,
                   time_limit=args.time_limit, replay_dir=args.replay_dir, progress=progress, worker=args.worker,
-                  timeout=args.timeout, tmp_root=args.tmp_dir)
+                  timeout=args.timeout, tmp_root=args.tmp_dir, max_workers=args.max_workers)
     except (ChaosError, OSError) as exc:
         progress.close()
         return _fail("storm", exc)
@@ -291,7 +297,7 @@ def print_storm(s: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(s, indent=1))
         return
     if s["verdict"] == "error":
-        print(f"ERROR: {s.get('message')}")
+        print(terminal(f"ERROR: {s.get('message')}"))
     else:
         print(f"{s['kills']} kills of {s['workers']} workers over {s['items']} items ({s['steps']} effect steps) "
               f"in {s['elapsed']:.1f}s ({s['kills_per_s']} kills/s), {s['barriers']} recoveries")
@@ -301,7 +307,7 @@ def print_storm(s: dict[str, Any], as_json: bool) -> None:
               f"{s['acquisitions']} lease grants checked")
         print(f"verdict: {s['verdict'].upper()} ({s['violation_count']} violation(s))")
     for v in s.get("violations") or []:
-        print(f"  [{v['clause']}] {v['message']}")
+        print(terminal(f"  [{v['clause']}] {v['message']}"))
     if s.get("replay"):
         print(f"reproduce: {s['replay']}")
 
@@ -311,14 +317,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     try:
         _check_paths(args)
-        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir)
+        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir, max_workers=args.max_workers)
     except (ChaosError, OSError) as exc:
         return _fail("replay", exc)
     if "point" in res:
         if args.json:
             print(json.dumps(res, indent=1))
         else:
-            print(window_table([res]))
+            print(terminal(window_table([res])))
             _print_failures([res])
     else:
         print_storm(res, args.json)

@@ -150,14 +150,16 @@ def replay_workload(doc: Mapping[str, Any], spec: Spec, path: str) -> Workload:
         raise ChaosError(f"{path}: {exc}") from None
 
 
-def replay(path: str, *, address: str | None = None, tmp_root: str | None = None) -> dict[str, Any]:
-    """Re-run the window (or storm) a replay file describes; returns the window dict (or storm summary)."""
+def replay(path: str, *, address: str | None = None, tmp_root: str | None = None,
+           max_workers: int | None = None) -> dict[str, Any]:
+    """Re-run the window (or storm) a replay file describes; returns the window dict (or storm summary).
+    A storm file asking for more than ``max_workers`` workers (default: the storms' cap) is refused."""
     doc = load_replay(path)
     spec = replay_spec(doc, path)
     if doc["kind"] == "storm":
-        from .storms import storm_from_replay
+        from .storms import MAX_WORKERS, storm_from_replay
 
-        return storm_from_replay(doc, spec, path, address=address)
+        return storm_from_replay(doc, spec, path, address=address, max_workers=max_workers or MAX_WORKERS)
     from .exploration import run_one
 
     workload = replay_workload(doc, spec, path)

@@ -19,6 +19,7 @@ lease.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -41,6 +42,18 @@ from .workload import ItemIndex, Workload, generate_workload
 
 StormProgress = Callable[[int, int | None, dict[str, Any]], None]
 MAX_VIOLATIONS = 50
+
+# What a storm may ask for.  Every worker is a process (with its adapter), and every kill starts a
+# replacement, so the worker count is capped: 64 by default (`--max-workers` raises it up to
+# HARD_MAX_WORKERS); kills, items and timings are capped at what one run on one machine can do.
+MAX_WORKERS = 64
+HARD_MAX_WORKERS = 1024
+MAX_KILLS = 10_000
+MAX_ITEMS = 100_000
+MAX_STEPS = 20
+MAX_GAP = 60.0
+MAX_LATENCY = 10.0
+MAX_TIME_LIMIT = 7 * 86400.0
 
 
 @dataclass
@@ -78,6 +91,39 @@ class _Run:
 
 class StormError(Exception):
     pass
+
+
+def _number(v: Any, *, integer: bool = False) -> bool:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    return isinstance(v, int) if integer else math.isfinite(v)
+
+
+def check_storm_params(params: StormParams, *, max_workers: int = MAX_WORKERS) -> None:
+    """Refuse parameters no storm should run with, before any process starts: one ChaosError line
+    naming the first bad parameter."""
+    p = params
+    limits: list[tuple[str, Any, bool, float, float]] = [
+        ("workers", p.workers, True, 2, max_workers), ("kills", p.kills, True, 0, MAX_KILLS),
+        ("items", p.items, True, 1, MAX_ITEMS), ("max_steps", p.max_steps, True, 1, MAX_STEPS),
+        ("seed", p.seed, True, -(2**63), 2**63 - 1), ("wait_ratio", p.wait_ratio, False, 0.0, 1.0),
+        ("gap_min", p.gap_min, False, 0.0, MAX_GAP), ("gap_max", p.gap_max, False, 0.0, MAX_GAP),
+        ("latency", p.latency, False, 0.0, MAX_LATENCY), ("time_limit", p.time_limit, False, 0.0, MAX_TIME_LIMIT),
+    ]
+    for name, v, integer, lo, hi in limits:
+        if not _number(v, integer=integer):
+            raise ChaosError(f"storm {name} must be {'an integer' if integer else 'a finite number'}, not {v!r}")
+        if not lo <= v <= hi:
+            more = (f" (at most {max_workers} worker processes; --max-workers raises the cap up to {HARD_MAX_WORKERS})"
+                    if name == "workers" and v > hi else "")
+            raise ChaosError(f"storm {name} {v!r} is outside {lo:g}..{hi:g}{more}")
+    if p.gap_min > p.gap_max:
+        raise ChaosError(f"storm gap_min {p.gap_min:g} is above gap_max {p.gap_max:g}")
+
+
+def _check_max_workers(max_workers: int) -> None:
+    if not _number(max_workers, integer=True) or not 2 <= max_workers <= HARD_MAX_WORKERS:
+        raise ChaosError(f"--max-workers must be an integer in 2..{HARD_MAX_WORKERS}, not {max_workers!r}")
 
 
 def _plan(params: StormParams) -> list[tuple[float, int]]:
@@ -422,14 +468,18 @@ class Storm:
 def storm(address: str, spec: Spec, *, seed: int = 0, workers: int = 4, kills: int = 150, items: int | None = None,
           time_limit: float = 600.0, workload: Workload | None = None, replay_dir: str | None = None,
           progress: StormProgress | None = None, worker: str | None = None, timeout: float = 60.0,
-          tmp_root: str | None = None, gap: tuple[float, float] = (0.002, 0.03), latency: float = 0.003) -> dict[str, Any]:
+          tmp_root: str | None = None, gap: tuple[float, float] = (0.002, 0.03), latency: float = 0.003,
+          max_workers: int = MAX_WORKERS) -> dict[str, Any]:
     """Run a kill storm and return its summary (see docs/chaos.md)."""
+    _check_max_workers(max_workers)
     if workers < 2:
         raise ChaosError("a storm needs at least 2 workers")
     if kills < 0:
         raise ChaosError("kills must be >= 0")
-    params = StormParams(seed=seed, workers=workers, kills=kills, items=items or max(200, 4 * kills),
+    params = StormParams(seed=seed, workers=workers, kills=kills,
+                         items=items or (max(200, 4 * kills) if _number(kills, integer=True) else 0),
                          gap_min=gap[0], gap_max=gap[1], latency=latency, time_limit=time_limit)
+    check_storm_params(params, max_workers=max_workers)
     return _run_storm(address, spec, params, workload=workload, replay_dir=replay_dir, progress=progress,
                       worker=worker, timeout=timeout, tmp_root=tmp_root)
 
@@ -461,7 +511,9 @@ def _run_storm(address: str, spec: Spec, params: StormParams, *, workload: Workl
     return summary
 
 
-def storm_from_replay(doc: Mapping[str, Any], spec: Spec, path: str, *, address: str | None = None) -> dict[str, Any]:
+def storm_from_replay(doc: Mapping[str, Any], spec: Spec, path: str, *, address: str | None = None,
+                      max_workers: int = MAX_WORKERS) -> dict[str, Any]:
+    _check_max_workers(max_workers)
     raw = doc["storm"]
     if not isinstance(raw, Mapping):
         raise ChaosError(f"{path}: 'storm' must be an object of storm parameters")
@@ -469,6 +521,10 @@ def storm_from_replay(doc: Mapping[str, Any], spec: Spec, path: str, *, address:
         params = StormParams(**{k: raw[k] for k in StormParams().as_dict() if k in raw})
     except TypeError as exc:
         raise ChaosError(f"{path}: bad storm parameters: {exc}") from None
+    try:
+        check_storm_params(params, max_workers=max_workers)
+    except ChaosError as exc:
+        raise ChaosError(f"{path}: {exc}") from None
     workload = None
     if doc.get("workload") is not None:
         from .replays import replay_workload

@@ -152,8 +152,10 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         probe = connect(args.adapter, spec, timeout=args.timeout * args.timeout_scale, startup_timeout=30 * args.timeout_scale)
         name = probe.handshake.get("name") or "adapter"
         probe.close()
-    except AdapterError as exc:
-        print(f"ledgercheck certify: {exc}", file=sys.stderr)
+    except AdapterError as exc:  # may carry the adapter's stderr: shown terminal-safe
+        from ledgercheck.reports.text import terminal
+
+        print(terminal(f"ledgercheck certify: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
 
 from .clauses import ClauseCase, NoCheck, all_cases
@@ -423,14 +424,15 @@ class LedgerItem(pytest.Item):
         exc = excinfo.value
         replay = getattr(self, "_replay", None)
         tail = f"\nreplay: {replay}" if replay else ""
+        # adapter text reaches the terminal here: control characters are shown, never sent raw
         if isinstance(exc, ClauseFailure):
             notes = "\n".join(getattr(exc, "__notes__", []) or [])
-            return f"clause violated: {', '.join(exc.clauses)}\n{exc}{tail}" + (f"\n{notes}" if notes else "")
+            return terminal(f"clause violated: {', '.join(exc.clauses)}\n{exc}{tail}" + (f"\n{notes}" if notes else ""))
         if isinstance(exc, AdapterFailure):
-            return f"ADAPTER ERROR: {exc}"
+            return terminal(f"ADAPTER ERROR: {exc}")
         if isinstance(exc, NoCheck):
-            return f"ERROR: {exc}"
-        return super().repr_failure(excinfo)
+            return terminal(f"ERROR: {exc}")
+        return terminal(str(super().repr_failure(excinfo)))
 
 
 class ClauseItem(LedgerItem):
@@ -752,7 +754,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("ledgercheck: violations seen while testing other clauses")
     for nodeid, f in found:
         tag = f"known bug ({f['known_bug']})" if f.get("known_bug") else "FAILED"
-        terminalreporter.write_line(f"{tag} {f['clause']} (seen in {nodeid}): {f['messages'][0]}")
+        terminalreporter.write_line(terminal(f"{tag} {f['clause']} (seen in {nodeid}): {f['messages'][0]}"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -162,7 +162,9 @@ def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str
     all_statuses = list(spec.statuses)
     retryable = [c for c, r in spec.error_classes.items() if r]
     policies: list[Any] = [None, {"max_attempts": 8, "initial_backoff": 4.0, "multiplier": 3.0, "max_backoff": 20.0},
-                           {"max_attempts": 5, "jitter": "none", "initial_backoff": 1.0}, {"max_attempts": 4, "jitter": "equal"}]
+                           # a partial policy keeps the default max_backoff, which its initial_backoff may not exceed
+                           {"max_attempts": 5, "jitter": "none", "initial_backoff": min(1.0, spec.retry_default.max_backoff)},
+                           {"max_attempts": 4, "jitter": "equal"}]
     sources = list(spec.source_systems)
 
     def fresh(i: int) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ledgercheck.conformance.protocol import LedgerError
+from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, default_spec, load_spec
 from ledgercheck.spec.load import spec_from_document
 
@@ -98,21 +99,21 @@ def _runner(name: str, fn: Callable[[argparse.Namespace, Ledger], int]) -> Calla
         try:
             ledger = _open(args)
         except Failed as exc:
-            print(f"{prefix}: {exc.message}", file=sys.stderr)
+            _err(f"{prefix}: {exc.message}")
             return exc.code
         try:
             return fn(args, ledger)
         except Failed as exc:
-            print(f"{prefix}: {exc.message}", file=sys.stderr)
+            _err(f"{prefix}: {exc.message}")
             return exc.code
         except LedgerError as exc:
             if exc.code == "not_found":
-                print(f"{prefix}: {exc.message} in {args.db}", file=sys.stderr)
+                _err(f"{prefix}: {exc.message} in {args.db}")
                 return 2
-            print(f"{prefix}: {exc.code}: {exc.message}", file=sys.stderr)
+            _err(f"{prefix}: {exc.code}: {exc.message}")
             return 2 if exc.code in BAD_INPUT else 1
         except OSError as exc:
-            print(f"{prefix}: {args.db}: {exc}", file=sys.stderr)
+            _err(f"{prefix}: {args.db}: {exc}")
             return 2
         finally:
             ledger.close()
@@ -152,7 +153,13 @@ def _now(args: argparse.Namespace) -> float:
 
 
 def _emit(args: argparse.Namespace, value: Any, text: str) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False) if args.json else text)
+    """JSON (which escapes control characters itself) or text with ids, owners and messages from
+    the ledger made terminal-safe: no control byte or bidi override reaches the screen raw."""
+    print(json.dumps(value, indent=2, ensure_ascii=False) if args.json else terminal(text))
+
+
+def _err(text: str) -> None:
+    print(terminal(text), file=sys.stderr)
 
 
 def _flags(ledger: Ledger, w: dict[str, Any], now: float) -> list[Any]:
@@ -166,8 +173,8 @@ def _token(ledger: Ledger, args: argparse.Namespace) -> str:
     w = ledger.get(work_id=args.work_id)
     if w["lease_token"] is None:
         return ""  # the operation refuses it: the item holds no lease
-    print(f"note: presenting {args.work_id}'s current lease token (owner {w['owner']!r}, lease_version {w['lease_version']}); "
-          "pass --token to fence on a specific lease", file=sys.stderr)
+    _err(f"note: presenting {args.work_id}'s current lease token (owner {w['owner']!r}, lease_version {w['lease_version']}); "
+         "pass --token to fence on a specific lease")
     return w["lease_token"]
 
 
@@ -192,7 +199,8 @@ def cmd_list(args: argparse.Namespace, ledger: Ledger) -> int:
     print(f"{'WORK_ID':<34} {'STATUS':<17} {'PRI':>3} {'ATT':>3} {'OWNER':<12} ATTENTION")
     for w, flags in rows:
         note = "; ".join(f"{f.name}: {f.detail}" for f in flags)
-        print(f"{w['work_id']:<34} {w['status']:<17} {w['priority']:>3} {w['attempt']:>3} {_fmt(w['owner'])[:12]:<12} {note}")
+        owner = terminal(_fmt(w["owner"]))[:12]  # escaped before shortening, so no escape is cut into a raw byte
+        print(terminal(f"{w['work_id']:<34} {w['status']:<17} {w['priority']:>3} {w['attempt']:>3} ") + f"{owner:<12} {terminal(note)}")
     by_status: dict[str, int] = {}
     for w, _ in rows:
         by_status[w["status"]] = by_status.get(w["status"], 0) + 1
@@ -264,7 +272,7 @@ def cmd_verify(args: argparse.Namespace, ledger: Ledger) -> int:
         _emit(args, {"ok": not problems, "records": n, "problems": problems}, "")
     elif problems:
         for p in problems:
-            print(p)
+            print(terminal(p))
     else:
         print(f"ok: {args.db}: {n} record(s), integrity and ledger invariants hold")
     return 1 if problems else 0

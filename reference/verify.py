@@ -4,16 +4,26 @@ Beyond SQLite's own integrity check it confirms the ledger's invariants record b
 event trail starts with the creation event and has gapless seqs, its count matches the record's
 bookkeeping, every status change has its transition event and every transition event continues
 from the previous status, folding the events gives back the snapshot, and lease, waiting and
-terminal fields agree with the status.  Append-only log streams must be gapless too.
+terminal fields agree with the status.  Append-only log streams must be gapless too, and every
+guard trigger the schema creates for the contract must be present and unchanged (a ledger without
+its triggers still reads fine, but no longer refuses forbidden writes).
+
+It reports every problem it finds and keeps going: a record whose events are all gone is one
+problem among the others, not the end of the check.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ledgercheck.conformance.model import fold
+from ledgercheck.conformance.protocol import LedgerError
 
 from .ledger import Ledger
+from .schema import _triggers as schema_triggers
+
+_TRIGGER_NAME = re.compile(r"CREATE TRIGGER (\w+)")
 
 
 def verify(ledger: Ledger) -> list[str]:
@@ -22,9 +32,20 @@ def verify(ledger: Ledger) -> list[str]:
     problems = [f"integrity: {p}" for p in ledger.integrity_check()]
     counts = dict(ledger._read("SELECT work_id, event_count FROM work"))
     fold_fields = [(n, f.compare) for n, f in spec.work_fields.items() if f.fold and f.compare != "none"]
+    problems += _trigger_problems(ledger)
     for snap in ledger.list():
         wid = snap["work_id"]
-        events = ledger.events(work_id=wid)
+        try:
+            events = ledger.events(work_id=wid)
+        except LedgerError as exc:
+            if exc.code != "not_found":
+                raise
+            problems.append(f"{wid}: the record has no events at all (its trail is lost; the record counts "
+                            f"{counts.get(wid)})")
+            continue
+        except ValueError as exc:
+            problems.append(f"{wid}: the event trail cannot be read: {exc}")
+            continue
         problems += [f"{wid}: {p}" for p in _trail(ledger, snap, events, counts.get(wid))]
         folded = fold(spec, events)
         for name, compare in fold_fields:
@@ -35,6 +56,20 @@ def verify(ledger: Ledger) -> list[str]:
         if lo != first or hi != first + n - 1:
             problems.append(f"log stream {stream!r}: {n} entries span seq {lo}..{hi}, not {first}..{first + n - 1}")
     return problems
+
+
+def _trigger_problems(ledger: Ledger) -> list[str]:
+    """Guard triggers the schema generator creates for this contract that are missing or altered."""
+    have = dict(ledger._read("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
+    out = []
+    for sql in schema_triggers(ledger.spec):
+        m = _TRIGGER_NAME.match(sql)
+        name = m.group(1) if m else sql
+        if name not in have:
+            out.append(f"trigger {name}: missing (the ledger no longer refuses the writes it guards)")
+        elif have[name] != sql:
+            out.append(f"trigger {name}: differs from the one the schema creates for this contract")
+    return out
 
 
 def _trail(ledger: Ledger, snap: dict[str, Any], events: list[dict[str, Any]], count: int | None) -> list[str]:

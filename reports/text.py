@@ -13,8 +13,11 @@ import re
 
 # C0 controls except tab/newline/carriage return, DEL, C1 controls, surrogates and the two noncharacters
 # XML 1.0 forbids.  Tab, newline and carriage return are allowed by XML and handled per output.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# Bidirectional embeddings, overrides and isolates (and the implicit marks) reorder what a reader sees
+# without being visible themselves, so they are shown as escapes too.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_BIDI}\ud800-\udfff\ufffe\uffff]")
+_TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}\ud800-\udfff\ufffe\uffff]")
 _MD_CODE_BREAK = re.compile(r"\s+")
 
 
@@ -30,7 +33,8 @@ def visible(text: object) -> str:
 
 def terminal(text: object) -> str:
     """Text safe to print on a terminal: every control character but newline and tab escaped (so no
-    ANSI sequence or carriage return from an adapter reaches the screen)."""
+    ANSI sequence, NUL, BEL, C1 control, carriage return or bidi override from an adapter or a
+    ledger reaches the screen); each is shown as ``\\xNN`` or ``\\uNNNN``."""
     return _TERMINAL.sub(_show, "" if text is None else str(text))
 
 

@@ -23,6 +23,20 @@ ARG_TYPES = {
 GUARDS = {"cancel_requested"}
 FIELD_TYPES = {"string", "integer", "boolean", "time", "status", "any"}
 
+# ---- bounds: every count, timing and range is limited to what a run can exercise --------------
+# (docs/contract.md, "Bounds", says why each is what it is).  The JSON Schema holds the integer
+# bounds; these constants are the same numbers, for the checks below, the clause tests and the
+# tests that keep both in step.
+MAX_DURATION = 3650 * 86400.0       # ten years: epoch + every wait of a test stays exact (see the docs)
+MIN_ATTEMPTS, MAX_ATTEMPTS = 2, 25  # the default policy retries at least once; a test fails every attempt
+MIN_NACKS, MAX_NACKS = 2, 25         # at least one redelivery; a test nacks a message max_nacks times
+MIN_BATCH, MAX_BATCH = 10, 1000      # drain_max / pending_max: one batch holds a test's racing messages; tests fill one and more
+MIN_FIRST_SEQ, MAX_FIRST_SEQ = 1, 1_000_000  # an empty stream's expected_seq (first_seq - 1) is a nonnegative argument
+PRIORITY_LIMIT = 1_000_000           # |priority| for min, max and default
+MAX_PRIORITY_SPAN = 1000             # max - min: a test creates and claims work at every priority
+MAX_MULTIPLIER = 100.0
+MAX_RENEWALS = 2000                  # execution timeout / renew_interval: tests renew through a whole stint
+
 
 class _Ctx:
     def __init__(self, doc: Mapping[str, Any], pos: Positions) -> None:
@@ -239,22 +253,31 @@ def _identity(c: _Ctx) -> None:
     if not p["min"] <= p["default"] <= p["max"]:
         at = c.pos.newest([("priority", k) for k in ("default", "min", "max")])
         c.add(at, f"priority default {p['default']} is outside [{p['min']}, {p['max']}]")
+    if p["max"] - p["min"] > MAX_PRIORITY_SPAN:
+        at = c.pos.newest([("priority", k) for k in ("min", "max")])
+        c.add(at, f"priority range [{p['min']}, {p['max']}] spans {p['max'] - p['min']} levels, more than {MAX_PRIORITY_SPAN}")
 
 
 def _dur(c: _Ctx, path: tuple[Any, ...], value: Any) -> float | None:
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as exc:
         if not (isinstance(value, float) and not math.isfinite(value)):  # _finite_numbers reports those
             c.add(path, str(exc))
         return None
+    if seconds > MAX_DURATION:
+        c.add(path, f"duration {value!r} ({seconds:.4g}s) is longer than ten years ({MAX_DURATION:g}s), the longest a run can exercise")
+        return None
+    return seconds
 
 
 def _quiet_dur(value: Any) -> float | None:
+    """Seconds of a valid duration, else None (``_dur`` reports the problem where it was written)."""
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError:
         return None
+    return seconds if seconds <= MAX_DURATION else None
 
 
 @check
@@ -277,6 +300,29 @@ def _lease(c: _Ctx) -> None:
         if src not in c.doc["source_systems"]:
             c.add(("lease", "by_source", src), f"lease override for unknown source system {src!r}")
         one(("lease", "by_source", src), o.get("ttl", d["ttl"]), o.get("renew_interval", d["renew_interval"]), o.get("grace", d["grace"]))
+    _lease_within_execution(c)
+
+
+def _lease_within_execution(c: _Ctx) -> None:
+    """A lease lapses (ttl + grace) inside the execution budget: otherwise every stint of a dead holder
+    is ended by the execution timeout first, and the heartbeat phase and the grace window never act."""
+    d = c.doc["lease"]
+    execution = c.doc["phases"].get("execution", {})
+    limit = _quiet_dur(execution.get("timeout")) if "timeout" in execution else None
+    if limit is None or execution.get("action") != "timeout":
+        return
+    for path, o in [(("lease",), {}), *((("lease", "by_source", s), o) for s, o in d["by_source"].items())]:
+        ttl, grace = _quiet_dur(o.get("ttl", d["ttl"])), _quiet_dur(o.get("grace", d["grace"]))
+        renew = _quiet_dur(o.get("renew_interval", d["renew_interval"]))
+        which = f" for {path[-1]}" if len(path) > 1 else ""
+        if ttl is not None and grace is not None and ttl + grace >= limit:
+            at = c.pos.newest([path + ("ttl",), path + ("grace",), ("phases", "execution", "timeout")])
+            c.add(at, f"lease ttl + grace ({ttl + grace:g}s{which}) must be shorter "
+                      f"than the execution timeout ({limit:g}s), or the heartbeat phase never ends a stint")
+        if renew and limit / renew > MAX_RENEWALS:
+            at = c.pos.newest([path + ("renew_interval",), ("phases", "execution", "timeout")])
+            c.add(at, f"the execution timeout ({limit:g}s) is {limit / renew:.0f} renew intervals ({renew:g}s{which}), "
+                      f"more than {MAX_RENEWALS}: a stint kept alive by renewals must end within that many")
 
 
 @check

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
 
+from ..clock import QUANTUM
 from ..harness import OWNER, Harness, NotApplicable
 from . import CaseFn, case, cases, check, fail
 
@@ -414,7 +415,11 @@ def _renewing(h: Harness) -> None:
     wid = h.create()
     tok = h.claim(wid)
     lt = h.spec.lease_for("manual")
-    for _ in range(6):
+    # six renewals, or as many as fit inside the execution budget: a stint longer than that is timed
+    # out (retry.execution_timeout), which is not what this case judges
+    limit = h.spec.phase_timeout("execution")
+    steps = 6 if limit is None else max(1, min(6, int((limit - QUANTUM) // lt.renew_interval)))
+    for _ in range(steps):
         h.advance(lt.renew_interval)
         h.do("renew", work_id=wid, token=tok)
         h.do("expire")
@@ -555,7 +560,7 @@ _WRONG: dict[str, tuple] = {
     "positive_int": (0, -1, 1.5, True, "2"),
     "nonnegative_int": (-1, 0.5, True, "0"),
     "source_system": ("nowhere", "", 5),
-    "priority": (99, -1, True, 1.5, "1"),
+    "priority": (),  # from the contract's range: see _wrong_values
     "retry_policy": ({"max_attempts": 0}, "fast", {"max_attempts": True}),
     "status": ("finished", "", 3),
     "terminal_status": ("running", "finished", True),
@@ -566,6 +571,14 @@ _WRONG: dict[str, tuple] = {
     "effect_key": ("xyz", "0" * 63, "g" * 64, 64),
 }
 _MISSING = object()
+
+
+def _wrong_values(spec: Spec, arg_type: str) -> tuple:
+    """The values outside ``arg_type``; a priority's come from the contract's own range (one past
+    each end, a boolean, a fraction inside the range, the default as a numeric string)."""
+    if arg_type == "priority":
+        return (spec.priority_max + 1, spec.priority_min - 1, True, spec.priority_min + 0.5, str(spec.priority_default))
+    return _WRONG.get(arg_type, ())
 
 
 @cases("core.invalid_argument")
@@ -584,7 +597,7 @@ def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         for name, arg in o.args.items():
             if name == "now":
                 continue
-            wrong: list = list(_WRONG.get(arg.type, ()))
+            wrong: list = list(_wrong_values(spec, arg.type))
             if arg.required and not wrong:
                 wrong.append(_MISSING)
             if not wrong:
@@ -786,12 +799,22 @@ def _reason(h: Harness, wid: str, moves: list, want: str) -> None:
     check(got.get("status_reason") == want, "core.expire.timeout_reason", f"status_reason is {got.get('status_reason')!r}, expected {want!r}", h)
 
 
+def _priority_sample(spec: Spec, levels: int = 64) -> list[int]:
+    """Every priority of a range of up to ``levels`` levels; of a wider one both ends and their
+    neighbours, the default and an even spread in between (a test creates work at each)."""
+    lo, hi = spec.priority_min, spec.priority_max
+    if hi - lo < levels:
+        return list(range(lo, hi + 1))
+    spread = {lo + (hi - lo) * k // (levels - 1) for k in range(levels)}
+    return sorted(spread | {lo, lo + 1, spec.priority_default, hi - 1, hi})
+
+
 # ---------------------------------------------------------------- round-3 hunt
 @case("core.transition.allowed", "claim-every-priority")
 def _claim_every_priority(h: Harness) -> None:
-    """queued -> running by claim holds at every priority of the range: a claim without an id
+    """queued -> running by claim holds across the priority range (_priority_sample): a claim without an id
     hands out queued work whatever its priority (the model accepts any queued item)."""
-    prios = list(range(h.spec.priority_min, h.spec.priority_max + 1))
+    prios = _priority_sample(h.spec)
     for p in reversed(prios):
         h.create(priority=p)
     for _ in prios:

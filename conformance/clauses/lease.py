@@ -120,7 +120,8 @@ def _grace(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         wid = h.create()
         tok = h.claim(wid)
         lt = h.spec.lease_for("manual")
-        h.advance_to(h.item(wid)["lease_expires_at"] + max(QUANTUM, round(lt.grace / 2 / QUANTUM) * QUANTUM))
+        # half the grace (a whole quantum at least, the grace at most: with no grace, the expiry itself)
+        h.advance_to(h.item(wid)["lease_expires_at"] + min(lt.grace, max(QUANTUM, round(lt.grace / 2 / QUANTUM) * QUANTUM)))
         out = h.do("renew", work_id=wid, token=tok)
         check(out.ok, "lease.renew.grace", "renew within the grace window was refused", h)
 
@@ -357,7 +358,13 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             wid = h.create(src)
             tok = h.claim(wid)
             lt = h.spec.lease_for(src)
-            h.advance(lt.renew_interval)
+            # renew after renew_interval, or sooner when the renewed lease's ttl + grace would
+            # otherwise reach past the execution budget (whose timeout is another clause's)
+            limit = h.spec.phase_timeout("execution")
+            step = lt.renew_interval
+            if limit is not None and step + lt.ttl + lt.grace >= limit:
+                step = (limit - lt.ttl - lt.grace) / 2
+            h.advance(step)
             t = h.now()
             out = h.do("renew", work_id=wid, token=tok)
             if not h.wall:

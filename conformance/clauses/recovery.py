@@ -150,6 +150,9 @@ def _matrix(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             open_ = [(r["state"], r["step_class"]) for r in h.do("effect_list", work_id=wid).value if r["state"] != "completed"]
             v = _victim(h, wid)
             want = h.spec.scanner_decision(open_, False)
+            policy = h.spec.retry_policy_for(h.item(wid)["source_system"], None)
+            if h.spec.decisions[want].get("requeue") and h.item(wid)["attempt"] >= policy.max_attempts:
+                want = "quarantine"  # the second run was the last attempt (recovery.attempts_exhausted)
             check(v["decision"] == want, "recovery.matrix", f"{cls}: a second crash with the receipt left {state!r} by the "
                   f"first scan: decision {v['decision']!r}, the contract says {want!r}", h)
         yield f"{cls}-second-crash", again

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
+from ledgercheck.spec.checks import MAX_ATTEMPTS, MAX_MULTIPLIER
+from ledgercheck.spec.contract import RetryPolicy
 
 from ..clock import QUANTUM
 from ..harness import Harness, NotApplicable
@@ -100,10 +102,12 @@ def _timeout(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 @case("waiting.not_stale", "old-but-within-deadline")
 def _not_stale(h: Harness) -> None:
     wid, tok = _running(h)
-    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=86400.0)
     lt = h.spec.lease_for("manual")
+    step = (lt.ttl + lt.grace) * 3  # each step would lapse any lease three times over
+    # a wait whose deadline lies beyond the four steps, however long the contract's leases are
+    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=step * 5)
     for _ in range(4):
-        h.advance((lt.ttl + lt.grace) * 3)
+        h.advance(step)
         h.do("expire")
         if h.claims("recover"):
             h.do("recover")
@@ -235,8 +239,9 @@ def _override(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         check(not got, "retry.policy_override", "max_attempts 1 still scheduled a retry", h)
 
     def exact_delay(h: Harness) -> None:
-        got = _fail_at_attempts(h, {"initial_backoff": 10.0, "jitter": "none"}, 1)
-        check(bool(got) and (h.wall or got[0][1] - got[0][0] == 10.0), "retry.policy_override", f"delay {got!r}", h)
+        delay = min(10.0, h.spec.retry_default.max_backoff)  # valid with the default max_backoff
+        got = _fail_at_attempts(h, {"initial_backoff": delay, "jitter": "none"}, 1)
+        check(bool(got) and (h.wall or got[0][1] - got[0][0] == delay), "retry.policy_override", f"delay {got!r}", h)
 
     def bad_policy(h: Harness) -> None:
         out = h.do("create", source_system="manual", source_id="p", retry_policy={"max_attempts": 0})
@@ -332,6 +337,7 @@ def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             """Each wait has its own deadline, counted from its own start, even under a reference used before."""
             h.need("resume")
             wid, tok = _running(h)
+            ttl = h.spec.lease_for("manual").ttl
             for timeout in (600.0, 600.0, None):
                 t = h.now()
                 out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-1", timeout=timeout)
@@ -339,21 +345,36 @@ def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 if not h.wall:
                     check(out.value["waiting_deadline"] == t + budget, "waiting.deadline",
                           f"wait under a reused reference: deadline {out.value['waiting_deadline']} != now + {budget:g}", h)
-                h.advance(60.0)
+                h.advance(min(60.0, budget / 2))  # inside the wait
                 tok = h.do("resume", work_id=wid, owner="worker-2").value["lease_token"]
-                h.advance(30.0)
+                h.advance(min(30.0, ttl / 2))  # inside the new lease
 
         yield f"{kind}-explicit-longer-than-default", longer
         yield f"{kind}-reference-reused", same_ref_again
 
 
+def _other_value(d: RetryPolicy, name: str) -> float:
+    """A value of one retry policy field that differs from the contract's default ``d`` (where the
+    contract leaves room) and, merged with the other defaults, still makes a valid policy."""
+    if name == "max_attempts":
+        return d.max_attempts + 1 if d.max_attempts < MAX_ATTEMPTS else d.max_attempts - 1
+    if name == "multiplier":
+        return d.multiplier + 1 if d.multiplier + 1 <= MAX_MULTIPLIER else 1.0
+    if name == "initial_backoff":  # at most the default max_backoff
+        return _quantum(d.max_backoff / 2) if d.initial_backoff != _quantum(d.max_backoff / 2) else d.max_backoff
+    return d.initial_backoff + (_quantum((d.max_backoff - d.initial_backoff) / 2) or QUANTUM)  # at least initial
+
+
+def _quantum(seconds: float) -> float:
+    return round(seconds / QUANTUM) * QUANTUM
+
+
 @cases("retry.policy_override")
 def _override_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    fields = {"max_attempts": 4, "initial_backoff": 3.0, "multiplier": 3.0, "max_backoff": 5.0}
-    for name, value in fields.items():
-        def partial(h: Harness, name: str = name, value: object = value) -> None:
+    for name in ("max_attempts", "initial_backoff", "multiplier", "max_backoff"):
+        def partial(h: Harness, name: str = name) -> None:
             """A policy that gives one field (and jitter none, for exact delays) keeps every other default."""
-            pol = {"jitter": "none", name: value}
+            pol = {"jitter": "none", name: _other_value(h.spec.retry_default, name)}
             policy = h.spec.retry_default.merged(h._scaled_args("create", {"retry_policy": pol})["retry_policy"])
             got = _fail_at_attempts(h, pol, policy.max_attempts + 1)
             check(len(got) == policy.max_attempts - 1, "retry.policy_override",

@@ -170,7 +170,8 @@ def test_the_stored_contract_is_used_and_can_be_overridden(run: Run, tmp_path: P
     rc, out, _ = run("list", "--now", str(T0 + 9), db=db)
     assert rc == 0 and "lease_lapsed" in out  # the ledger's own 7s + 1s, not the shipped 45s + 30s
     long = tmp_path / "long-leases.yaml"
-    long.write_text("extends: default\nlease:\n  ttl: 1h\n  renew_interval: 10m\n  grace: 10m\n")
+    long.write_text("extends: default\nlease:\n  ttl: 1h\n  renew_interval: 10m\n  grace: 10m\n"
+                    "phases:\n  execution: {timeout: 2h}\n")  # a lease lapses within the execution budget
     rc, out, _ = run("list", "--now", str(T0 + 9), "--contract", str(long), db=db)
     assert rc == 0 and "lease_in_grace" in out and "lease_lapsed" not in out  # the expiry is recorded; grace is 10m now
     rc, _, err = run("list", "--contract", str(tmp_path / "nonexistent.yaml"), db=db)

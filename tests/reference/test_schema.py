@@ -181,7 +181,8 @@ def test_overlay_transition_is_followed(tmp_path: Path, overlay: Any) -> None:
 
 
 def test_overlay_timing_is_followed(tmp_path: Path, overlay: Any) -> None:
-    s2 = overlay("lease:\n  ttl: 7s\n  renew_interval: 2s\n  grace: 1s\nretry:\n  policy: {max_attempts: 5, initial_backoff: 1s, jitter: none}\n"
+    s2 = overlay("lease:\n  ttl: 7s\n  renew_interval: 2s\n  grace: 1s\n  by_source:\n    control: {ttl: 7s, renew_interval: 2s, grace: 1s}\n"
+                 "retry:\n  policy: {max_attempts: 5, initial_backoff: 1s, jitter: none}\n"
                  "phases:\n  execution: {timeout: 20s}\n")
     with Ledger(tmp_path / "timing.db", s2) as led:
         w = led.create(source_system="manual", source_id="a", now=T0)["work"]

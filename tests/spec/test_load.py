@@ -265,7 +265,12 @@ def test_bad_durations_are_refused(bad: object) -> None:
     ("ttl", "2h", 7200), ("ttl", "90", 90), ("grace", "250ms", 0.25), ("grace", "12.5", 12.5), ("ttl", "7d", 604800),
 ])
 def test_durations_in_an_overlay(tmp_path: Path, field: str, value: str, seconds: float) -> None:
-    path = write(tmp_path, f"extends: default\nlease:\n  {field}: {value}\n")
+    # a lease lapses within the execution budget, which is at most 2000 renew intervals: long
+    # leases come with a longer budget (and longer renewals)
+    longer = {"2h": "phases:\n  execution: {timeout: 3h}\n",
+              "7d": "  renew_interval: 1h\n  by_source:\n    control: {ttl: 2h, renew_interval: 1h}\n"
+                    "phases:\n  execution: {timeout: 8d}\n"}.get(value, "")
+    path = write(tmp_path, f"extends: default\nlease:\n  {field}: {value}\n{longer}")
     assert getattr(load_spec([path]).lease_default, field) == pytest.approx(seconds)
 
 

@@ -1,0 +1,25 @@
+"""An adapter whose strings carry terminal control bytes (``python:adapters_terminal:ControlBytes``).
+
+Its name, version and error messages hold ESC sequences, NUL, BEL, a C1 CSI and a right-to-left
+override, the bytes that would move a terminal's cursor, clear its screen or reorder what a reader
+sees if they reached it raw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledgercheck.conformance.protocol import Handshake, LedgerError
+from ledgercheck.reference.adapter import ReferenceAdapter
+
+NASTY = "\x1b[2J\x1b]0;owned\x07\x00\x9b31m\u202eexe.txt\u2066\r"
+
+
+class ControlBytes(ReferenceAdapter):
+    def hello(self, protocol: str = "1.0") -> Handshake:
+        hs = super().hello(protocol)
+        hs.update(name=f"ctl{NASTY}name", version=f"1.0{NASTY}")
+        return hs
+
+    def cancel(self, **kw: Any) -> Any:
+        raise LedgerError("not_found", f"cancel refused{NASTY}for {kw.get('work_id')}{NASTY}")
