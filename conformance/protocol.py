@@ -24,6 +24,25 @@ DEFINITE = {
 }
 
 
+# Safety declarations of the handshake (docs/protocol.md, "What an implementation promises
+# about safety"): the values, in order from weakest to strongest promise, and their defaults.
+DELIVERY = ("at-most-once", "at-least-once", "effectively-once")
+RECLAIM = ("lease", "operator", "never")
+
+
+def declared_safety(handshake: Any) -> dict[str, str]:
+    """``{"delivery", "reclaim"}`` as the handshake declares them, absent values defaulted:
+    at-least-once delivery; reclaim by lease when the adapter claims profile lease, else by an
+    operator."""
+    hs = handshake if isinstance(handshake, dict) else {}
+    caps = hs.get("capabilities") if isinstance(hs.get("capabilities"), dict) else {}
+    profiles = hs.get("profiles") if isinstance(hs.get("profiles"), list) else []
+    return {
+        "delivery": caps.get("delivery") or "at-least-once",
+        "reclaim": caps.get("reclaim") or ("lease" if "lease" in profiles else "operator"),
+    }
+
+
 class LedgerError(Exception):
     """An operation failed with a typed error code from the contract."""
 
@@ -154,6 +173,8 @@ class Capabilities(TypedDict, total=False):
     durable: bool  # state survives a process restart when reset gives the same `dir`
     concurrent: bool  # several processes may open the same `dir` at once
     time_resolution: float  # wall clocks: the granularity of the adapter's timestamps, in seconds
+    delivery: Literal["at-most-once", "at-least-once", "effectively-once"]  # an item's effect; default at-least-once
+    reclaim: Literal["lease", "operator", "never"]  # how a dead worker's item comes back; default by profile lease
 
 
 class Handshake(TypedDict, total=False):
