@@ -1,0 +1,712 @@
+"""The safety checker: anomalies in a recorded history, each with the few records that prove it.
+
+:func:`check` is pure and offline: it reads a :class:`~ledgercheck.chaos.history.History` and
+returns a :class:`Verdict`.  It never trusts what an implementation declares beyond what the
+declaration permits (duplicates under at-least-once, operator reclaim under reclaim=operator),
+and it never raises an alarm from an operation that may not have happened:
+
+* an ``ok`` completion happened; a ``refused`` one did not; an ``indefinite`` one (or an invoke
+  with no completion: the process was killed) may or may not have happened.  An indefinite
+  operation counts as happened only when a later observation shows it (its lease token in a
+  later snapshot, its close-out's status, result and time in a later snapshot).
+* order between processes is real time: an operation whose completion ``t`` is before another's
+  invoke ``t`` happened before it.  Ownership intervals are ledger time: a grant owns an item
+  from its start until ``lease_expires_at + grace`` (extended by renewals), or until a release.
+
+Anomaly classes (docs/safety.md shows each with a real excerpt): ``lost_work``,
+``duplicate_effect``, ``split_ownership``, ``stale_write_accepted``, ``terminal_changed``,
+``stuck_work``.  Every anomaly carries an ``excerpt``: the minimal records that prove it (the
+meta record is implied), and ``context``: records that help a reader but are not needed.
+
+The checker indexes the history by item in one pass and then looks at each item alone, so it
+runs in time linear in the history (sorting each item's few grants aside).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .history import Complete, Effect, Final, History, Invoke, Meta, Record, to_dict
+
+CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
+           "stuck_work")
+TERMINAL = frozenset({"done", "failed", "timeout", "cancelled"})
+LEASED = frozenset({"running"})
+# Not terminal, but not lost either: claimable now or later, or parked on a wait with a deadline.
+COMES_BACK = frozenset({"queued", "retry_scheduled", "waiting_user", "waiting_external"})
+GRANTS = frozenset({"claim", "resume"})
+RELEASES = frozenset({"close_out", "fail", "set_waiting"})  # a holder giving its lease back (by token)
+TOKEN_WRITES = frozenset({"close_out", "renew", "fail", "set_waiting"})
+MONITOR = frozenset({"expire", "recover"})  # may take lapsed leases
+REQUEUES = frozenset({"requeue", "recover"})  # may move a terminal item back to queued
+OPERATOR = "operator"
+INF = math.inf
+
+
+# ------------------------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str  # one of CLASSES
+    work_id: str
+    explanation: str
+    excerpt: tuple[Record, ...]
+    context: tuple[Record, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.kind, "work_id": self.work_id, "explanation": self.explanation,
+                "excerpt": [_line_dict(r) for r in self.excerpt],
+                "context": [_line_dict(r) for r in self.context]}
+
+
+@dataclass
+class Verdict:
+    anomalies: list[Anomaly] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies
+
+    def by_class(self) -> dict[str, list[Anomaly]]:
+        out: dict[str, list[Anomaly]] = {}
+        for a in self.anomalies:
+            out.setdefault(a.kind, []).append(a)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "anomalies": [a.to_json() for a in self.anomalies],
+                "summary": {k: len(v) for k, v in self.by_class().items()},
+                "observations": list(self.observations), "counts": dict(self.counts)}
+
+
+def _line_dict(rec: Record) -> dict[str, Any]:
+    d = to_dict(rec)
+    if rec.line:
+        d["line"] = rec.line
+    return d
+
+
+# ---------------------------------------------------------------------------------- the index
+class Op:
+    """One operation: its invoke and (if any) its completion."""
+
+    __slots__ = ("inv", "comp", "name", "process", "args", "t0", "t1", "now", "outcome", "result", "work_id")
+
+    def __init__(self, inv: Invoke) -> None:
+        self.inv = inv
+        self.comp: Complete | None = None
+        self.name = inv.op
+        self.process = inv.process
+        self.args = inv.args
+        self.t0 = inv.t
+        self.t1 = INF  # an operation that never completed may have taken effect at any later time
+        now = inv.now if inv.now is not None else inv.args.get("now")
+        self.now: float | None = float(now) if isinstance(now, (int, float)) else None
+        self.outcome = "indefinite"
+        self.result: Any = None
+        self.work_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def maybe(self) -> bool:
+        """Did or may have taken effect."""
+        return self.outcome != "refused"
+
+    @property
+    def token(self) -> Any:
+        a = self.args
+        return a.get("token", a.get("lease_token"))
+
+    def records(self) -> tuple[Record, ...]:
+        return (self.inv,) if self.comp is None else (self.inv, self.comp)
+
+
+@dataclass
+class Grant:
+    """One acquisition of an item's lease (claim or resume) that happened."""
+
+    op: Op | None  # None: seen only in a snapshot, no operation of the history is known to have made it
+    owner: Any
+    token: Any
+    version: int | None
+    start: float | None  # ledger time of the acquire
+    expires: float | None
+    seen: Op | None = None  # for an indefinite grant: the operation whose result showed it
+    seen_final: bool = False
+    renewals: list[tuple[float, float, Op]] = field(default_factory=list)  # (completed t, expires, op)
+    releases: list[Op] = field(default_factory=list)
+
+    @property
+    def t_done(self) -> float:
+        """When the grant is known to have happened (real time)."""
+        if self.op is not None and self.op.ok:
+            return self.op.t1
+        if self.seen is not None:
+            return self.seen.t1
+        return INF
+
+    def proof(self) -> tuple[Op, ...]:
+        ops = [] if self.op is None else [self.op]
+        if self.seen is not None and (self.op is None or not self.op.ok):
+            ops.append(self.seen)
+        return tuple(ops)
+
+
+@dataclass
+class Snap:
+    """An item's snapshot as an operation (or the final read) returned it."""
+
+    work: Mapping[str, Any]
+    op: Op | None  # None: the final read
+    t0: float
+    t1: float
+
+
+class _Item:
+    __slots__ = ("work_id", "ops", "snaps", "creates", "effects")
+
+    def __init__(self, work_id: str) -> None:
+        self.work_id = work_id
+        self.ops: list[Op] = []
+        self.snaps: list[Snap] = []
+        self.creates: list[Op] = []
+        self.effects: dict[str, list[Effect]] = {}
+
+
+def _work(op: Op) -> list[Mapping[str, Any]]:
+    """The work snapshots an ok result carries."""
+    r = op.result
+    if isinstance(r, Mapping):
+        if op.name == "create":
+            w = r.get("work")
+            return [w] if isinstance(w, Mapping) and "work_id" in w else []
+        return [r] if "work_id" in r and "status" in r else []
+    if isinstance(r, list) and op.name == "list":
+        return [w for w in r if isinstance(w, Mapping) and "work_id" in w and "status" in w]
+    return []
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+class _Checker:
+    def __init__(self, history: History) -> None:
+        self.h = history
+        self.meta: Meta = history.meta
+        self.final: Final | None = history.final
+        self.grace = self.meta.grace
+        self.ttl = self.meta.ttl
+        self.wall = (self.meta.adapter or {}).get("clock") == "wall"
+        self.eps = 1e-3 if self.wall else 1e-9
+        self.items: dict[str, _Item] = {}
+        self.ops: list[Op] = []
+        self.nemesis: Counter[str] = Counter()
+        self.monitor_ops: list[Op] = []
+        self.claims_null: list[Op] = []
+        self.requeues: list[Op] = []  # monitor/operator ops that may requeue terminal items (global)
+        self.pending_creates: dict[tuple[Any, Any], list[Op]] = defaultdict(list)
+        self.open_claims: dict[Any, list[Op]] = defaultdict(list)  # owner -> indefinite claims with no work_id
+        self.max_now = -INF
+        self.max_now_op: Op | None = None
+        self.anomalies: list[Anomaly] = []
+        self.observations: list[str] = []
+        self.counts: Counter[str] = Counter()
+
+    def item(self, work_id: str) -> _Item:
+        it = self.items.get(work_id)
+        if it is None:
+            it = self.items[work_id] = _Item(work_id)
+        return it
+
+    # -- pass 1: pair operations, index by item
+    def index(self) -> None:
+        by_id: dict[int, Op] = {}
+        for rec in self.h.records:
+            kind = rec.type
+            if kind == "invoke":
+                op = by_id[rec.id] = Op(rec)  # type: ignore[arg-type]
+                self.ops.append(op)
+            elif kind == "complete":
+                op = by_id[rec.id]  # type: ignore[union-attr]
+                op.comp = rec  # type: ignore[assignment]
+                op.t1 = rec.t  # type: ignore[union-attr]
+                op.outcome = rec.outcome  # type: ignore[union-attr]
+                op.result = rec.result  # type: ignore[union-attr]
+            elif kind == "effect":
+                if rec.applied:  # type: ignore[union-attr]
+                    self.item(rec.work_id).effects.setdefault(rec.key, []).append(rec)  # type: ignore[union-attr,arg-type]
+                self.counts["effects_applied" if rec.applied else "effects_deduplicated"] += 1  # type: ignore[union-attr]
+            elif kind == "nemesis":
+                self.nemesis[rec.fault] += 1  # type: ignore[union-attr]
+        source_ids: dict[tuple[Any, Any], str] = {}
+        for op in self.ops:
+            self.counts[f"op_{op.outcome}"] += 1
+            if op.now is not None and op.now > self.max_now and op.maybe:
+                self.max_now, self.max_now_op = op.now, op
+            wid = op.args.get("work_id")
+            works = _work(op) if op.ok else []
+            if wid is None and works and op.name in ("create", "claim"):
+                wid = works[0]["work_id"]
+            for w in works:
+                src = (w.get("source_system"), w.get("source_id"))
+                if src[1] is not None:
+                    source_ids.setdefault(src, w["work_id"])
+                self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
+            name = op.name
+            if name in MONITOR:
+                self.monitor_ops.append(op)
+            if name in REQUEUES:
+                self.requeues.append(op)
+            if name == "claim" and op.ok and op.result is None:
+                self.claims_null.append(op)
+            if wid is not None:
+                op.work_id = str(wid)
+                it = self.item(op.work_id)
+                it.ops.append(op)
+                if name == "create":
+                    it.creates.append(op)
+            elif name == "create":
+                self.pending_creates[(op.args.get("source_system"), op.args.get("source_id"))].append(op)
+            elif name == "claim" and not op.ok and op.maybe:
+                self.open_claims[op.args.get("owner")].append(op)
+        if self.final is not None:
+            for wid, w in self.final.items.items():
+                self.item(wid)
+                if isinstance(w, Mapping):
+                    src = (w.get("source_system"), w.get("source_id"))
+                    if src[1] is not None:
+                        source_ids.setdefault(src, wid)
+        # An indefinite create (no work_id known) is acknowledged once its unit shows up anywhere.
+        for src, ops in self.pending_creates.items():
+            wid = source_ids.get(src)
+            if wid is None:
+                continue
+            it = self.item(wid)
+            for op in ops:
+                op.work_id = wid
+                it.creates.append(op)
+                it.ops.append(op)
+
+    @property
+    def final_now(self) -> float:
+        rec = self.final.recovery if self.final is not None else {}
+        now = _num(rec.get("now")) if isinstance(rec, Mapping) else None
+        return now if now is not None else self.max_now
+
+    def final_snap(self, work_id: str) -> Mapping[str, Any] | None:
+        if self.final is None:
+            return None
+        w = self.final.items.get(work_id)
+        return w if isinstance(w, Mapping) else None
+
+    def final_excerpt(self, work_id: str, action: Mapping[str, Any] | None = None) -> Final:
+        """The final record cut down to one item (and the recovery action naming it)."""
+        assert self.final is not None
+        items = {work_id: self.final.items[work_id]} if work_id in self.final.items else {}
+        rec = {k: v for k, v in self.final.recovery.items() if k != "actions"}
+        if action is not None:
+            rec["actions"] = [action]
+        return Final(t=self.final.t, items=items, recovery=rec, line=self.final.line)
+
+    def add(self, kind: str, work_id: str, explanation: str, ops: Iterable[Op | Record | None],
+            context: Iterable[Op | Record | None] = ()) -> None:
+        def flat(xs: Iterable[Op | Record | None]) -> list[Record]:
+            out: list[Record] = []
+            for x in xs:
+                if x is None:
+                    continue
+                out.extend(x.records() if isinstance(x, Op) else (x,))
+            return out
+
+        excerpt = _ordered(flat(ops))
+        seen = {id(r) for r in excerpt}
+        ctx = [r for r in _ordered(flat(context)) if id(r) not in seen]
+        self.anomalies.append(Anomaly(kind, work_id, explanation, tuple(excerpt), tuple(ctx)))
+
+    # -- grants, renewals, releases of one item
+    def grants(self, it: _Item) -> list[Grant]:
+        by_token: dict[Any, Grant] = {}
+        grants: list[Grant] = []
+        for op in it.ops:
+            if op.name in GRANTS and op.ok and isinstance(op.result, Mapping):
+                w = op.result
+                tok = w.get("lease_token")
+                if tok is None or tok in by_token:
+                    continue
+                start = _num(w.get("started_at"))
+                if start is None:
+                    start = op.now if not self.wall or op.now is None else op.now + (op.t1 - op.t0)
+                g = Grant(op, w.get("owner"), tok, w.get("lease_version"), start, _num(w.get("lease_expires_at")))
+                by_token[tok] = g
+                grants.append(g)
+        # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
+        observed: list[tuple[Snap | None, Mapping[str, Any]]] = [(s, s.work) for s in it.snaps]
+        fw = self.final_snap(it.work_id)
+        if fw is not None:
+            observed.append((None, fw))
+        for s, w in observed:
+            tok = w.get("lease_token")
+            if tok is None or tok in by_token or w.get("status") not in LEASED:
+                continue
+            seen_t = s.t1 if s is not None else INF
+            src = self._grant_op(it, w.get("owner"), seen_t)
+            exp = _num(w.get("lease_expires_at"))
+            start = _num(w.get("started_at"))
+            if start is None and src is not None:
+                start = src.now
+            g = Grant(src, w.get("owner"), tok, w.get("lease_version"), start, exp,
+                      seen=s.op if s is not None else None, seen_final=s is None)
+            by_token[tok] = g
+            grants.append(g)
+        for op in it.ops:
+            tok = op.token
+            g = by_token.get(tok) if tok is not None else None
+            if g is None:
+                continue
+            if op.name == "renew" and op.ok and isinstance(op.result, Mapping):
+                exp = _num(op.result.get("lease_expires_at"))
+                if exp is not None:
+                    g.renewals.append((op.t1, exp, op))
+            elif op.name in RELEASES and op.maybe:
+                g.releases.append(op)
+        grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
+                                   g.start if g.start is not None else INF))
+        return grants
+
+    def _grant_op(self, it: _Item, owner: Any, before: float) -> Op | None:
+        """The indefinite claim or resume by `owner` that may have made a grant seen at `before`."""
+        best: Op | None = None
+        cands = [op for op in it.ops if op.name in GRANTS and not op.ok and op.maybe]
+        cands += self.open_claims.get(owner, [])
+        for op in cands:
+            if op.args.get("owner") == owner and op.t0 < before and (best is None or op.t0 > best.t0):
+                best = op
+        return best
+
+    def lease_end(self, g: Grant, before_t: float) -> tuple[float | None, Op | None]:
+        """The ledger time until which g surely holds its lease, counting renewals completed
+        before real time `before_t`; and the renewal that set it (None: the grant itself)."""
+        end, by = g.expires, None
+        for t, exp, op in g.renewals:
+            if t < before_t and (end is None or exp > end):
+                end, by = exp, op
+        return (None if end is None else end + self.grace), by
+
+    # -- split ownership
+    def split(self, it: _Item, grants: list[Grant]) -> None:
+        for a, b in zip(grants, grants[1:], strict=False):
+            if a.owner == b.owner or b.start is None or a.start is None:
+                continue
+            b_t0 = b.op.t0 if b.op is not None else -INF
+            b_t1 = b.t_done
+            live_until, renewal = self.lease_end(a, b_t0)
+            if live_until is None or not (b.start + self.eps < live_until):
+                continue
+            if any(r.t0 < b_t1 for r in a.releases):
+                continue
+            a_t0 = a.op.t0 if a.op is not None else -INF
+            if any(self._monitor_lapsed(m, a_t0, b_t1, live_until) for m in self.monitor_ops):
+                continue
+            if a.op is None or b.op is None:
+                continue
+            why = (f"{it.work_id} was granted to {a.owner} (lease_version {a.version}) and then to {b.owner} "
+                   f"(lease_version {b.version}) at ledger time {b.start:g}, while {a.owner}'s lease was live "
+                   f"until {live_until:g} (expiry + {self.grace:g}s grace) and {a.owner} had released nothing")
+            self.add("split_ownership", it.work_id, why, [*a.proof(), renewal, *b.proof()])
+            if a.seen_final or b.seen_final:
+                self.anomalies[-1] = _with_final(self.anomalies[-1], self.final_excerpt(it.work_id))
+
+    def _monitor_lapsed(self, m: Op, after_t: float, before_t: float, live_until: float) -> bool:
+        """A monitor op that may have run between two grants at a ledger time the first had lapsed by."""
+        return (m.maybe and m.t1 > after_t and m.t0 < before_t and m.now is not None
+                and m.now > live_until - self.eps and m.name in MONITOR)
+
+    # -- stale writes accepted
+    def stale(self, it: _Item, grants: list[Grant]) -> None:
+        by_token = {g.token: g for g in grants}
+        for op in it.ops:
+            if op.name not in TOKEN_WRITES or not op.maybe:
+                continue
+            a = by_token.get(op.token)
+            if a is None:
+                continue
+            seen = None
+            if not op.ok:
+                seen = self._close_seen(it, op)
+                if seen is None:
+                    continue
+            later = [b for b in grants if b is not a and _after(b, a) and b.t_done < op.t0]
+            if not later:
+                continue
+            b = later[0]
+            why = (f"{op.name} by {a.owner} with the token of lease_version {a.version} was accepted after "
+                   f"{it.work_id} had been granted to {b.owner} (lease_version {b.version})")
+            if seen is not None:
+                why += "; the completion was indefinite, but a later read shows its write"
+            extra: list[Op | Record | None] = []
+            if isinstance(seen, Snap):
+                extra.append(seen.op if seen.op is not None else self.final_excerpt(it.work_id))
+            self.add("stale_write_accepted", it.work_id, why, [*a.proof(), *b.proof(), op, *extra])
+            return  # one per item: the first stale write shows the hole
+
+    def _close_seen(self, it: _Item, op: Op) -> Snap | None:
+        """A later snapshot showing the write of an indefinite close-out or fail, if any."""
+        if op.name != "close_out" or op.now is None:
+            return None
+        want = (op.args.get("status"), op.now, op.args.get("result"))
+        for other in it.ops:  # another close-out that would leave the same trace makes it ambiguous
+            if other is not op and other.name == "close_out" and other.maybe and \
+                    (other.args.get("status"), other.now, other.args.get("result")) == want:
+                return None
+        snaps = [s for s in it.snaps if s.t0 > op.t0]
+        fw = self.final_snap(it.work_id)
+        if fw is not None:
+            snaps.append(Snap(fw, None, INF, INF))
+        for s in snaps:
+            w = s.work
+            if (w.get("status"), _num(w.get("finished_at")), w.get("result")) == want:
+                return s
+        return None
+
+    # -- terminal records changed
+    def terminal(self, it: _Item) -> None:
+        snaps = sorted(it.snaps, key=lambda s: s.t1)
+        fw = self.final_snap(it.work_id)
+        if fw is not None:
+            snaps.append(Snap(fw, None, INF, INF))
+        first: Snap | None = None
+        for s in snaps:
+            st = s.work.get("status")
+            if first is None:
+                if st in TERMINAL:
+                    first = s
+                continue
+            if s.t0 <= first.t1:
+                continue  # concurrent with the terminal read: not ordered after it
+            if st == first.work.get("status"):
+                continue
+            if self._requeued_between(it, first, s):
+                first = s if st in TERMINAL else None
+                continue
+            was = first.work.get("status")
+            why = (f"{it.work_id} was {was} and later {st}, with no operator requeue (or recovery) "
+                   f"between the two reads")
+            later: Op | Record | None = s.op if s.op is not None else self.final_excerpt(it.work_id)
+            self.add("terminal_changed", it.work_id, why, [first.op, later])
+            return
+
+    def _requeued_between(self, it: _Item, a: Snap, b: Snap) -> bool:
+        for op in it.ops:
+            if op.name in REQUEUES and op.maybe and op.t1 > a.t0 and op.t0 < b.t1:
+                return True
+        for op in self.requeues:
+            if op.work_id is None and op.maybe and op.t1 > a.t0 and op.t0 < b.t1:
+                if not op.ok or any(isinstance(m, Mapping) and m.get("work_id") == it.work_id
+                                    for m in (op.result or [])):
+                    return True
+        if b.op is None and self._action_for(it.work_id) is not None:
+            return True
+        return False
+
+    def _action_for(self, work_id: str) -> Mapping[str, Any] | None:
+        if self.final is None:
+            return None
+        for a in self.final.recovery.get("actions") or []:
+            if isinstance(a, Mapping) and work_id in (a.get("work_ids") or []):
+                return a
+        return None
+
+    # -- duplicate effects
+    def duplicates(self, it: _Item, permitted: Counter[int]) -> None:
+        delivery = self.meta.delivery
+        for key, effs in it.effects.items():
+            if len(effs) < 2:
+                continue
+            if delivery == "at-least-once" or self._rerun_by_operator(it, effs[0], effs[1]):
+                permitted[len(effs)] += 1
+                continue
+            why = (f"the effect {key[:16]} of {it.work_id} was applied {len(effs)} times; "
+                   f"declared delivery {delivery} allows once")
+            self.add("duplicate_effect", it.work_id, why, effs[:2], effs[2:])
+
+    def _rerun_by_operator(self, it: _Item, e1: Effect, e2: Effect) -> bool:
+        return any(op.name == "requeue" and op.maybe and op.t1 > e1.t and op.t0 < e2.t for op in it.ops)
+
+    # -- lost and stuck work
+    def lost(self, it: _Item, grants: list[Grant], reclaimed: Counter[str]) -> None:
+        if self.final is None:
+            return
+        action = self._action_for(it.work_id)
+        if action is not None:
+            act = str(action.get("op"))
+            if self.meta.reclaim == "lease":
+                why = (f"{it.work_id} came back only through the operator's {act}, though the declared "
+                       f"reclaim is lease (automatic once a lease lapses)")
+                self.add("stuck_work", it.work_id, why, [self.final_excerpt(it.work_id, action)],
+                         [grants[-1].op if grants else None, *it.ops[-2:]])
+                return
+            reclaimed[act] += 1
+        if not it.creates:
+            return
+        ack = next((op for op in it.creates if op.ok), None)
+        proof: list[Op | Record | None] = [ack]
+        if ack is None:  # an indefinite create, seen later
+            ack = it.creates[0]
+            seen = next((s for s in it.snaps if s.op is not None and s.op is not ack), None)
+            proof = [ack, seen.op if seen is not None else None]
+        last = [op for op in it.ops if op is not ack][-2:]
+        w = self.final_snap(it.work_id)
+        fin = self.final_excerpt(it.work_id)
+        if w is None:
+            why = f"{it.work_id} was created (acknowledged) but is missing from the final read"
+            self.add("lost_work", it.work_id, why, [*proof, fin], last)
+            return
+        st = w.get("status")
+        if st in TERMINAL or st in COMES_BACK or st not in LEASED:
+            return
+        exp = _num(w.get("lease_expires_at"))
+        if exp is None or not (self.final_now > exp + self.grace + self.eps):
+            return  # a holder may still be at work: nothing proves it will not come back
+        path = str(self.final.recovery.get("path") or "")
+        if self.meta.reclaim == "lease" and path != "operator":
+            self._stuck(it, grants, w, exp, last)
+            return
+        if self.meta.reclaim == "never" or path in ("operator", "never"):
+            why = (f"{it.work_id} is still {st} under a lease that lapsed at {exp + self.grace:g} after the "
+                   f"{path or 'declared ' + self.meta.reclaim} recovery path ran: it is neither finished nor claimable")
+            clock = None if _num(self.final.recovery.get("now")) is not None else self.max_now_op
+            self.add("lost_work", it.work_id, why, [*proof, clock, fin], last)
+
+    def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op]) -> None:
+        """Declared reclaim=lease, the item is still leased under a lapsed lease at the end: proven stuck
+        when, after the lapse, the ledger's monitor ran (if it has one) and then a claim found nothing."""
+        lapse = exp + self.grace
+        g = next((g for g in grants if g.token == w.get("lease_token")), None)
+        if g is None or g.op is None:
+            self.counts["leased_lapsed_at_end"] += 1
+            return
+        after = g.t_done
+        mon = None
+        if self.monitor_ops:
+            mon = next((m for m in self.monitor_ops if m.ok and m.t0 > after and m.now is not None
+                        and m.now > lapse + self.eps), None)
+            if mon is None:
+                self.counts["leased_lapsed_at_end"] += 1
+                return
+        start = mon.t1 if mon is not None else after
+        # The final read shows the same lease token, so the item was leased under it all along.
+        claim = next((c for c in self.claims_null if c.t0 > start and c.now is not None
+                      and c.now > lapse + self.eps and not c.args.get("work_id")), None)
+        if claim is None:
+            self.counts["leased_lapsed_at_end"] += 1
+            return
+        monitor = f"the monitor's {mon.name} at {mon.now:g} and " if mon is not None else ""
+        why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {lapse:g}; "
+               f"{monitor}a claim at {claim.now:g} found nothing to take, and at the end it is still "
+               f"{w.get('status')} under that lease: it does not come back without an operator action "
+               f"(expire/recover, then requeue)")
+        self.add("stuck_work", it.work_id, why, [*g.proof(), claim, self.final_excerpt(it.work_id)], [mon, *last])
+
+    # -- everything
+    def run(self) -> Verdict:
+        self.index()
+        permitted: Counter[int] = Counter()
+        reclaimed: Counter[str] = Counter()
+        for it in self.items.values():
+            grants = self.grants(it) if any(op.name in GRANTS for op in it.ops) or it.snaps else []
+            self.split(it, grants)
+            self.stale(it, grants)
+            self.terminal(it)
+            self.duplicates(it, permitted)
+            self.lost(it, grants, reclaimed)
+        self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
+        self.observe(permitted, reclaimed)
+        return Verdict(self.anomalies, self.observations, dict(sorted(self.counts.items())))
+
+    def observe(self, permitted: Counter[int], reclaimed: Counter[str]) -> None:
+        n = self.counts
+        n["operations"] = len(self.ops)
+        n["items"] = sum(1 for it in self.items.values() if it.creates)
+        for fault, k in self.nemesis.items():
+            n[f"nemesis_{fault}"] = k
+        n["retries"] = _retries(self.ops)
+        if self.final is not None:
+            st = Counter(w.get("status") for w in self.final.items.values() if isinstance(w, Mapping))
+            n["items_done"] = st.get("done", 0)
+            for s, k in st.items():
+                n[f"final_{s}"] = k
+        faults = ", ".join(f"{k} {f}{'s' if k != 1 else ''}" for f, k in sorted(self.nemesis.items()))
+        after = f" after {faults}" if faults else ""
+        if permitted:
+            items = sum(permitted.values())
+            most = max(permitted)
+            times = "twice" if most == 2 else f"up to {most} times"
+            why = ("permitted by at-least-once" if self.meta.delivery == "at-least-once"
+                   else "each after an operator requeue, which runs the work again")
+            self.observations.append(f"effects ran {times} for {items} item{'s' if items != 1 else ''}{after}; {why}")
+            n["duplicates_permitted"] = items
+        for act, k in sorted(reclaimed.items()):
+            self.observations.append(f"{k} item{'s' if k != 1 else ''} came back through the operator's {act}; "
+                                     f"permitted by reclaim={self.meta.reclaim}")
+        if n.get("leased_lapsed_at_end"):
+            k = n["leased_lapsed_at_end"]
+            self.observations.append(f"{k} item{'s' if k != 1 else ''} still leased under a lapsed lease at the end; "
+                                     f"nothing in the history proves they would not come back")
+        indef = n.get("op_indefinite", 0)
+        if indef:
+            self.observations.append(f"{indef} operation{'s' if indef != 1 else ''} had an indefinite outcome; "
+                                     f"each was treated as possibly done unless a later read showed it")
+        self.observations.append(f"{n['operations']} operations on {n['items']} items{after}; "
+                                 f"{n.get('items_done', 0)} items done at the end")
+
+
+def _after(b: Grant, a: Grant) -> bool:
+    if isinstance(a.version, int) and isinstance(b.version, int):
+        return b.version > a.version
+    return a.start is not None and b.start is not None and b.start > a.start
+
+
+def _retries(ops: list[Op]) -> int:
+    last: dict[str, Op] = {}
+    n = 0
+    for op in ops:
+        prev = last.get(op.process)
+        if prev is not None and prev.name == op.name and prev.outcome != "ok" and \
+                prev.args.get("work_id") == op.args.get("work_id"):
+            n += 1
+        last[op.process] = op
+    return n
+
+
+_RANK = {"meta": 0, "invoke": 1, "effect": 1, "nemesis": 1, "complete": 2, "final": 9}
+
+
+def _ordered(recs: list[Record]) -> list[Record]:
+    return sorted(recs, key=lambda r: (r.type == "final", r.line or 0, getattr(r, "t", 0.0), _RANK[r.type]))
+
+
+def _first_t(a: Anomaly) -> float:
+    return min((getattr(r, "t", INF) for r in a.excerpt), default=INF)
+
+
+def _with_final(a: Anomaly, fin: Final) -> Anomaly:
+    return Anomaly(a.kind, a.work_id, a.explanation, (*a.excerpt, fin), a.context)
+
+
+def check(history: History) -> Verdict:
+    """Every anomaly of the history, with the minimal excerpt proving each, and observations."""
+    return _Checker(history).run()
+
+
+def excerpt_history(history: History, anomaly: Anomaly) -> History:
+    """The meta record plus an anomaly's excerpt, as a history of its own (to re-check it)."""
+    return History.of([history.meta, *anomaly.excerpt], path=f"{history.path} (excerpt)")
