@@ -555,11 +555,9 @@ class _Checker:
                          [grants[-1].op if grants else None, *it.ops[-2:]])
                 return
             reclaimed[act] += 1
-        if not it.creates:
-            return
         ack = next((op for op in it.creates if op.ok), None)
         proof: list[Op | Record | None] = [ack]
-        if ack is None:  # an indefinite create, seen later
+        if ack is None and it.creates:  # an indefinite create, seen later
             ack = it.creates[0]
             seen = next((s for s in it.snaps if s.op is not None and s.op is not ack), None)
             proof = [ack, seen.op if seen is not None else None]
@@ -567,8 +565,9 @@ class _Checker:
         w = self.final_snap(it.work_id)
         fin = self.final_excerpt(it.work_id)
         if w is None:
-            why = f"{it.work_id} was created (acknowledged) but is missing from the final read"
-            self.add("lost_work", it.work_id, why, [*proof, fin], last)
+            if it.creates:
+                why = f"{it.work_id} was created (acknowledged) but is missing from the final read"
+                self.add("lost_work", it.work_id, why, [*proof, fin], last)
             return
         st = w.get("status")
         if st in TERMINAL or st in COMES_BACK or st not in LEASED:
@@ -584,7 +583,7 @@ class _Checker:
             why = (f"{it.work_id} is still {st} under a lease that lapsed at {exp + self.grace:g} after the "
                    f"{path or 'declared ' + self.meta.reclaim} recovery path ran: it is neither finished nor claimable")
             clock = None if _num(self.final.recovery.get("now")) is not None else self.max_now_op
-            self.add("lost_work", it.work_id, why, [*proof, clock, fin], last)
+            self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last])
 
     def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op]) -> None:
         """Declared reclaim=lease, the item is still leased under a lapsed lease at the end: proven stuck
