@@ -46,6 +46,7 @@ from __future__ import annotations
 import mmap
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -76,9 +77,11 @@ PLAIN_CLASS = "non_idempotent_without_lookup"  # every submission applies: a sec
 MONITOR_OPS = ("expire", "recover", "promote_due")
 IDLE = 0.003  # seconds an idle process waits for a message before it looks again
 BUSY_RETRIES = 40
+HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
 FLAG_SLOTS = 4096
 MAX_NOTES = 30
 
+_PART = re.compile(r"history\.(nemesis|producer|monitor|operator|w\d+)\.jsonl")  # one process's part of a history
 Progress = Callable[[int, int | None, dict[str, Any]], None]
 
 
@@ -121,7 +124,7 @@ class SafetyParams:
     time_limit: float = 120.0  # the whole campaign, seconds
     lapse: float = 0.8  # real seconds a lease takes to lapse (ttl + grace) under an injected clock
     wall_scale: float = 0.01  # contract timings x this for a wall-clock adapter
-    latency: tuple[float, float] = (0.002, 0.02)  # seconds a worker works on an item
+    latency: tuple[float, float] = (0.01, 0.08)  # seconds a worker works on an item (half again after the effect)
     renew_p: float = 0.3
     fail_p: float = 0.1
     record: bool = True
@@ -323,7 +326,7 @@ class _Ctx:
             self._apply(rec, wid, f"{wid}/{STEP_ID}", token)
             hooks.mark(wid, None, 0, "submitted")
             hooks.hit("after_submit_before_record")
-        yield True
+        yield from self.idle_for(rng.uniform(*self.latency) / 2)  # the rest of the work, the effect done
         hooks.hit("after_record_before_close_out")
         rec.call("close_out", work_id=wid, token=token, status="done", result={"by": rec.name}, now=self.now())
 
@@ -590,6 +593,9 @@ class _Campaign:
         self.address, self.spec, self.p, self.progress = address, spec, p, progress
         self.out = os.path.abspath(out_dir) if out_dir else tempfile.mkdtemp(prefix="ledgercheck-safety-")
         os.makedirs(self.out, exist_ok=True)
+        for n in os.listdir(self.out):  # a per-process part left by an earlier campaign in this directory
+            if _PART.fullmatch(n):
+                os.unlink(os.path.join(self.out, n))
         root = tmp_root
         if root is None and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
             root = "/dev/shm"
@@ -810,7 +816,7 @@ class _Campaign:
             if now - started > self.p.time_limit * 0.7:
                 self.notes.append(f"time limit: the nemesis stopped after {el:.1f}s")
                 break
-            nxt = min([a0 + f.at for f in todo[:1]] + [t for t, _ in resumes] + [now + 0.05])
+            nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes] + [now + 0.05])
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
             for item in [r for r in resumes if r[0] <= now]:
@@ -818,8 +824,11 @@ class _Campaign:
                 self._resume(item[1])
             self._disarm_due(now)
             while todo and a0 + todo[0].at <= now:
-                f = todo.pop(0)
-                self._fault(f, pause_s, resumes)
+                f = todo[0]
+                late = now - (a0 + f.at)
+                if not self._fault(f, pause_s, resumes, may_wait=late < HOLDER_WAIT):
+                    break  # nobody holds work yet: this fault waits a little for a holder
+                todo.pop(0)
             if self.progress is not None and now - last_progress > 0.25:
                 last_progress = now
                 self.progress(len(plan) - len(todo), len(plan), {"phase": "nemesis", "created": len(self.created),
@@ -839,18 +848,22 @@ class _Campaign:
         if self.writer is not None:
             self.writer.nemesis(fault, process, point)
 
-    def _fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]]) -> None:
+    def _fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]], *,
+               may_wait: bool = False) -> bool:
+        """Do one fault; False (nothing done) when it should wait for a worker to hold work."""
         if not self.durable:
             self._logical_fault(f, pause_s, resumes)
-            return
+            return True
         cands = [p for p in self._workers() if not p.paused and p.armed is None]
+        holders = [p for p in cands if self.flags[p.slot]]
+        if may_wait and not holders and not (f.fault == "kill" and f.point):
+            return False
         if f.fault == "reopen":
             self._reopen()
-            return
+            return True
         if not cands or (f.fault == "pause" and len(cands) < 2):
             self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
-            return
-        holders = [p for p in cands if self.flags[p.slot]]
+            return True
         pool = holders or cands
         victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
         if f.fault == "kill" and f.point:
@@ -863,6 +876,7 @@ class _Campaign:
             victim.paused = True
             self._record("pause", victim.name)
             resumes.append((time.monotonic() + pause_s, victim))
+        return True
 
     def _logical_fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]]) -> None:
         solo = self.monitor
@@ -1056,9 +1070,9 @@ class _Campaign:
             return None
         self._missing_effects()
         self.writer.close()
-        files = [str(process_path(self.out, "nemesis"))] + sorted(
-            os.path.join(self.out, n) for n in os.listdir(self.out)
-            if n.startswith("history.") and n.endswith(".jsonl") and n != "history.nemesis.jsonl")
+        files = [str(process_path(self.out, "nemesis"))] + [
+            os.path.join(self.out, n) for n in sorted(os.listdir(self.out))
+            if _PART.fullmatch(n) and n != "history.nemesis.jsonl"]
         path = os.path.join(self.out, "history.jsonl")
         merge_histories(files, path)
         for f in files:
@@ -1072,7 +1086,7 @@ class _Campaign:
 
         seen: set[int] = set()
         for n in os.listdir(self.out):
-            if not (n.startswith("history.") and n.endswith(".jsonl")):
+            if not _PART.fullmatch(n):
                 continue
             with open(os.path.join(self.out, n), "rb") as fh:
                 for raw in fh:
@@ -1192,7 +1206,7 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
                  faults: Sequence[str] | str | None = nemesis.FAULTS, out_dir: str | None = None,
                  time_limit: float = 120.0, duration: float | None = None, lapse: float = 0.8,
                  wall_scale: float = 0.01, record: bool = True, check: bool = True,
-                 latency: tuple[float, float] = (0.002, 0.02), renew_p: float = 0.3, fail_p: float = 0.1,
+                 latency: tuple[float, float] = (0.01, 0.08), renew_p: float = 0.3, fail_p: float = 0.1,
                  op_timeout: float = 30.0, progress: Progress | None = None,
                  tmp_root: str | None = None) -> SafetyResult:
     """Run one safety campaign against ``address`` and return its result.
