@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .history import Complete, Effect, Final, History, Invoke, Meta, Record, to_dict
+from .history import Complete, Effect, Final, History, Invoke, Meta, Nemesis, Record, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work")
@@ -141,6 +141,7 @@ class Grant:
     expires: float | None
     seen: Op | None = None  # for an indefinite grant: the operation whose result showed it
     seen_final: bool = False
+    killed: Nemesis | None = None  # its caller was killed then: an in-flight grant was done by that time
     renewals: list[tuple[float, float, Op]] = field(default_factory=list)  # (completed t, expires, op)
     releases: list[Op] = field(default_factory=list)
 
@@ -149,14 +150,15 @@ class Grant:
         """When the grant is known to have happened (real time)."""
         if self.op is not None and self.op.ok:
             return self.op.t1
-        if self.seen is not None:
-            return self.seen.t1
-        return INF
+        return min(self.seen.t1 if self.seen is not None else INF, self.killed.t if self.killed is not None else INF)
 
-    def proof(self) -> tuple[Op, ...]:
-        ops = [] if self.op is None else [self.op]
+    def proof(self) -> tuple[Op | Record, ...]:
+        ops: list[Op | Record] = [] if self.op is None else [self.op]
         if self.seen is not None and (self.op is None or not self.op.ok):
             ops.append(self.seen)
+        if self.killed is not None and (self.op is None or not self.op.ok) and \
+                (self.seen is None or self.seen.t1 > self.killed.t):
+            ops.append(self.killed)
         return tuple(ops)
 
 
@@ -210,6 +212,7 @@ class _Checker:
         self.items: dict[str, _Item] = {}
         self.ops: list[Op] = []
         self.nemesis: Counter[str] = Counter()
+        self.kills: dict[str, list[Nemesis]] = defaultdict(list)
         self.monitor_ops: list[Op] = []
         self.claims_null: list[Op] = []
         self.requeues: list[Op] = []  # monitor/operator ops that may requeue terminal items (global)
@@ -247,6 +250,8 @@ class _Checker:
                 self.counts["effects_applied" if rec.applied else "effects_deduplicated"] += 1  # type: ignore[union-attr]
             elif kind == "nemesis":
                 self.nemesis[rec.fault] += 1  # type: ignore[union-attr]
+                if rec.fault == "kill" and rec.process:  # type: ignore[union-attr]
+                    self.kills[rec.process].append(rec)  # type: ignore[union-attr,index,arg-type]
         source_ids: dict[tuple[Any, Any], str] = {}
         for op in self.ops:
             self.counts[f"op_{op.outcome}"] += 1
@@ -334,20 +339,20 @@ class _Checker:
 
     # -- grants, renewals, releases of one item
     def grants(self, it: _Item) -> list[Grant]:
-        by_token: dict[Any, Grant] = {}
         grants: list[Grant] = []
+        known: set[Any] = set()
         for op in it.ops:
             if op.name in GRANTS and op.ok and isinstance(op.result, Mapping):
                 w = op.result
                 tok = w.get("lease_token")
-                if tok is None or tok in by_token:
+                if tok is None:
                     continue
                 start = _num(w.get("started_at"))
                 if start is None:
                     start = op.now if not self.wall or op.now is None else op.now + (op.t1 - op.t0)
-                g = Grant(op, w.get("owner"), tok, w.get("lease_version"), start, _num(w.get("lease_expires_at")))
-                by_token[tok] = g
-                grants.append(g)
+                grants.append(Grant(op, w.get("owner"), tok, w.get("lease_version"), start,
+                                    _num(w.get("lease_expires_at"))))
+                known.add(tok)
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
         observed: list[tuple[Snap | None, Mapping[str, Any]]] = [(s, s.work) for s in it.snaps]
         fw = self.final_snap(it.work_id)
@@ -355,7 +360,7 @@ class _Checker:
             observed.append((None, fw))
         for s, w in observed:
             tok = w.get("lease_token")
-            if tok is None or tok in by_token or w.get("status") not in LEASED:
+            if tok is None or tok in known or w.get("status") not in LEASED:
                 continue
             seen_t = s.t1 if s is not None else INF
             src = self._grant_op(it, w.get("owner"), seen_t)
@@ -363,13 +368,19 @@ class _Checker:
             start = _num(w.get("started_at"))
             if start is None and src is not None:
                 start = src.now
-            g = Grant(src, w.get("owner"), tok, w.get("lease_version"), start, exp,
-                      seen=s.op if s is not None else None, seen_final=s is None)
-            by_token[tok] = g
-            grants.append(g)
+            killed = None
+            if src is not None and src.comp is None:
+                killed = next((k for k in self.kills.get(src.process, ()) if k.t > src.t0), None)
+            grants.append(Grant(src, w.get("owner"), tok, w.get("lease_version"), start, exp,
+                                seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
+            known.add(tok)
+        grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
+                                   g.start if g.start is not None else INF))
         for op in it.ops:
             tok = op.token
-            g = by_token.get(tok) if tok is not None else None
+            if tok is None or tok not in known:
+                continue
+            g = self.holder(grants, tok, op.t0)
             if g is None:
                 continue
             if op.name == "renew" and op.ok and isinstance(op.result, Mapping):
@@ -378,9 +389,20 @@ class _Checker:
                     g.renewals.append((op.t1, exp, op))
             elif op.name in RELEASES and op.maybe:
                 g.releases.append(op)
-        grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
-                                   g.start if g.start is not None else INF))
         return grants
+
+    @staticmethod
+    def holder(grants: list[Grant], token: Any, t: float) -> Grant | None:
+        """The grant a write with `token` invoked at real time `t` speaks for: the latest grant with
+        that token known done before `t` (a ledger may hand the same token out twice), else the first."""
+        best = first = None
+        for g in grants:
+            if g.token != token:
+                continue
+            first = first or g
+            if g.t_done < t:
+                best = g
+        return best or first
 
     def _grant_op(self, it: _Item, owner: Any, before: float) -> Op | None:
         """The indefinite claim or resume by `owner` that may have made a grant seen at `before`."""
@@ -419,8 +441,8 @@ class _Checker:
             if a.op is None or b.op is None:
                 continue
             why = (f"{it.work_id} was granted to {a.owner} (lease_version {a.version}) and then to {b.owner} "
-                   f"(lease_version {b.version}) at ledger time {b.start:g}, while {a.owner}'s lease was live "
-                   f"until {live_until:g} (expiry + {self.grace:g}s grace) and {a.owner} had released nothing")
+                   f"(lease_version {b.version}) at ledger time {_n(b.start)}, while {a.owner}'s lease was live "
+                   f"until {_n(live_until)} (expiry + {_n(self.grace)}s grace) and {a.owner} had released nothing")
             self.add("split_ownership", it.work_id, why, [*a.proof(), renewal, *b.proof()])
             if a.seen_final or b.seen_final:
                 self.anomalies[-1] = _with_final(self.anomalies[-1], self.final_excerpt(it.work_id))
@@ -432,11 +454,10 @@ class _Checker:
 
     # -- stale writes accepted
     def stale(self, it: _Item, grants: list[Grant]) -> None:
-        by_token = {g.token: g for g in grants}
         for op in it.ops:
-            if op.name not in TOKEN_WRITES or not op.maybe:
+            if op.name not in TOKEN_WRITES or not op.maybe or op.token is None:
                 continue
-            a = by_token.get(op.token)
+            a = self.holder(grants, op.token, op.t0)
             if a is None:
                 continue
             seen = None
@@ -444,7 +465,7 @@ class _Checker:
                 seen = self._close_seen(it, op)
                 if seen is None:
                     continue
-            later = [b for b in grants if b is not a and _after(b, a) and b.t_done < op.t0]
+            later = [b for b in grants if b.token != a.token and _after(b, a) and b.t_done < op.t0]
             if not later:
                 continue
             b = later[0]
@@ -520,10 +541,11 @@ class _Checker:
     def _action_for(self, work_id: str) -> Mapping[str, Any] | None:
         if self.final is None:
             return None
+        found = None
         for a in self.final.recovery.get("actions") or []:
             if isinstance(a, Mapping) and work_id in (a.get("work_ids") or []):
-                return a
-        return None
+                found = a  # the last action naming it is the one that brought it back
+        return found
 
     # -- duplicate effects
     def duplicates(self, it: _Item, permitted: Counter[int]) -> None:
@@ -580,7 +602,7 @@ class _Checker:
             self._stuck(it, grants, w, exp, last)
             return
         if self.meta.reclaim == "never" or path in ("operator", "never"):
-            why = (f"{it.work_id} is still {st} under a lease that lapsed at {exp + self.grace:g} after the "
+            why = (f"{it.work_id} is still {st} under a lease that lapsed at {_n(exp + self.grace)} after the "
                    f"{path or 'declared ' + self.meta.reclaim} recovery path ran: it is neither finished nor claimable")
             clock = None if _num(self.final.recovery.get("now")) is not None else self.max_now_op
             self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last])
@@ -608,9 +630,9 @@ class _Checker:
         if claim is None:
             self.counts["leased_lapsed_at_end"] += 1
             return
-        monitor = f"the monitor's {mon.name} at {mon.now:g} and " if mon is not None else ""
-        why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {lapse:g}; "
-               f"{monitor}a claim at {claim.now:g} found nothing to take, and at the end it is still "
+        monitor = f"the monitor's {mon.name} at {_n(mon.now)} and " if mon is not None else ""
+        why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {_n(lapse)}; "
+               f"{monitor}a claim at {_n(claim.now)} found nothing to take, and at the end it is still "
                f"{w.get('status')} under that lease: it does not come back without an operator action "
                f"(expire/recover, then requeue)")
         self.add("stuck_work", it.work_id, why, [*g.proof(), claim, self.final_excerpt(it.work_id)], [mon, *last])
@@ -621,7 +643,7 @@ class _Checker:
         permitted: Counter[int] = Counter()
         reclaimed: Counter[str] = Counter()
         for it in self.items.values():
-            grants = self.grants(it) if any(op.name in GRANTS for op in it.ops) or it.snaps else []
+            grants = self.grants(it)
             self.split(it, grants)
             self.stale(it, grants)
             self.terminal(it)
@@ -666,6 +688,11 @@ class _Checker:
                                      f"each was treated as possibly done unless a later read showed it")
         self.observations.append(f"{n['operations']} operations on {n['items']} items{after}; "
                                  f"{n.get('items_done', 0)} items done at the end")
+
+
+def _n(x: float) -> str:
+    """A time or duration for a sentence: up to millisecond precision, no trailing zeros."""
+    return f"{x:.3f}".rstrip("0").rstrip(".")
 
 
 def _after(b: Grant, a: Grant) -> bool:

@@ -321,6 +321,22 @@ def test_stuck_work_named_by_an_operator_action_under_lease_and_permitted_under_
     assert any("came back through the operator's requeue; permitted by reclaim=operator" in o for o in v.observations)
 
 
+def test_stuck_work_when_the_lapsed_grant_was_made_by_a_claim_killed_in_flight() -> None:
+    # The claim never answered (killed); the final read shows its lease: it happened, by the kill.
+    b = HistoryBuilder(reclaim="lease")
+    b.create("producer", "x", T0)
+    b.claim("w1", "x", T0 + 1, outcome="killed", applied=True)
+    b.nemesis("kill", "w1")
+    b.items["x"].expires = T0 + 10_000
+    b.expire("monitor", T0 + 100)
+    b.items["x"].expires = T0 + 46
+    b.claim_nothing("w2", T0 + 101)
+    b.final(T0 + 102)
+    h = b.history()
+    a = only(check(h), "stuck_work")
+    assert_proves(h, a)
+
+
 # --------------------------------------------------------------- correct histories under faults
 def test_kill_mid_claim_with_indefinite_outcome_then_reclaim() -> None:
     for applied in (False, True):
@@ -375,6 +391,27 @@ def test_reopen_that_does_not_disturb_holders_and_retries_with_backoff() -> None
     v = check(b.history())
     assert v.anomalies == []
     assert v.counts["nemesis_reopen"] == 1 and v.counts["op_indefinite"] == 1
+
+
+def test_a_token_handed_out_twice_is_judged_by_its_latest_grant() -> None:
+    # A ledger whose tokens are the owner's name: w1 holds x twice, w2 in between; w1's second
+    # close-out speaks for its second grant, which nothing superseded.
+    b = HistoryBuilder()
+    b.create("producer", "x", T0)
+    b.claim("w1", "x", T0 + 1)
+    b.items["x"].token = "w1"
+    b.records[-1]["result"]["lease_token"] = "w1"
+    b.close_out("w1", "x", "w1", T0 + 2)
+    b.requeue("operator", "x", T0 + 3)
+    t2 = b.claim("w2", "x", T0 + 4)
+    b.close_out("w2", "x", t2, T0 + 5)
+    b.requeue("operator", "x", T0 + 6)
+    b.claim("w1", "x", T0 + 7)
+    b.items["x"].token = "w1"
+    b.records[-1]["result"]["lease_token"] = "w1"
+    b.close_out("w1", "x", "w1", T0 + 8)
+    b.final(T0 + 20)
+    assert check(b.history()).anomalies == []
 
 
 def test_wall_clock_grant_time_from_the_ledger_not_the_recorded_now() -> None:
