@@ -48,6 +48,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -79,6 +80,7 @@ IDLE = 0.003  # seconds an idle process waits for a message before it looks agai
 BUSY_RETRIES = 40
 HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
 FLAG_SLOTS = 4096
+FLAG_BYTES = FLAG_SLOTS * 9  # a "holds work" byte per worker, then an operation counter per process
 MAX_NOTES = 30
 
 _PART = re.compile(r"history\.(nemesis|producer|monitor|operator|w\d+)\.jsonl")  # one process's part of a history
@@ -202,6 +204,7 @@ class _Recorder:
             i = w.invoke(op, args) if w is not None else 0
             out = ctx.client.call(op, **args)
             ctx.ops += 1
+            struct.pack_into("<Q", ctx.flags, ctx.counter, ctx.ops)
             if w is not None:
                 if out.ok:
                     w.complete(i, op, "ok", result=out.value)
@@ -255,9 +258,10 @@ class _Ctx:
         self.stopping = False
         self.started = 0.0
         self.n_spawned = 0
+        self.counter = FLAG_SLOTS + 8 * int(cfg["slot"])  # where this process counts its operations
         fd = os.open(cfg["flags"], os.O_RDWR)
         try:
-            self.flags = mmap.mmap(fd, FLAG_SLOTS)
+            self.flags = mmap.mmap(fd, FLAG_BYTES)
         finally:
             os.close(fd)
 
@@ -653,10 +657,10 @@ class _Campaign:
         EffectSink(self.sink_path, self.spec, create=True).close()
         self.flags_path = os.path.join(self.work, "flags")
         with open(self.flags_path, "wb") as f:
-            f.write(b"\0" * FLAG_SLOTS)
+            f.write(b"\0" * FLAG_BYTES)
         fd = os.open(self.flags_path, os.O_RDWR)
         try:
-            self.flags = mmap.mmap(fd, FLAG_SLOTS)
+            self.flags = mmap.mmap(fd, FLAG_BYTES)
         finally:
             os.close(fd)
         monitor_ops = list(MONITOR_OPS) if self.declared.reclaim == "lease" else ["promote_due"]
@@ -724,11 +728,14 @@ class _Campaign:
         return {"role": "monitor", "name": "monitor", "ops": self.monitor_ops, "period": max(0.01, self.lapse_real / 8)}
 
     def _spawn(self, name: str, role: str, actors: list[dict[str, Any]], slot: int = -1) -> _Proc:
+        if slot < 0:
+            self.n_slots += 1
+            slot = self.n_slots
         try:
             pid, conn = fork_server().spawn()
         except ForkServerError as exc:
             raise ChaosError(str(exc)) from None
-        conn.send({**self.base_cfg, "actors": actors, "process": name})
+        conn.send({**self.base_cfg, "actors": actors, "process": name, "slot": slot})
         proc = _Proc(name, role, pid, conn, slot)
         self.procs.append(proc)
         return proc
@@ -889,7 +896,8 @@ class _Campaign:
     def _kill(self, victim: _Proc, point: str | None) -> None:
         nemesis.kill(victim.pid)
         victim.dead = True
-        self.flags[victim.slot] = 0
+        if victim.slot >= 0:
+            self.flags[victim.slot] = 0
         self._record("kill", victim.name, point)
         if point:
             self.counts["kill_at_point"] += 1
@@ -919,7 +927,7 @@ class _Campaign:
     def _reopen(self) -> None:
         name = self._name("reopen")
         self._record("reopen", name)
-        proc = self._spawn(name, "reopen", [])
+        proc = self._spawn(name, "reopen", [], slot=0)  # slot 0: it makes no counted operation
         try:
             self._ready([proc], timeout=30.0)
         except ChaosError as exc:
@@ -1045,7 +1053,7 @@ class _Campaign:
                         p.dead = True
                 break
             self._pump(0.05)
-        self.ops_done = sum(p.ops for p in self.procs)
+        self.ops_done = sum(struct.unpack_from("<Q", self.flags, FLAG_SLOTS + 8 * i)[0] for i in range(self.n_slots + 1))
 
     def _final(self) -> dict[str, int]:
         reply = self._ask(self.monitor, "final", ids=sorted(self.created))
@@ -1171,34 +1179,28 @@ def _zombie_or_gone(pid: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------ checking
-def check_history(path: str) -> tuple[list[dict[str, Any]] | None, dict[str, Any], str | None]:
-    """Run the offline checker on a history: (anomalies, observations, why not checked)."""
-    try:
-        from . import anomalies as checker
-    except ImportError:
-        return None, {}, "the anomaly checker (chaos/anomalies.py) is not available"
+def check_history(path: str) -> Any:
+    """Run the offline checker (chaos/anomalies.py) on a history file; its Verdict."""
+    from .anomalies import check
     from .history import load_history
 
-    report = checker.check(load_history(path))
-    return _anomaly_dicts(report), _observations(report), None
+    return check(load_history(path))
 
 
-def _plain(x: Any) -> Any:
-    if hasattr(x, "__dataclass_fields__"):
-        return {k: _plain(v) for k, v in asdict(x).items()}
-    if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
-    return x
+def attach_verdict(result: SafetyResult, verdict: Any) -> SafetyResult:
+    """Put the checker's anomalies and observations into a campaign result."""
+    result.anomalies = _anomaly_dicts(verdict)
+    result.observations = _observations(verdict)
+    result.checked = True
+    return result
 
 
 def _anomaly_dicts(report: Any) -> list[dict[str, Any]]:
-    return [a.to_json() if hasattr(a, "to_json") else _plain(a) for a in getattr(report, "anomalies", None) or []]
+    return [a.to_json() for a in report.anomalies]
 
 
 def _observations(report: Any) -> dict[str, Any]:
-    return {"notes": list(getattr(report, "observations", None) or []), "counts": dict(getattr(report, "counts", None) or {})}
+    return {"notes": list(report.observations), "counts": dict(report.counts)}
 
 
 # ------------------------------------------------------------------------------------ the API
@@ -1234,8 +1236,5 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
         if not record:
             shutil.rmtree(camp.out, ignore_errors=True)
     if record and check and result.history:
-        anomalies, observations, why = check_history(result.history)
-        result.anomalies, result.observations, result.checked = anomalies, observations, why is None
-        if why:
-            result.notes.append(why)
+        attach_verdict(result, check_history(result.history))
     return result
