@@ -616,6 +616,7 @@ class _Campaign:
         self.writer: HistoryWriter | None = None
         self.recovery: dict[str, Any] = {}
         self.ops_done = 0
+        self.logical_paused: list[str] = []
 
     # -- setup ---------------------------------------------------------------------------------
     def probe(self) -> None:
@@ -916,7 +917,7 @@ class _Campaign:
 
     def _resume(self, who: _Proc | str) -> None:
         if isinstance(who, str):  # a logical pause ends by itself; record when it does
-            self._record("resume", who if who != "?" else None)
+            self._record("resume", self.logical_paused.pop(0) if self.logical_paused else None)
             return
         if who.dead:
             return
@@ -995,6 +996,7 @@ class _Campaign:
             self.counts["replaced"] += 1
         elif ev == "paused":
             self._record("pause", msg.get("process"))
+            self.logical_paused.append(str(msg.get("process")))
         elif ev == "fault_skipped":
             self.notes.append(f"{msg.get('fault')} skipped: no worker to do it to")
         elif "reply" in msg:
