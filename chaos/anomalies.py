@@ -162,7 +162,7 @@ class Grant:
         return tuple(ops)
 
 
-@dataclass
+@dataclass(slots=True)
 class Snap:
     """An item's snapshot as an operation (or the final read) returned it."""
 
@@ -181,19 +181,6 @@ class _Item:
         self.snaps: list[Snap] = []
         self.creates: list[Op] = []
         self.effects: dict[str, list[Effect]] = {}
-
-
-def _work(op: Op) -> list[Mapping[str, Any]]:
-    """The work snapshots an ok result carries."""
-    r = op.result
-    if isinstance(r, Mapping):
-        if op.name == "create":
-            w = r.get("work")
-            return [w] if isinstance(w, Mapping) and "work_id" in w else []
-        return [r] if "work_id" in r and "status" in r else []
-    if isinstance(r, list) and op.name == "list":
-        return [w for w in r if isinstance(w, Mapping) and "work_id" in w and "status" in w]
-    return []
 
 
 def _num(v: Any) -> float | None:
@@ -233,11 +220,13 @@ class _Checker:
     # -- pass 1: pair operations, index by item
     def index(self) -> None:
         by_id: dict[int, Op] = {}
+        ops = self.ops
+        items = self.items
         for rec in self.h.records:
             kind = rec.type
             if kind == "invoke":
                 op = by_id[rec.id] = Op(rec)  # type: ignore[arg-type]
-                self.ops.append(op)
+                ops.append(op)
             elif kind == "complete":
                 op = by_id[rec.id]  # type: ignore[union-attr]
                 op.comp = rec  # type: ignore[assignment]
@@ -252,45 +241,72 @@ class _Checker:
                 self.nemesis[rec.fault] += 1  # type: ignore[union-attr]
                 if rec.fault == "kill" and rec.process:  # type: ignore[union-attr]
                     self.kills[rec.process].append(rec)  # type: ignore[union-attr,index,arg-type]
-        source_ids: dict[tuple[Any, Any], str] = {}
-        for op in self.ops:
-            self.counts[f"op_{op.outcome}"] += 1
-            if op.now is not None and op.now > self.max_now and op.maybe:
-                self.max_now, self.max_now_op = op.now, op
-            wid = op.args.get("work_id")
-            works = _work(op) if op.ok else []
-            if wid is None and works and op.name in ("create", "claim"):
-                wid = works[0]["work_id"]
-            for w in works:
-                src = (w.get("source_system"), w.get("source_id"))
-                if src[1] is not None:
-                    source_ids.setdefault(src, w["work_id"])
-                self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
+        outcomes: dict[str, int] = {"ok": 0, "refused": 0, "indefinite": 0}
+        max_now, max_op = -INF, None
+        for op in ops:
+            outcome = op.outcome
+            outcomes[outcome] += 1
+            now = op.now
+            if now is not None and now > max_now and outcome != "refused":
+                max_now, max_op = now, op
             name = op.name
+            wid = op.args.get("work_id")
+            if outcome == "ok":
+                r = op.result
+                if type(r) is dict:
+                    if name == "create":
+                        r = r.get("work")
+                    if type(r) is dict and "status" in r and "work_id" in r:
+                        if wid is None:
+                            wid = r["work_id"]
+                        w_id = r["work_id"]
+                        it = items.get(w_id)
+                        if it is None:
+                            it = items[w_id] = _Item(w_id)
+                        it.snaps.append(Snap(r, op, op.t0, op.t1))
+                elif r is None:
+                    if name == "claim":
+                        self.claims_null.append(op)
+                elif name == "list" and type(r) is list:
+                    for w in r:
+                        if isinstance(w, Mapping) and "work_id" in w and "status" in w:
+                            self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
             if name in MONITOR:
                 self.monitor_ops.append(op)
             if name in REQUEUES:
                 self.requeues.append(op)
-            if name == "claim" and op.ok and op.result is None:
-                self.claims_null.append(op)
             if wid is not None:
-                op.work_id = str(wid)
-                it = self.item(op.work_id)
+                op.work_id = wid = str(wid)
+                it = items.get(wid)
+                if it is None:
+                    it = items[wid] = _Item(wid)
                 it.ops.append(op)
                 if name == "create":
                     it.creates.append(op)
             elif name == "create":
                 self.pending_creates[(op.args.get("source_system"), op.args.get("source_id"))].append(op)
-            elif name == "claim" and not op.ok and op.maybe:
+            elif name == "claim" and outcome == "indefinite":
                 self.open_claims[op.args.get("owner")].append(op)
+        self.max_now, self.max_now_op = max_now, max_op
+        for k, v in outcomes.items():
+            if v:
+                self.counts[f"op_{k}"] = v
         if self.final is not None:
-            for wid, w in self.final.items.items():
+            for wid in self.final.items:
                 self.item(wid)
-                if isinstance(w, Mapping):
-                    src = (w.get("source_system"), w.get("source_id"))
-                    if src[1] is not None:
-                        source_ids.setdefault(src, wid)
-        # An indefinite create (no work_id known) is acknowledged once its unit shows up anywhere.
+        if self.pending_creates:
+            self._acknowledge_indefinite_creates()
+
+    def _acknowledge_indefinite_creates(self) -> None:
+        """An indefinite create (no work_id known) is acknowledged once its unit shows up anywhere."""
+        source_ids: dict[tuple[Any, Any], str] = {}
+        snaps = [s.work for it in self.items.values() for s in it.snaps]
+        if self.final is not None:
+            snaps += [w for w in self.final.items.values() if isinstance(w, Mapping)]
+        for w in snaps:
+            src = (w.get("source_system"), w.get("source_id"))
+            if src[1] is not None:
+                source_ids.setdefault(src, str(w.get("work_id")))
         for src, ops in self.pending_creates.items():
             wid = source_ids.get(src)
             if wid is None:
@@ -300,6 +316,8 @@ class _Checker:
                 op.work_id = wid
                 it.creates.append(op)
                 it.ops.append(op)
+            it.ops.sort(key=lambda o: o.t0)
+
 
     @property
     def final_now(self) -> float:
@@ -583,8 +601,10 @@ class _Checker:
             ack = it.creates[0]
             seen = next((s for s in it.snaps if s.op is not None and s.op is not ack), None)
             proof = [ack, seen.op if seen is not None else None]
-        last = [op for op in it.ops if op is not ack][-2:]
         w = self.final_snap(it.work_id)
+        if w is not None and w.get("status") not in LEASED:
+            return  # terminal, claimable, parked on a wait, or a status this checker does not know
+        last = [op for op in it.ops if op is not ack][-2:]
         fin = self.final_excerpt(it.work_id)
         if w is None:
             if it.creates:
@@ -592,8 +612,6 @@ class _Checker:
                 self.add("lost_work", it.work_id, why, [*proof, fin], last)
             return
         st = w.get("status")
-        if st in TERMINAL or st in COMES_BACK or st not in LEASED:
-            return
         exp = _num(w.get("lease_expires_at"))
         if exp is None or not (self.final_now > exp + self.grace + self.eps):
             return  # a holder may still be at work: nothing proves it will not come back

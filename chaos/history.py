@@ -35,7 +35,7 @@ FORMAT = "ledgercheck-history/1"
 OUTCOMES = ("ok", "refused", "indefinite")
 FAULTS = ("kill", "pause", "resume", "reopen", "partition", "heal")
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
-MAX_LINE_BYTES = 1 << 20  # 1 MiB
+MAX_LINE_BYTES = 1 << 26  # 64 MiB: the final record holds every item
 
 
 class HistoryError(Exception):
@@ -259,43 +259,85 @@ def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTE
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise HistoryError(name, None, f"cannot read: {exc.strerror or exc}") from None
+    lines = data.split(b"\n")
+    if lines and max(map(len, lines)) > max_line:
+        n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
+        raise HistoryError(name, n, f"line is {len(lines[n - 1])} bytes, over the limit of {max_line}")
+    return _read(lines, name)
+
+
+_NUMS = (int, float)
+
+
+def _read(lines: list[bytes], name: str) -> History:
+    """Parse and validate in one pass.  Invokes and completes (nearly every line) take a fast
+    path with the same checks from_dict makes; anything else, or anything odd, goes through
+    from_dict, which names the problem."""
     loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
     records: list[Record] = []
     append = records.append
-    # Fast paths for the two commonest records; everything else (and anything odd) is checked
-    # field by field in from_dict.
-    for n, raw in enumerate(data.split(b"\n"), start=1):
-        if len(raw) > max_line:
-            raise HistoryError(name, n, f"line is {len(raw)} bytes, over the limit of {max_line}")
-        if not raw.strip():
-            continue
+    invoked: set[int] = set()
+    completed: set[int] = set()
+    meta: Meta | None = None
+    final: Final | None = None
+    nums = _NUMS
+    n = 0
+    for n, raw in enumerate(lines, start=1):
         try:
             obj = loads(raw)
-        except orjson.JSONDecodeError as exc:
+        except decode_error as exc:
+            if not raw.strip():
+                continue
             raise HistoryError(name, n, f"not JSON ({exc})") from None
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
             raise HistoryError(name, n, f"a record must be a JSON object, not {type(obj).__name__}")
-        append(_fast(obj, n, name))
-    return _validate(records, name)
-
-
-def _fast(obj: dict[str, Any], n: int, name: str) -> Record:
-    kind = obj.get("type")
-    try:
+        kind = obj.get("type")
+        if final is not None:
+            raise HistoryError(name, n, f"a {kind} record after the final record")
+        rec: Record
         if kind == "invoke":
-            i, p, o, a, t = obj["id"], obj["process"], obj["op"], obj["args"], obj["t"]
-            now = obj.get("now")
+            i, p, o, a, t, now = (obj.get("id"), obj.get("process"), obj.get("op"), obj.get("args"), obj.get("t"),
+                                  obj.get("now"))
             if (type(i) is int and type(p) is str and type(o) is str and type(a) is dict
-                    and type(t) in (int, float) and (now is None or type(now) in (int, float))):
-                return Invoke(i, p, o, a, t, now, n)
+                    and type(t) in nums and (now is None or type(now) in nums)):
+                rec = Invoke(i, p, o, a, t, now, n)
+            else:
+                rec = from_dict(obj, n, name)
+            if meta is None:
+                break
+            if i in invoked:
+                raise HistoryError(name, n, f"operation id {i} is invoked twice")
+            invoked.add(i)  # type: ignore[arg-type]
         elif kind == "complete":
-            i, p, o, oc, t = obj["id"], obj["process"], obj["op"], obj["outcome"], obj["t"]
-            if (type(i) is int and type(p) is str and type(o) is str and oc in OUTCOMES
-                    and type(t) in (int, float)):
-                return Complete(i, p, o, oc, t, obj.get("result"), obj.get("error"), n)
-    except KeyError:
-        pass
-    return from_dict(obj, n, name)
+            i, p, o, oc, t = obj.get("id"), obj.get("process"), obj.get("op"), obj.get("outcome"), obj.get("t")
+            if type(i) is int and type(p) is str and type(o) is str and oc in OUTCOMES and type(t) in nums:
+                rec = Complete(i, p, o, oc, t, obj.get("result"), obj.get("error"), n)
+            else:
+                rec = from_dict(obj, n, name)
+            if meta is None:
+                break
+            if i not in invoked:
+                raise HistoryError(name, n, f"complete of operation id {i} has no earlier invoke")
+            if i in completed:
+                raise HistoryError(name, n, f"operation id {i} is completed twice")
+            completed.add(i)  # type: ignore[arg-type]
+        else:
+            rec = from_dict(obj, n, name)
+            if kind == "meta":
+                if meta is not None:
+                    raise HistoryError(name, n, "a second meta record (a history has exactly one, first)")
+                meta = rec  # type: ignore[assignment]
+            elif meta is None:
+                break
+            elif kind == "final":
+                final = rec  # type: ignore[assignment]
+        append(rec)
+    else:
+        if meta is None:
+            raise HistoryError(name, None, "empty history (no meta record)")
+        return History(meta=meta, records=records, final=final, path=name)
+    raise HistoryError(name, n, "the history does not start with a meta record")
 
 
 # ------------------------------------------------------------------------------------- writer

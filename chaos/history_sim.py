@@ -57,8 +57,10 @@ class HistoryBuilder:
     """
 
     def __init__(self, *, delivery: str = "at-least-once", reclaim: str = "lease", ttl: float = 45.0,
-                 grace: float = 15.0, clock: str = "injected", workers: int = 2, seed: int = 0) -> None:
+                 grace: float = 15.0, clock: str = "injected", workers: int = 2, seed: int = 0,
+                 prefix: str = "") -> None:
         self.ttl, self.grace = ttl, grace
+        self.prefix = prefix
         self.records: list[dict[str, Any]] = [{
             "type": "meta", "format": FORMAT,
             "adapter": {"address": "synthetic", "name": "model", "version": "1", "clock": clock, "durable": True},
@@ -126,7 +128,7 @@ class HistoryBuilder:
         if work_id is not None and _applies(outcome, applied):
             st = self.items[work_id]
             self._tokens += 1
-            token = f"tok{self._tokens}"
+            token = f"{self.prefix}tok{self._tokens}"
             st.status, st.owner, st.token = "running", owner, token
             st.version += 1
             st.expires = now + self.ttl
@@ -233,7 +235,7 @@ class _Worker:
 
 
 def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, delivery: str = "at-least-once",
-             ttl: float = 45.0, grace: float = 15.0, faults: bool = True) -> HistoryBuilder:
+             ttl: float = 45.0, grace: float = 15.0, faults: bool = True, prefix: str = "") -> HistoryBuilder:
     """A correct campaign, run serially: a producer, `workers` workers, a monitor, a nemesis.
 
     Each step one actor acts on a model that follows the contract's lease rules: a claim takes a
@@ -242,10 +244,11 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
     Faults: a kill leaves the worker's current call without a completion (it may or may not have
     taken effect: both are drawn), a pause jumps the clock past the worker's lease before it
     writes.  At the end the clock moves past every lease, the monitor runs and one worker drains
-    the queue; the final read holds every item.
+    the queue; the final read holds every item.  `prefix` goes before every item name and token
+    (so several simulations can be joined into one history, see :func:`interleave`).
     """
     rng = random.Random(seed)
-    b = HistoryBuilder(delivery=delivery, ttl=ttl, grace=grace, workers=workers, seed=seed)
+    b = HistoryBuilder(delivery=delivery, ttl=ttl, grace=grace, workers=workers, seed=seed, prefix=prefix)
     now = START
     ws = [_Worker(f"w{i}") for i in range(workers)]
     applied_keys: set[str] = set()
@@ -253,7 +256,7 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
 
     def produce() -> None:
         nonlocal created
-        wid = f"item{created}"
+        wid = f"{prefix}item{created}"
         created += 1
         if faults and rng.random() < 0.05:  # the producer's create comes back indefinite
             b.create("producer", wid, now, outcome="indefinite", applied=rng.random() < 0.5)
@@ -351,3 +354,31 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
     b.claim_nothing(drain.name, now)
     b.final(now)
     return b
+
+
+def interleave(builders: list[HistoryBuilder]) -> list[dict[str, Any]]:
+    """Join independent simulations (built with distinct prefixes) into one history, as if they
+    had run side by side: one meta, every operation renumbered and sorted by t, one final read."""
+    meta = dict(builders[0].records[0])
+    rows: list[tuple[float, int, dict[str, Any]]] = []
+    items: dict[str, Any] = {}
+    last_t, now, offset, seq = 0.0, None, 0, 0
+    for b in builders:
+        top = 0
+        for r in b.records[1:]:
+            if r["type"] == "final":
+                items.update(r["items"])
+                last_t = max(last_t, r["t"])
+                now = max(now or r["recovery"].get("now", 0.0), r["recovery"].get("now", 0.0))
+                continue
+            if "id" in r:
+                r = {**r, "id": r["id"] + offset}
+                top = max(top, r["id"] + 1)
+            rows.append((r["t"], seq, r))
+            seq += 1
+        offset = max(offset, top)
+    rows.sort(key=lambda x: (x[0], x[1]))
+    meta["items"] = len(items)
+    final = {"type": "final", "t": round(last_t + 0.001, 6), "items": items,
+             "recovery": {"path": "lease", "actions": [], "now": now}}
+    return [meta, *(r for _t, _s, r in rows), final]
