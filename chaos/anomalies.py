@@ -459,8 +459,8 @@ class _Checker:
             if a.op is None or b.op is None:
                 continue
             why = (f"{it.work_id} was granted to {a.owner} (lease_version {a.version}) and then to {b.owner} "
-                   f"(lease_version {b.version}) at ledger time {_n(b.start)}, while {a.owner}'s lease was live "
-                   f"until {_n(live_until)} (expiry + {_n(self.grace)}s grace) and {a.owner} had released nothing")
+                   f"(lease_version {b.version}) at ledger time {fmt_num(b.start)}, while {a.owner}'s lease was live "
+                   f"until {fmt_num(live_until)} (expiry + {fmt_num(self.grace)}s grace) and {a.owner} had released nothing")
             self.add("split_ownership", it.work_id, why, [*a.proof(), renewal, *b.proof()])
             if a.seen_final or b.seen_final:
                 self.anomalies[-1] = _with_final(self.anomalies[-1], self.final_excerpt(it.work_id))
@@ -620,7 +620,7 @@ class _Checker:
             self._stuck(it, grants, w, exp, last)
             return
         if self.meta.reclaim == "never" or path in ("operator", "never"):
-            why = (f"{it.work_id} is still {st} under a lease that lapsed at {_n(exp + self.grace)} after the "
+            why = (f"{it.work_id} is still {st} under a lease that lapsed at {fmt_num(exp + self.grace)} after the "
                    f"{path or 'declared ' + self.meta.reclaim} recovery path ran: it is neither finished nor claimable")
             clock = None if _num(self.final.recovery.get("now")) is not None else self.max_now_op
             self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last])
@@ -648,9 +648,9 @@ class _Checker:
         if claim is None:
             self.counts["leased_lapsed_at_end"] += 1
             return
-        monitor = f"the monitor's {mon.name} at {_n(mon.now)} and " if mon is not None else ""
-        why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {_n(lapse)}; "
-               f"{monitor}a claim at {_n(claim.now)} found nothing to take, and at the end it is still "
+        monitor = f"the monitor's {mon.name} at {fmt_num(mon.now)} and " if mon is not None else ""
+        why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {fmt_num(lapse)}; "
+               f"{monitor}a claim at {fmt_num(claim.now)} found nothing to take, and at the end it is still "
                f"{w.get('status')} under that lease: it does not come back without an operator action "
                f"(expire/recover, then requeue)")
         self.add("stuck_work", it.work_id, why, [*g.proof(), claim, self.final_excerpt(it.work_id)], [mon, *last])
@@ -704,11 +704,15 @@ class _Checker:
         if indef:
             self.observations.append(f"{indef} operation{'s' if indef != 1 else ''} had an indefinite outcome; "
                                      f"each was treated as possibly done unless a later read showed it")
-        self.observations.append(f"{n['operations']} operations on {n['items']} items{after}; "
-                                 f"{n.get('items_done', 0)} items done at the end")
+        self.observations.append(f"{n['operations']} operations on {_plural(n['items'], 'item')}{after}; "
+                                 f"{_plural(n.get('items_done', 0), 'item')} done at the end")
 
 
-def _n(x: float) -> str:
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def fmt_num(x: float) -> str:
     """A time or duration for a sentence: up to millisecond precision, no trailing zeros."""
     return f"{x:.3f}".rstrip("0").rstrip(".")
 

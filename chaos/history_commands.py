@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .anomalies import Anomaly, Verdict, check
+from .anomalies import Anomaly, Verdict, check, fmt_num
 from .history import History, HistoryError, Record, load_history
 
 
@@ -49,7 +49,7 @@ def render(history: History, verdict: Verdict, *, max_excerpts: int = 3) -> str:
     meta = history.meta
     name = meta.adapter.get("name") or meta.adapter.get("address") or "?"
     c = verdict.counts
-    lines = [f"history {history.path}: {c.get('operations', 0)} operations on {c.get('items', 0)} items, "
+    lines = [f"history {history.path}: {c.get('operations', 0)} operations on {_items(c.get('items', 0))}, "
              f"adapter {name} (delivery {meta.delivery}, reclaim {meta.reclaim}, ttl {meta.ttl:g}s, "
              f"grace {meta.grace:g}s)"]
     groups = verdict.by_class()
@@ -90,7 +90,7 @@ def describe(rec: Record) -> str:
     kind = rec.type
     if kind == "invoke":
         args = {k: v for k, v in rec.args.items() if k != "now"}  # type: ignore[union-attr]
-        now = "" if rec.now is None else f" now={rec.now:g}"  # type: ignore[union-attr]
+        now = "" if rec.now is None else f" now={fmt_num(rec.now)}"  # type: ignore[union-attr]
         return f"{where} t={rec.t:<10.4f} {rec.process:>8} invoke   #{rec.id} {rec.op} {_short(args)}{now}"  # type: ignore[union-attr]
     if kind == "complete":
         r = rec.result if rec.outcome == "ok" else rec.error  # type: ignore[union-attr]
@@ -107,6 +107,10 @@ def describe(rec: Record) -> str:
         shown = "; ".join(f"{wid}: {_work(w)}" for wid, w in items.items()) or "the item is absent"
         return f"{where} t={rec.t:<10.4f} {'final':>8} {shown}  recovery {_short(rec_)}"  # type: ignore[union-attr]
     return f"{where} {kind}"
+
+
+def _items(n: int) -> str:
+    return f"{n} item{'' if n == 1 else 's'}"
 
 
 _WORK_FIELDS = ("status", "owner", "lease_version", "lease_expires_at", "lease_token", "finished_at", "result")
