@@ -300,13 +300,20 @@ class _Checker:
     def _acknowledge_indefinite_creates(self) -> None:
         """An indefinite create (no work_id known) is acknowledged once its unit shows up anywhere."""
         source_ids: dict[tuple[Any, Any], str] = {}
-        snaps = [s.work for it in self.items.values() for s in it.snaps]
-        if self.final is not None:
-            snaps += [w for w in self.final.items.values() if isinstance(w, Mapping)]
-        for w in snaps:
-            src = (w.get("source_system"), w.get("source_id"))
-            if src[1] is not None:
-                source_ids.setdefault(src, str(w.get("work_id")))
+        wanted = set(self.pending_creates)
+
+        def look(works: Iterable[Any]) -> None:
+            for w in works:
+                if isinstance(w, Mapping):
+                    src = (w.get("source_system"), w.get("source_id"))
+                    if src in wanted and src not in source_ids:
+                        source_ids[src] = str(w.get("work_id"))
+
+        if self.final is not None:  # the final read holds nearly every item: look there first
+            look(self.final.items.values())
+        if len(source_ids) < len(wanted):  # items the final read does not have (lost?) seen earlier
+            final = self.final.items if self.final is not None else {}
+            look(s.work for wid, it in self.items.items() if final.get(wid) is None for s in it.snaps)
         for src, ops in self.pending_creates.items():
             wid = source_ids.get(src)
             if wid is None:
@@ -395,6 +402,8 @@ class _Checker:
         grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
                                    g.start if g.start is not None else INF))
         for op in it.ops:
+            if op.name not in TOKEN_WRITES:
+                continue
             tok = op.token
             if tok is None or tok not in known:
                 continue
@@ -518,6 +527,8 @@ class _Checker:
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:
+        if not any(s.work.get("status") in TERMINAL for s in it.snaps):
+            return  # nothing read terminal before the final read: nothing to change
         snaps = sorted(it.snaps, key=lambda s: s.t1)
         fw = self.final_snap(it.work_id)
         if fw is not None:

@@ -50,7 +50,7 @@ class HistoryError(Exception):
 
 
 # ------------------------------------------------------------------------------------ records
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Meta:
     format: str
     adapter: dict[str, Any]
@@ -80,7 +80,7 @@ class Meta:
         return float(self.timings.get("grace") or 0.0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Invoke:
     id: int
     process: str
@@ -92,7 +92,7 @@ class Invoke:
     type: str = field(default="invoke", init=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Complete:
     id: int
     process: str
@@ -105,7 +105,7 @@ class Complete:
     type: str = field(default="complete", init=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Effect:
     process: str
     work_id: str
@@ -117,7 +117,7 @@ class Effect:
     type: str = field(default="effect", init=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Nemesis:
     fault: str
     t: float
@@ -127,7 +127,7 @@ class Nemesis:
     type: str = field(default="nemesis", init=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Final:
     t: float
     items: dict[str, Any]
