@@ -617,6 +617,7 @@ class _Campaign:
         self.recovery: dict[str, Any] = {}
         self.ops_done = 0
         self.logical_paused: list[str] = []
+        self.resumes: list[tuple[float, _Proc | str]] = []  # (when, whom) a pause ends
 
     # -- setup ---------------------------------------------------------------------------------
     def probe(self) -> None:
@@ -746,9 +747,13 @@ class _Campaign:
         for proc in procs:
             while True:
                 left = end - time.monotonic()
-                if left <= 0 or not proc.conn.poll(left):
+                if left <= 0:
                     nemesis.kill(proc.pid)
                     raise ChaosError(f"campaign process {proc.name} did not start within {timeout:g}s")
+                if not proc.conn.poll(min(left, 0.05)):
+                    # a paused worker may hold a lock the newcomer's open waits for: its pause ends on time
+                    self._resume_due(time.monotonic())
+                    continue
                 try:
                     msg = proc.conn.recv()
                 except (EOFError, OSError):
@@ -808,9 +813,14 @@ class _Campaign:
             timings={"setup_s": round(t_setup, 3), "active_s": round(t_active, 3), "quiet_s": round(t_quiet, 3)})
         return result
 
+    def _resume_due(self, now: float) -> None:
+        for item in [r for r in self.resumes if r[0] <= now]:
+            self.resumes.remove(item)
+            self._resume(item[1])
+
     def _active(self, plan: list[nemesis.Fault], a0: float, started: float) -> None:
         todo = list(plan)
-        resumes: list[tuple[float, _Proc | str]] = []
+        resumes = self.resumes
         active = self.p.active_s()
         pause_s = self.lapse_real * 1.4 + 0.2
         last_progress = 0.0
@@ -827,9 +837,7 @@ class _Campaign:
             nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes] + [now + 0.05])
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
-            for item in [r for r in resumes if r[0] <= now]:
-                resumes.remove(item)
-                self._resume(item[1])
+            self._resume_due(now)
             self._disarm_due(now)
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
@@ -841,8 +849,9 @@ class _Campaign:
                 last_progress = now
                 self.progress(len(plan) - len(todo), len(plan), {"phase": "nemesis", "created": len(self.created),
                                                                   **self.counts})
-        for _, who in resumes:
+        for _, who in list(resumes):
             self._resume(who)
+        resumes.clear()
         for proc in self._workers():
             if proc.armed:
                 self._disarm(proc)

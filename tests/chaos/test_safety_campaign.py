@@ -74,9 +74,10 @@ def test_every_fault_is_exercised_and_the_history_is_well_formed(tmp_path: Path,
     # a killed worker writes nothing after its kill, and a replacement with a new name carries on
     for f in (f for f in faults if f.fault == "kill"):
         assert not any(x.type == "invoke" and x.process == f.process and x.t > f.t for x in recs), f
-    # every operation is recorded: the controller's count equals the history's
+    # every operation is recorded: the processes' own count equals the history's, but for an
+    # operation a kill cut between the call and its count (at most one per kill)
     invokes = [x for x in recs if x.type == "invoke"]
-    assert len(invokes) == r.ops
+    assert abs(len(invokes) - r.ops) <= n["kill"], (len(invokes), r.ops)
     assert {x.op for x in invokes} >= {"create", "claim", "renew", "fail", "effect_begin", "effect_record", "close_out",
                                        "expire", "recover", "promote_due"}
     # the final read holds every created item; the effects are the sink's, one record per submission
