@@ -175,3 +175,54 @@ def test_a_dead_workers_item_comes_back_after_its_lease(cls: type, back: bool, t
         assert got["work_id"] == wid
     else:
         assert got is None and b.get(work_id=wid)["status"] == "running"
+
+
+# ------------------------------------------------------------------------------ the campaign
+# Four worker processes, a steady stream of items (so a fault nearly always finds a worker
+# holding one), two seconds of faults.  Each broken ledger runs under the faults that exercise
+# its bug (several of them in one run, so the bug shows every time; what is asserted is the set
+# of anomaly classes, never a count), and the reference and SmallQueue run under every fault mix
+# used here and must show nothing.
+SETTINGS: dict[str, Any] = {"workers": 4, "items": 80, "seed": 1, "duration": 2.0}
+FAULTS: dict[type, str] = {
+    bs.ClaimReadsThenWrites: "kill,pause,reopen",  # a plain race: every claim can lose it
+    bs.DequeueDeletes: "kill",
+    bs.ReopenRequeuesClaimed: "reopen",
+    bs.CloseOutIgnoresToken: "pause",
+    bs.JournalInProcessMemory: "pause",
+    bs.NeverReclaims: "kill",
+}
+MIXES = sorted(set(FAULTS.values()))
+
+
+def campaign_classes(address: str, faults: str, out: Path) -> tuple[set[str], Any]:
+    from ledgercheck.chaos.safety import run_campaign
+
+    result = run_campaign(address, faults=faults, out_dir=str(out), **SETTINGS)
+    assert result.checked, result.notes
+    assert result.mode == "processes"
+    return {a["class"] for a in result.anomalies or []}, result
+
+
+def _why(result: Any) -> tuple[Any, ...]:
+    return ([a["explanation"] for a in result.anomalies or []][:5], result.nemesis, result.final, result.notes[:5])
+
+
+@pytest.mark.parametrize("cls", bs.ALL, ids=lambda c: c.__name__)
+def test_the_campaign_reports_exactly_the_ledgers_anomaly(cls: type, tmp_path: Path) -> None:
+    found, result = campaign_classes(f"python:ledgercheck.fixtures.broken_safety:{cls.__name__}", FAULTS[cls], tmp_path)
+    assert found == set(cls.ANOMALIES), _why(result)
+
+
+@pytest.mark.parametrize("faults", MIXES)
+def test_the_reference_shows_no_anomaly_under_the_same_campaigns(faults: str, tmp_path: Path) -> None:
+    found, result = campaign_classes("python:ledgercheck.reference.adapter:ReferenceAdapter", faults, tmp_path)
+    assert found == set(), _why(result)
+    assert result.final == {"done": SETTINGS["items"]}, _why(result)
+    assert sum(result.nemesis.get(f, 0) for f in faults.split(",")) >= 3, _why(result)
+
+
+def test_small_queue_loses_nothing_where_its_deleting_variant_does(tmp_path: Path) -> None:
+    found, result = campaign_classes("python:ledgercheck.fixtures.broken_safety:SmallQueue", FAULTS[bs.DequeueDeletes], tmp_path)
+    assert found == set(), _why(result)
+    assert result.final == {"done": SETTINGS["items"]} and result.nemesis.get("kill", 0) >= 3, _why(result)
