@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .history import Complete, Effect, Final, History, Invoke, Meta, Nemesis, Record, to_dict
+from .history import Complete, Effect, Final, History, Invoke, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work")
@@ -173,10 +173,11 @@ class Snap:
 
 
 class _Item:
-    __slots__ = ("work_id", "ops", "snaps", "creates", "effects")
+    __slots__ = ("work_id", "ops", "snaps", "creates", "effects", "final")
 
     def __init__(self, work_id: str) -> None:
         self.work_id = work_id
+        self.final: dict[str, Any] | None = None  # the final read's snapshot
         self.ops: list[Op] = []
         self.snaps: list[Snap] = []
         self.creates: list[Op] = []
@@ -184,7 +185,8 @@ class _Item:
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    t = type(v)
+    return float(v) if t is float or t is int else None
 
 
 class _Checker:
@@ -269,7 +271,7 @@ class _Checker:
                         self.claims_null.append(op)
                 elif name == "list" and type(r) is list:
                     for w in r:
-                        if isinstance(w, Mapping) and "work_id" in w and "status" in w:
+                        if isinstance(w, dict) and "work_id" in w and "status" in w:
                             self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
             if name in MONITOR:
                 self.monitor_ops.append(op)
@@ -292,8 +294,8 @@ class _Checker:
             if v:
                 self.counts[f"op_{k}"] = v
         if self.final is not None:
-            for wid in self.final.items:
-                self.item(wid)
+            for wid, w in self.final.items.items():
+                self.item(wid).final = w if isinstance(w, dict) else None
         if self.pending_creates:
             self._acknowledge_indefinite_creates()
 
@@ -304,7 +306,7 @@ class _Checker:
 
         def look(works: Iterable[Any]) -> None:
             for w in works:
-                if isinstance(w, Mapping):
+                if isinstance(w, dict):
                     src = (w.get("source_system"), w.get("source_id"))
                     if src in wanted and src not in source_ids:
                         source_ids[src] = str(w.get("work_id"))
@@ -329,14 +331,14 @@ class _Checker:
     @property
     def final_now(self) -> float:
         rec = self.final.recovery if self.final is not None else {}
-        now = _num(rec.get("now")) if isinstance(rec, Mapping) else None
+        now = _num(rec.get("now")) if isinstance(rec, dict) else None
         return now if now is not None else self.max_now
 
     def final_snap(self, work_id: str) -> Mapping[str, Any] | None:
         if self.final is None:
             return None
         w = self.final.items.get(work_id)
-        return w if isinstance(w, Mapping) else None
+        return w if isinstance(w, dict) else None
 
     def final_excerpt(self, work_id: str, action: Mapping[str, Any] | None = None) -> Final:
         """The final record cut down to one item (and the recovery action naming it)."""
@@ -367,7 +369,7 @@ class _Checker:
         grants: list[Grant] = []
         known: set[Any] = set()
         for op in it.ops:
-            if op.name in GRANTS and op.ok and isinstance(op.result, Mapping):
+            if op.name in GRANTS and op.ok and isinstance(op.result, dict):
                 w = op.result
                 tok = w.get("lease_token")
                 if tok is None:
@@ -380,7 +382,7 @@ class _Checker:
                 known.add(tok)
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
         observed: list[tuple[Snap | None, Mapping[str, Any]]] = [(s, s.work) for s in it.snaps]
-        fw = self.final_snap(it.work_id)
+        fw = it.final
         if fw is not None:
             observed.append((None, fw))
         for s, w in observed:
@@ -410,7 +412,7 @@ class _Checker:
             g = self.holder(grants, tok, op.t0)
             if g is None:
                 continue
-            if op.name == "renew" and op.ok and isinstance(op.result, Mapping):
+            if op.name == "renew" and op.ok and isinstance(op.result, dict):
                 exp = _num(op.result.get("lease_expires_at"))
                 if exp is not None:
                     g.renewals.append((op.t1, exp, op))
@@ -516,7 +518,7 @@ class _Checker:
                     (other.args.get("status"), other.now, other.args.get("result")) == want:
                 return None
         snaps = [s for s in it.snaps if s.t0 > op.t0]
-        fw = self.final_snap(it.work_id)
+        fw = it.final
         if fw is not None:
             snaps.append(Snap(fw, None, INF, INF))
         for s in snaps:
@@ -530,7 +532,7 @@ class _Checker:
         if not any(s.work.get("status") in TERMINAL for s in it.snaps):
             return  # nothing read terminal before the final read: nothing to change
         snaps = sorted(it.snaps, key=lambda s: s.t1)
-        fw = self.final_snap(it.work_id)
+        fw = it.final
         if fw is not None:
             snaps.append(Snap(fw, None, INF, INF))
         first: Snap | None = None
@@ -560,7 +562,7 @@ class _Checker:
                 return True
         for op in self.requeues:
             if op.work_id is None and op.maybe and op.t1 > a.t0 and op.t0 < b.t1:
-                if not op.ok or any(isinstance(m, Mapping) and m.get("work_id") == it.work_id
+                if not op.ok or any(isinstance(m, dict) and m.get("work_id") == it.work_id
                                     for m in (op.result or [])):
                     return True
         if b.op is None and self._action_for(it.work_id) is not None:
@@ -572,7 +574,7 @@ class _Checker:
             return None
         found = None
         for a in self.final.recovery.get("actions") or []:
-            if isinstance(a, Mapping) and work_id in (a.get("work_ids") or []):
+            if isinstance(a, dict) and work_id in (a.get("work_ids") or []):
                 found = a  # the last action naming it is the one that brought it back
         return found
 
@@ -612,7 +614,7 @@ class _Checker:
             ack = it.creates[0]
             seen = next((s for s in it.snaps if s.op is not None and s.op is not ack), None)
             proof = [ack, seen.op if seen is not None else None]
-        w = self.final_snap(it.work_id)
+        w = it.final
         if w is not None and w.get("status") not in LEASED:
             return  # terminal, claimable, parked on a wait, or a status this checker does not know
         last = [op for op in it.ops if op is not ack][-2:]
@@ -690,7 +692,7 @@ class _Checker:
             n[f"nemesis_{fault}"] = k
         n["retries"] = _retries(self.ops)
         if self.final is not None:
-            st = Counter(w.get("status") for w in self.final.items.values() if isinstance(w, Mapping))
+            st = Counter(w.get("status") for w in self.final.items.values() if isinstance(w, dict))
             n["items_done"] = st.get("done", 0)
             for s, k in st.items():
                 n[f"final_{s}"] = k
@@ -735,12 +737,13 @@ def _after(b: Grant, a: Grant) -> bool:
 
 
 def _retries(ops: list[Op]) -> int:
+    """Operations a process tried again right after a try that did not come back ok."""
     last: dict[str, Op] = {}
     n = 0
     for op in ops:
         prev = last.get(op.process)
-        if prev is not None and prev.name == op.name and prev.outcome != "ok" and \
-                prev.args.get("work_id") == op.args.get("work_id"):
+        if prev is not None and prev.outcome != "ok" and prev.name == op.name and \
+                (op.name == "claim" or prev.work_id == op.work_id):
             n += 1
         last[op.process] = op
     return n
@@ -763,7 +766,8 @@ def _with_final(a: Anomaly, fin: Final) -> Anomaly:
 
 def check(history: History) -> Verdict:
     """Every anomaly of the history, with the minimal excerpt proving each, and observations."""
-    return _Checker(history).run()
+    with no_gc():
+        return _Checker(history).run()
 
 
 def excerpt_history(history: History, anomaly: Anomaly) -> History:

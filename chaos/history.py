@@ -22,9 +22,11 @@ a ``complete`` with no ``invoke`` (or a second one).
 
 from __future__ import annotations
 
+import gc
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,7 +265,22 @@ def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTE
     if lines and max(map(len, lines)) > max_line:
         n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
         raise HistoryError(name, n, f"line is {len(lines[n - 1])} bytes, over the limit of {max_line}")
-    return _read(lines, name)
+    with no_gc():
+        return _read(lines, name)
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many objects that all stay alive (every
+    record of a history): otherwise each of its passes walks everything built so far, and the
+    time grows with the square of the history.  Reference counting still frees what dies."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 _NUMS = (int, float)
