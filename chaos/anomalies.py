@@ -210,6 +210,7 @@ class _Checker:
         self.max_now = -INF
         self.max_now_op: Op | None = None
         self.anomalies: list[Anomaly] = []
+        self.split_pairs: set[tuple[int, int]] = set()  # (first, second) grants reported as split
         self.observations: list[str] = []
         self.counts: Counter[str] = Counter()
 
@@ -377,7 +378,8 @@ class _Checker:
                 start = _num(w.get("started_at"))
                 if start is None:
                     start = op.now if not self.wall or op.now is None else op.now + (op.t1 - op.t0)
-                grants.append(Grant(op, w.get("owner"), tok, w.get("lease_version"), start,
+                owner = w.get("owner") or op.args.get("owner") or op.process  # some ledgers do not say
+                grants.append(Grant(op, owner, tok, w.get("lease_version"), start,
                                     _num(w.get("lease_expires_at"))))
                 known.add(tok)
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
@@ -398,18 +400,20 @@ class _Checker:
             killed = None
             if src is not None and src.comp is None:
                 killed = next((k for k in self.kills.get(src.process, ()) if k.t > src.t0), None)
-            grants.append(Grant(src, w.get("owner"), tok, w.get("lease_version"), start, exp,
+            owner = w.get("owner") or (src.args.get("owner") or src.process if src is not None else None)
+            grants.append(Grant(src, owner, tok, w.get("lease_version"), start, exp,
                                 seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
             known.add(tok)
         grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
-                                   g.start if g.start is not None else INF))
+                                   g.start if g.start is not None else INF,
+                                   g.op.t0 if g.op is not None else INF))
         for op in it.ops:
             if op.name not in TOKEN_WRITES:
                 continue
             tok = op.token
             if tok is None or tok not in known:
                 continue
-            g = self.holder(grants, tok, op.t0)
+            g = self.holder(grants, tok, op.t0, op.process)
             if g is None:
                 continue
             if op.name == "renew" and op.ok and isinstance(op.result, dict):
@@ -421,17 +425,20 @@ class _Checker:
         return grants
 
     @staticmethod
-    def holder(grants: list[Grant], token: Any, t: float) -> Grant | None:
-        """The grant a write with `token` invoked at real time `t` speaks for: the latest grant with
-        that token known done before `t` (a ledger may hand the same token out twice), else the first."""
-        best = first = None
+    def holder(grants: list[Grant], token: Any, t: float, process: str | None = None) -> Grant | None:
+        """The grant a write with `token` by `process` invoked at real time `t` speaks for: the
+        latest grant with that token known done before `t`, made to the same process if any (a
+        ledger may hand one token out twice, or use the item's id as its token), else the first."""
+        best = mine = first = None
         for g in grants:
             if g.token != token:
                 continue
             first = first or g
             if g.t_done < t:
                 best = g
-        return best or first
+                if g.op is not None and g.op.process == process:
+                    mine = g
+        return mine or best or first
 
     def _grant_op(self, it: _Item, owner: Any, before: float) -> Op | None:
         """The indefinite claim or resume by `owner` that may have made a grant seen at `before`."""
@@ -439,7 +446,7 @@ class _Checker:
         cands = [op for op in it.ops if op.name in GRANTS and not op.ok and op.maybe]
         cands += self.open_claims.get(owner, [])
         for op in cands:
-            if op.args.get("owner") == owner and op.t0 < before and (best is None or op.t0 > best.t0):
+            if (owner is None or op.args.get("owner") == owner) and op.t0 < before and (best is None or op.t0 > best.t0):
                 best = op
         return best
 
@@ -460,21 +467,39 @@ class _Checker:
             b_t0 = b.op.t0 if b.op is not None else -INF
             b_t1 = b.t_done
             live_until, renewal = self.lease_end(a, b_t0)
-            if live_until is None or not (b.start + self.eps < live_until):
-                continue
-            if any(r.t0 < b_t1 for r in a.releases):
-                continue
-            a_t0 = a.op.t0 if a.op is not None else -INF
-            if any(self._monitor_lapsed(m, a_t0, b_t1, live_until) for m in self.monitor_ops):
-                continue
             if a.op is None or b.op is None:
                 continue
+            a_t0 = a.op.t0
+            if any(r.t0 < b_t1 for r in a.releases):
+                continue
+            if live_until is None:
+                # No lease expiry: the grant holds until released, or until its holder is killed or an
+                # operator takes the work back (how lease-less queues hand out a dead worker's work).
+                if self._holder_gone(it, a, a_t0, b_t1):
+                    continue
+                live = "held with no lease expiry"
+            else:
+                if not (b.start + self.eps < live_until):
+                    continue
+                if any(self._monitor_lapsed(m, a_t0, b_t1, live_until) for m in self.monitor_ops):
+                    continue
+                live = f"live until {fmt_num(live_until)} (expiry + {fmt_num(self.grace)}s grace)"
             why = (f"{it.work_id} was granted to {a.owner} (lease_version {a.version}) and then to {b.owner} "
-                   f"(lease_version {b.version}) at ledger time {fmt_num(b.start)}, while {a.owner}'s lease was live "
-                   f"until {fmt_num(live_until)} (expiry + {fmt_num(self.grace)}s grace) and {a.owner} had released nothing")
+                   f"(lease_version {b.version}) at ledger time {fmt_num(b.start)}, while {a.owner}'s lease was "
+                   f"{live} and {a.owner} had released nothing")
             self.add("split_ownership", it.work_id, why, [*a.proof(), renewal, *b.proof()])
+            self.split_pairs.add((id(a), id(b)))
             if a.seen_final or b.seen_final:
                 self.anomalies[-1] = _with_final(self.anomalies[-1], self.final_excerpt(it.work_id))
+
+    def _holder_gone(self, it: _Item, a: Grant, after_t: float, before_t: float) -> bool:
+        """For a grant with no lease expiry: was its holder killed, or did an operator act on the
+        item (or on every item), between the grant and the next one?"""
+        assert a.op is not None
+        if any(after_t < k.t < before_t for k in self.kills.get(a.op.process, ())):
+            return True
+        ops = [*it.ops, *self.monitor_ops]
+        return any(op.process == OPERATOR and op.maybe and op.t1 > after_t and op.t0 < before_t for op in ops)
 
     def _monitor_lapsed(self, m: Op, after_t: float, before_t: float, live_until: float) -> bool:
         """A monitor op that may have run between two grants at a ledger time the first had lapsed by."""
@@ -486,18 +511,21 @@ class _Checker:
         for op in it.ops:
             if op.name not in TOKEN_WRITES or not op.maybe or op.token is None:
                 continue
-            a = self.holder(grants, op.token, op.t0)
-            if a is None:
-                continue
+            a = self.holder(grants, op.token, op.t0, op.process)
+            if a is None or a.op is None or a.op.process != op.process:
+                continue  # not this process's grant: nothing says whose write this is
             seen = None
             if not op.ok:
                 seen = self._close_seen(it, op)
                 if seen is None:
                     continue
-            later = [b for b in grants if b.token != a.token and _after(b, a) and b.t_done < op.t0]
+            later = [b for b in grants if b is not a and _after(b, a) and b.t_done < op.t0
+                     and (b.token != a.token or (b.op is not None and b.op.process != op.process))]
             if not later:
                 continue
             b = later[0]
+            if (id(a), id(b)) in self.split_pairs:
+                continue  # a still owned the item when b was granted: the split says it all
             why = (f"{op.name} by {a.owner} with the token of lease_version {a.version} was accepted after "
                    f"{it.work_id} had been granted to {b.owner} (lease_version {b.version})")
             if seen is not None:
@@ -731,9 +759,13 @@ def fmt_num(x: float) -> str:
 
 
 def _after(b: Grant, a: Grant) -> bool:
-    if isinstance(a.version, int) and isinstance(b.version, int):
+    """Was grant b made after grant a?  By lease_version when the ledger counts them, else by
+    ledger time, else by when they were asked for."""
+    if isinstance(a.version, int) and isinstance(b.version, int) and a.version != b.version:
         return b.version > a.version
-    return a.start is not None and b.start is not None and b.start > a.start
+    if a.start is not None and b.start is not None and a.start != b.start:
+        return b.start > a.start
+    return a.op is not None and b.op is not None and b.op.t0 > a.op.t0
 
 
 def _retries(ops: list[Op]) -> int:

@@ -131,6 +131,33 @@ def test_split_ownership_by_a_recovery_that_takes_a_live_lease() -> None:
     assert_proves(h, a)
 
 
+def test_split_ownership_without_lease_expiry_unless_the_holder_died_or_an_operator_acted() -> None:
+    def run(between: str) -> tuple[History, Verdict]:
+        b = HistoryBuilder(reclaim="operator")
+        b.create("producer", "x", T0)
+        b.claim("w1", "x", T0 + 1)
+        b.records[-1]["result"]["lease_expires_at"] = None  # a queue with no lease expiry
+        if between == "kill":
+            b.nemesis("kill", "w1")
+        elif between == "operator":
+            b.call("operator", "recover", {"now": T0 + 2}, "ok", [{"work_id": "x", "decision": "requeue"}])
+        b.nemesis("reopen", "w3")  # a reopen puts the unacknowledged item back
+        b.items["x"].status = "queued"
+        tb = b.claim("w2", "x", T0 + 3)
+        b.records[-1]["result"]["lease_expires_at"] = None
+        b.close_out("w2", "x", tb, T0 + 4)
+        b.final(T0 + 10)
+        h = b.history()
+        return h, check(h)
+
+    h, v = run("nothing")  # the holder is alive and released nothing: two owners
+    a = only(v, "split_ownership")
+    assert "no lease expiry" in a.explanation
+    assert_proves(h, a)
+    assert run("kill")[1].anomalies == []  # the holder was killed: its work handed on
+    assert run("operator")[1].anomalies == []  # the operator took the work back
+
+
 def test_stale_write_accepted_after_takeover() -> None:
     b = HistoryBuilder()
     b.create("producer", "x", T0)
@@ -412,6 +439,42 @@ def test_a_token_handed_out_twice_is_judged_by_its_latest_grant() -> None:
     b.close_out("w1", "x", "w1", T0 + 8)
     b.final(T0 + 20)
     assert check(b.history()).anomalies == []
+
+
+def _queue_like(b: HistoryBuilder) -> None:
+    """Make the last claim's result look like a lease-less queue's: no owner, no expiry, the
+    item's id as its token, a version that never moves."""
+    r = b.records[-1]["result"]
+    r.update(owner=None, lease_expires_at=None, lease_token=r["work_id"], lease_version=0)
+
+
+def test_a_queue_without_owners_tokens_or_versions_is_judged_by_who_asked() -> None:
+    b = HistoryBuilder(reclaim="operator")  # correct: one holder at a time
+    b.create("producer", "x", T0)
+    b.claim("w1", "x", T0 + 1)
+    _queue_like(b)
+    b.close_out("w1", "x", "x", T0 + 2)
+    b.requeue("operator", "x", T0 + 3)
+    b.claim("w2", "x", T0 + 4)
+    _queue_like(b)
+    b.close_out("w2", "x", "x", T0 + 5)
+    b.final(T0 + 10)
+    assert check(b.history()).anomalies == []
+
+    b = HistoryBuilder(reclaim="operator")  # two concurrent claims both handed the item out
+    b.create("producer", "x", T0)
+    i1 = b.invoke("w1", "claim", {"owner": "w1", "now": T0 + 1})
+    i2 = b.invoke("w2", "claim", {"owner": "w2", "now": T0 + 1})
+    snap = {**b.items["x"].snapshot(), "status": "running", "owner": None, "lease_token": "x", "lease_version": 0}
+    b.complete(i1, "w1", "claim", "ok", snap)
+    b.complete(i2, "w2", "claim", "ok", snap)
+    b.close_out("w1", "x", "x", T0 + 2)
+    b.close_out("w2", "x", "x", T0 + 3, outcome="refused")
+    b.final(T0 + 10)
+    h = b.history()
+    a = only(check(h), "split_ownership")  # the first holder's close-out is part of the split, not a second anomaly
+    assert "w1" in a.explanation and "w2" in a.explanation
+    assert_proves(h, a)
 
 
 def test_wall_clock_grant_time_from_the_ledger_not_the_recorded_now() -> None:
