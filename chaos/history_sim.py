@@ -38,8 +38,15 @@ class ItemState:
     result: Any = None
     started_at: float | None = None
     finished_at: float | None = None
+    queue: bool = False  # shown as a lease-less queue shows it: no owner, no expiry, the id as token
 
     def snapshot(self) -> dict[str, Any]:
+        if self.queue:
+            return {"work_id": self.work_id, "source_system": "control", "source_id": self.source_id,
+                    "status": self.status, "owner": None,
+                    "lease_token": self.work_id if self.status == "running" else None, "lease_version": 0,
+                    "lease_expires_at": None, "attempt": 0, "result": self.result, "created_at": self.created_at,
+                    "started_at": None, "finished_at": self.finished_at}
         return {"work_id": self.work_id, "source_system": "control", "source_id": self.source_id,
                 "status": self.status, "owner": self.owner, "lease_token": self.token,
                 "lease_version": self.version, "lease_expires_at": self.expires, "attempt": self.attempt,
@@ -58,9 +65,10 @@ class HistoryBuilder:
 
     def __init__(self, *, delivery: str = "at-least-once", reclaim: str = "lease", ttl: float = 45.0,
                  grace: float = 15.0, clock: str = "injected", workers: int = 2, seed: int = 0,
-                 prefix: str = "") -> None:
+                 prefix: str = "", queue: bool = False) -> None:
         self.ttl, self.grace = ttl, grace
         self.prefix = prefix
+        self.queue = queue  # a lease-less queue: see ItemState.queue
         self.records: list[dict[str, Any]] = [{
             "type": "meta", "format": FORMAT,
             "adapter": {"address": "synthetic", "name": "model", "version": "1", "clock": clock, "durable": True},
@@ -111,7 +119,7 @@ class HistoryBuilder:
     # -- ledger operations on the model
     def create(self, process: str, work_id: str, now: float, outcome: str = "ok", applied: bool | None = None) -> HistoryBuilder:
         src = f"src-{work_id}"
-        st = ItemState(work_id, src, now)
+        st = ItemState(work_id, src, now, queue=self.queue)
         if _applies(outcome, applied):
             self.items[work_id] = st
             self.records[0]["items"] = len(self.items)
@@ -128,7 +136,7 @@ class HistoryBuilder:
         if work_id is not None and _applies(outcome, applied):
             st = self.items[work_id]
             self._tokens += 1
-            token = f"{self.prefix}tok{self._tokens}"
+            token = work_id if self.queue else f"{self.prefix}tok{self._tokens}"
             st.status, st.owner, st.token = "running", owner, token
             st.version += 1
             st.expires = now + self.ttl
@@ -218,7 +226,19 @@ class HistoryBuilder:
 
     def lapsed(self, work_id: str, now: float) -> bool:
         st = self.items[work_id]
+        if self.queue:
+            return st.status != "running"  # no lease: held until released
         return st.expires is None or now > st.expires + self.grace
+
+    def reopen(self, process: str, orphans: set[str]) -> HistoryBuilder:
+        """A lease-less queue opened again puts the work of dead holders back (nothing else)."""
+        self.nemesis("reopen", process)
+        for wid in sorted(orphans):
+            st = self.items[wid]
+            if st.status == "running":
+                st.status, st.token = "queued", None
+        orphans.clear()
+        return self
 
 
 def _applies(outcome: str, applied: bool | None) -> bool:
@@ -235,7 +255,8 @@ class _Worker:
 
 
 def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, delivery: str = "at-least-once",
-             ttl: float = 45.0, grace: float = 15.0, faults: bool = True, prefix: str = "") -> HistoryBuilder:
+             ttl: float = 45.0, grace: float = 15.0, faults: bool = True, prefix: str = "",
+             queue: bool = False) -> HistoryBuilder:
     """A correct campaign, run serially: a producer, `workers` workers, a monitor, a nemesis.
 
     Each step one actor acts on a model that follows the contract's lease rules: a claim takes a
@@ -246,9 +267,15 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
     writes.  At the end the clock moves past every lease, the monitor runs and one worker drains
     the queue; the final read holds every item.  `prefix` goes before every item name and token
     (so several simulations can be joined into one history, see :func:`interleave`).
+
+    ``queue=True`` simulates a correct lease-less queue (reclaim by the operator): results carry
+    no owner, no expiry and the item's id as token; nothing lapses, a pause takes nothing over,
+    and the work of killed holders comes back only when the queue is opened again (a reopen).
     """
     rng = random.Random(seed)
-    b = HistoryBuilder(delivery=delivery, ttl=ttl, grace=grace, workers=workers, seed=seed, prefix=prefix)
+    b = HistoryBuilder(delivery=delivery, ttl=ttl, grace=grace, workers=workers, seed=seed, prefix=prefix,
+                       reclaim="operator" if queue else "lease", queue=queue)
+    orphans: set[str] = set()  # queue mode: items whose holder was killed
     now = START
     ws = [_Worker(f"w{i}") for i in range(workers)]
     applied_keys: set[str] = set()
@@ -285,7 +312,7 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
         assert tok is not None
         live = b.items[wid].token == tok and not b.lapsed(wid, now)
         r = rng.random()
-        if r < 0.2:
+        if r < 0.2 and not queue:
             b.renew(w.name, wid, tok, now, outcome="ok" if live else "refused")
             if not live:
                 w.item = None
@@ -303,15 +330,23 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
                 do_effect(w)  # killed after the effect, before the close-out was answered
             live = b.items[wid].token == tok and not b.lapsed(wid, now)
             b.close_out(w.name, wid, tok, now, outcome="killed", applied=live and rng.random() < 0.5)
+            if b.items[wid].status == "running":
+                orphans.add(wid)
         else:
             queued = [s.work_id for s in b.items.values() if s.status == "queued"]
             if queued:  # killed mid-claim: the grant may or may not have happened
-                b.claim(w.name, queued[0], now, outcome=rng.choice(["killed", "indefinite"]),
-                        applied=rng.random() < 0.5)
+                outcome = "killed" if queue else rng.choice(["killed", "indefinite"])
+                if b.claim(w.name, queued[0], now, outcome=outcome, applied=rng.random() < 0.5) is not None:
+                    orphans.add(queued[0])
         w.item, w.token, w.effect_done = None, None, False
 
     def pause(w: _Worker) -> None:
         nonlocal now
+        if queue:  # nothing lapses in a queue: the pause only delays
+            b.nemesis("pause", w.name)
+            now += rng.uniform(1.0, 20.0)
+            b.nemesis("resume", w.name)
+            return
         b.nemesis("pause", w.name)
         now += ttl + grace + rng.uniform(1.0, 20.0)
         monitor()
@@ -321,6 +356,9 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
         b.nemesis("resume", w.name)
 
     def monitor() -> None:
+        if queue:
+            b.reopen("reopener", orphans)
+            return
         if b.expire("monitor", now) or any(s.status == "timeout" for s in b.items.values()):
             b.recover("monitor", now)
 
