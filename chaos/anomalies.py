@@ -129,7 +129,7 @@ class Op:
         return (self.inv,) if self.comp is None else (self.inv, self.comp)
 
 
-@dataclass
+@dataclass(slots=True)
 class Grant:
     """One acquisition of an item's lease (claim or resume) that happened."""
 
@@ -383,11 +383,11 @@ class _Checker:
                                     _num(w.get("lease_expires_at"))))
                 known.add(tok)
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
-        observed: list[tuple[Snap | None, Mapping[str, Any]]] = [(s, s.work) for s in it.snaps]
         fw = it.final
-        if fw is not None:
-            observed.append((None, fw))
-        for s, w in observed:
+        finals: tuple[Snap | None, ...] = (None,) if fw is not None else ()
+        for s in (*it.snaps, *finals):
+            w = s.work if s is not None else fw
+            assert w is not None
             tok = w.get("lease_token")
             if tok is None or tok in known or w.get("status") not in LEASED:
                 continue
@@ -404,9 +404,10 @@ class _Checker:
             grants.append(Grant(src, owner, tok, w.get("lease_version"), start, exp,
                                 seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
             known.add(tok)
-        grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
-                                   g.start if g.start is not None else INF,
-                                   g.op.t0 if g.op is not None else INF))
+        if len(grants) > 1:
+            grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
+                                       g.start if g.start is not None else INF,
+                                       g.op.t0 if g.op is not None else INF))
         for op in it.ops:
             if op.name not in TOKEN_WRITES:
                 continue
