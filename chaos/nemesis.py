@@ -43,6 +43,7 @@ class Fault:
     pick: float  # in [0, 1): which of the candidate workers is hit
     point: str | None = None  # kill at this named crash point (None: at a random moment)
     occurrence: int = 1
+    aim: float = 1.0  # in [0, 1): below 0.5, prefer a worker whose effect is done (not yet closed out)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,7 +80,7 @@ def plan(seed: int, faults: Sequence[str], duration: float, *, points: Sequence[
         point, occ = None, 1
         if kind == "kill" and points and rng.random() < 0.5:
             point, occ = rng.choice(list(points)), rng.randint(1, 3)
-        out.append(Fault(round(t, 4), kind, rng.random(), point, occ))
+        out.append(Fault(round(t, 4), kind, rng.random(), point, occ, rng.random()))
         t += rng.uniform(*gap)
     return out
 

@@ -80,6 +80,8 @@ IDLE = 0.003  # seconds an idle process waits for a message before it looks agai
 BUSY_RETRIES = 40
 HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
 FLAG_SLOTS = 4096
+FREE, HOLDING, IN_EFFECT, EFFECT_DONE = 0, 1, 2, 3  # a worker's byte in the shared map
+_GONE = object()  # the worker's lease was gone when it came to the effect
 FLAG_BYTES = FLAG_SLOTS * 9  # a "holds work" byte per worker, then an operation counter per process
 MAX_NOTES = 30
 
@@ -268,9 +270,10 @@ class _Ctx:
     def now(self) -> float:
         return self.tb.now()
 
-    def hold(self, slot: int, on: bool) -> None:
+    def hold(self, slot: int, state: int) -> None:
+        """FREE, HOLDING or IN_EFFECT: what the nemesis may see of this worker."""
         if 0 <= slot < FLAG_SLOTS:
-            self.flags[slot] = 1 if on else 0
+            self.flags[slot] = state
 
     def sink_row(self, seq: int) -> tuple[bool, int]:
         r = self.sink.conn.execute(
@@ -298,17 +301,19 @@ class _Ctx:
             if not out.ok or not isinstance(out.value, Mapping) or not out.value.get("work_id"):
                 yield False
                 continue
-            self.hold(slot, True)
+            self.hold(slot, HOLDING)
             try:
-                yield from self._item(rec, hooks, rng, out.value)
+                yield from self._item(rec, hooks, rng, out.value, slot)
             finally:
-                self.hold(slot, False)
+                self.hold(slot, FREE)
                 hooks.mark(None, None, None, "unclaimed")
             yield True
 
-    def _item(self, rec: _Recorder, hooks: Any, rng: random.Random, held: Mapping[str, Any]) -> Iterator[bool]:
+    def _item(self, rec: _Recorder, hooks: Any, rng: random.Random, held: Mapping[str, Any],
+              slot: int) -> Iterator[bool]:
         wid = str(held["work_id"])
         token = str(held.get("lease_token") or "")
+        lease = {"expires": held.get("lease_expires_at")}
         hooks.mark(wid, None, 0, "acquired")
         hooks.hit("after_claim")
         if self.retryable and "fail" not in self.unsupported and rng.random() < self.fail_p and (held.get("attempt") or 1) <= 1:
@@ -321,20 +326,49 @@ class _Ctx:
             out = rec.call("renew", work_id=wid, token=token, now=self.now())
             if not out.ok and out.code != "unsupported":
                 return  # the lease is gone (or nobody can tell): leave the item to recovery
+            if out.ok and isinstance(out.value, Mapping):
+                lease["expires"] = out.value.get("lease_expires_at")
             hooks.mark(wid, None, 0, "renewed")
             hooks.hit("during_renew")
         if self.journal and "effect_begin" not in self.unsupported:
-            if not (yield from self._journaled(rec, hooks, wid, token)):
+            if not (yield from self._journaled(rec, hooks, wid, token, lease, slot)):
                 return
         else:
-            self._apply(rec, wid, f"{wid}/{STEP_ID}", token)
+            if self._effect(rec, slot, wid, f"{wid}/{STEP_ID}", token, lease, lookup=False) is _GONE:
+                return  # the ledger refused to renew the lapsed lease: leave the item to recovery
             hooks.mark(wid, None, 0, "submitted")
             hooks.hit("after_submit_before_record")
         yield from self.idle_for(rng.uniform(*self.latency) / 2)  # the rest of the work, the effect done
         hooks.hit("after_record_before_close_out")
         rec.call("close_out", work_id=wid, token=token, status="done", result={"by": rec.name}, now=self.now())
 
-    def _journaled(self, rec: _Recorder, hooks: Any, wid: str, token: str) -> Iterator[bool]:
+    def _effect(self, rec: _Recorder, slot: int, wid: str, key: str, token: str, lease: dict[str, Any],
+                lookup: bool) -> Any:
+        """The item's effect, done only while the worker's lease is live: a runtime that finds its
+        lease past its expiry by the clock renews before acting and leaves the item if refused
+        (returns _GONE).  The nemesis never leaves a worker paused inside this section (it sees
+        IN_EFFECT and lets go at once): no ledger can stop a process that was stopped after its
+        last check from reaching an outside provider late, so such a pause would test nothing
+        about the ledger."""
+        self.hold(slot, IN_EFFECT)
+        try:
+            exp = lease.get("expires")
+            if isinstance(exp, int | float) and self.now() > exp:
+                out = rec.call("renew", work_id=wid, token=token, now=self.now())
+                if not out.ok or not isinstance(out.value, Mapping):
+                    self.hold(slot, HOLDING)
+                    return _GONE
+                lease["expires"] = out.value.get("lease_expires_at")
+            result = self.sink.lookup(key) if lookup else None
+            result = result if result is not None else self._apply(rec, wid, key, token)
+            self.hold(slot, EFFECT_DONE)
+            return result
+        except BaseException:
+            self.hold(slot, HOLDING)
+            raise
+
+    def _journaled(self, rec: _Recorder, hooks: Any, wid: str, token: str, lease: dict[str, Any],
+                   slot: int) -> Iterator[bool]:
         out = rec.call("effect_begin", work_id=wid, step_id=STEP_ID, tool=TOOL, input={"work": wid},
                        step_class=self.step_class, token=token, now=self.now())
         if not out.ok or not isinstance(out.value, Mapping):
@@ -347,9 +381,9 @@ class _Ctx:
             return False  # needs a person
         hooks.mark(wid, None, 0, "begun")
         hooks.hit("after_intent_before_submit")
-        result = None if out.value.get("created") else self.sink.lookup(key)
-        if result is None:
-            result = self._apply(rec, wid, key, token)
+        result = self._effect(rec, slot, wid, key, token, lease, lookup=not out.value.get("created"))
+        if result is _GONE:
+            return False
         hooks.mark(wid, None, 0, "submitted")
         hooks.hit("after_submit_before_record")
         yield True
@@ -566,7 +600,7 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
             conn.send({"event": "paused", "process": victim.name, "holding": bool(ctx.flags[victim.slot])})
             return
         victim.gen.close()  # the worker stops wherever it is: its item is left as a crash leaves it
-        ctx.hold(victim.slot, False)
+        ctx.hold(victim.slot, FREE)
         victim.rec.close()
         live.remove(victim)
         spec = dict(msg["replacement"])
@@ -881,7 +915,13 @@ class _Campaign:
         if not cands or (f.fault == "pause" and len(cands) < 2):
             self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
             return True
-        pool = holders or cands
+        done = [p for p in holders if self.flags[p.slot] == EFFECT_DONE]
+        # half the faults aim at a worker whose effect is done and not yet closed out (waiting a
+        # little for one): what comes back after its kill or pause runs the effect again unless
+        # the ledger remembers it
+        if f.aim < 0.5 and not done and may_wait:
+            return False
+        pool = done if done and f.aim < 0.5 else holders or cands
         victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
         if f.fault == "kill" and f.point:
             victim.conn.send({"cmd": "arm", "point": f.point, "occurrence": f.occurrence})
@@ -890,6 +930,9 @@ class _Campaign:
             self._kill(victim, None)
         elif f.fault == "pause":
             nemesis.pause(victim.pid)
+            if self.flags[victim.slot] == IN_EFFECT:  # stopped inside the effect section: let go, try again
+                nemesis.resume(victim.pid)
+                return False
             victim.paused = True
             self._record("pause", victim.name)
             resumes.append((time.monotonic() + pause_s, victim))

@@ -146,3 +146,36 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
+
+
+# ------------------------------------------------------------------------------ inside certify
+def _suite(tmp_path: Path, adapter: str) -> dict:
+    work = tmp_path / "run"
+    work.mkdir()
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q",
+           "--ledger-only", "--ledger-adapter", adapter, "--ledger-seed", "1", "-k", "safety",
+           "--ledger-artifacts", str(tmp_path / "artifacts"), "--ledger-results", str(out)]
+    subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300)
+    return json.loads(out.read_text())
+
+
+def test_certify_item_fails_on_an_anomaly_and_blames_its_clause(tmp_path: Path) -> None:
+    doc = _suite(tmp_path, "python:ledgercheck.fixtures.broken_safety:CloseOutIgnoresToken")
+    (t,) = [t for t in doc["tests"] if t["nodeid"] == "ledgercheck::safety::campaign"]
+    assert t["outcome"] == "failed" and t["clause"] == "lease.fencing", t
+    (camp,) = doc["safety"]
+    assert camp["verdict"] == "fail" and camp["seed"] == 1 and Path(camp["history"]).is_file()
+    assert {a["class"] for a in camp["anomalies"]} == {"stale_write_accepted"}
+    assert {a["clause"] for a in camp["anomalies"]} == {"lease.fencing"}
+    fencing = next(c for c in doc["clauses"] if c["id"] == "lease.fencing")
+    assert fencing["outcome"] == "fail"
+
+
+def test_certify_item_passes_a_correct_ledger(tmp_path: Path) -> None:
+    doc = _suite(tmp_path, "reference")
+    (t,) = [t for t in doc["tests"] if t["nodeid"] == "ledgercheck::safety::campaign"]
+    assert t["outcome"] == "passed", t
+    (camp,) = doc["safety"]
+    assert camp["verdict"] == "pass" and camp["anomalies"] == [] and camp["final"] == {"done": 16}
+    assert camp["nemesis"]["kill"] + camp["nemesis"]["pause"] + camp["nemesis"]["reopen"] >= 2
