@@ -534,6 +534,8 @@ class _Checker:
             extra: list[Op | Record | None] = []
             if isinstance(seen, Snap):
                 extra.append(seen.op if seen.op is not None else self.final_excerpt(it.work_id))
+            if (a.seen_final or b.seen_final) and not any(isinstance(x, Final) for x in extra):
+                extra.append(self.final_excerpt(it.work_id))  # the read that shows an indefinite grant
             self.add("stale_write_accepted", it.work_id, why, [*a.proof(), *b.proof(), op, *extra])
             return  # one per item: the first stale write shows the hole
 
