@@ -614,6 +614,26 @@ def test_writer_merge_and_reader_round_trip(tmp_path: Path) -> None:
     assert check(h).counts["op_indefinite"] == 1
 
 
+def test_a_restarted_process_numbering_from_zero_again_and_a_buffered_writer(tmp_path: Path) -> None:
+    ctl = HistoryWriter(process_path(tmp_path, "controller"), "controller", buffered=True)
+    ctl.meta(adapter={}, declared={}, timings={"ttl": 45.0, "grace": 15.0})
+    assert process_path(tmp_path, "controller").read_bytes() == b""  # buffered until a flush
+    ctl.flush()
+    assert b'"meta"' in process_path(tmp_path, "controller").read_bytes()
+    for _incarnation in range(2):  # the same worker name after a kill: its ids start at 0 again
+        w = HistoryWriter(process_path(tmp_path, "w1"), "w1")
+        i = w.invoke("claim", {"owner": "w1", "now": T0})
+        w.complete(i, "claim", "ok", None)
+        w.close()
+    ctl.final({})
+    ctl.close()
+    out = tmp_path / "history.jsonl"
+    merge_histories([process_path(tmp_path, "controller"), process_path(tmp_path, "w1")], out)
+    h = load_history(out)
+    assert sorted(r.id for r in h.records if r.type == "invoke") == [0, 1]
+    assert check(h).counts["op_ok"] == 2
+
+
 def _write(tmp_path: Path, lines: list[str]) -> Path:
     p = tmp_path / "h.jsonl"
     p.write_text("".join(x + "\n" for x in lines))
