@@ -706,10 +706,12 @@ class _Checker:
         reclaimed: Counter[str] = Counter()
         for it in self.items.values():
             grants = self.grants(it)
-            self.split(it, grants)
-            self.stale(it, grants)
+            if len(grants) > 1:  # both need a second grant
+                self.split(it, grants)
+                self.stale(it, grants)
             self.terminal(it)
-            self.duplicates(it, permitted)
+            if it.effects:
+                self.duplicates(it, permitted)
             self.lost(it, grants, reclaimed)
         self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
         self.observe(permitted, reclaimed)
