@@ -730,7 +730,7 @@ class _Campaign:
             declared={"delivery": self.declared.delivery, "reclaim": self.declared.reclaim},
             timings={"ttl": self.ttl * (self.p.wall_scale if self.wall else 1.0),
                      "grace": self.grace * (self.p.wall_scale if self.wall else 1.0),
-                     "speedup": self.tb.speedup, "lapse_s": self.lapse_real},
+                     "speedup": self.tb.speedup, "lapse_s": self.lapse_real, "t0_wall": self.wall0},
             seed=self.p.seed, workers=self.p.workers, items=self.p.items,
             nemesis={"faults": list(self.p.faults), "seed": self.p.seed, "schedule": self.schedule})
 
@@ -861,9 +861,13 @@ class _Campaign:
         while True:
             now = time.monotonic()
             el = now - a0
-            if el >= active and (self.produced or el >= active * 3):
+            # the phase ends once its time is up, every planned fault was done (one that waited for
+            # a holder may come late) and every pause has lasted its full length
+            if el >= active and ((self.produced and not todo and not resumes) or el >= active * 3):
                 if not self.produced:
                     self.notes.append("the producer had not created every item when the nemesis stopped")
+                if todo:
+                    self.notes.append(f"{len(todo)} planned fault(s) not done: the nemesis ran out of time")
                 break
             if now - started > self.p.time_limit * 0.7:
                 self.notes.append(f"time limit: the nemesis stopped after {el:.1f}s")

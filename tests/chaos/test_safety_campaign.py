@@ -179,3 +179,14 @@ def test_certify_item_passes_a_correct_ledger(tmp_path: Path) -> None:
     (camp,) = doc["safety"]
     assert camp["verdict"] == "pass" and camp["anomalies"] == [] and camp["final"] == {"done": 16}
     assert camp["nemesis"]["kill"] + camp["nemesis"]["pause"] + camp["nemesis"]["reopen"] >= 2
+
+
+def test_a_wall_clock_ledger_gets_real_time_and_scaled_timings(tmp_path: Path, scratch: str | None) -> None:
+    r = run_campaign("python:wall_reference:WallReference", seed=4, out_dir=str(tmp_path), tmp_root=scratch, **SMALL)
+    assert r.adapter["clock"] == "wall" and r.anomalies == [], r.anomalies
+    assert set(r.final) <= {"done", "quarantined"} and sum(r.final.values()) == 16
+    h = load_history(r.history)
+    assert h.meta.ttl == pytest.approx(0.45) and h.meta.grace == pytest.approx(0.30)  # 45 s and 30 s x 0.01
+    nows = [x.now for x in h.records if x.type == "invoke" and x.now is not None]
+    assert nows and all(abs(n - (h.meta.timings["t0_wall"] + x)) < 5.0 for n, x in
+                        zip(nows, [x.t for x in h.records if x.type == "invoke" and x.now is not None], strict=True))
