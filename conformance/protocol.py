@@ -24,23 +24,11 @@ DEFINITE = {
 }
 
 
-# Safety declarations of the handshake (docs/protocol.md, "What an implementation promises
-# about safety"): the values, in order from weakest to strongest promise, and their defaults.
+# Safety declarations of the handshake (docs/protocol.md, "Safety declarations"): the values of
+# capabilities.delivery and capabilities.reclaim.  Absent, delivery is at-least-once and reclaim
+# is lease for an adapter claiming profile lease, else operator.
 DELIVERY = ("at-most-once", "at-least-once", "effectively-once")
 RECLAIM = ("lease", "operator", "never")
-
-
-def declared_safety(handshake: Any) -> dict[str, str]:
-    """``{"delivery", "reclaim"}`` as the handshake declares them, absent values defaulted:
-    at-least-once delivery; reclaim by lease when the adapter claims profile lease, else by an
-    operator."""
-    hs = handshake if isinstance(handshake, dict) else {}
-    caps = hs.get("capabilities") if isinstance(hs.get("capabilities"), dict) else {}
-    profiles = hs.get("profiles") if isinstance(hs.get("profiles"), list) else []
-    return {
-        "delivery": caps.get("delivery") or "at-least-once",
-        "reclaim": caps.get("reclaim") or ("lease" if "lease" in profiles else "operator"),
-    }
 
 
 class LedgerError(Exception):
