@@ -48,6 +48,31 @@ def test_every_broken_ledger_names_what_it_breaks() -> None:
         assert hs["capabilities"]["durable"] is True and hs["capabilities"]["delivery"] in ("at-least-once", "effectively-once")
 
 
+class _Declares(ReferenceAdapter):
+    delivery = "exactly-once"
+
+    def hello(self, protocol: str = "1.0") -> Any:
+        hs = super().hello(protocol)
+        hs["capabilities"]["delivery"] = self.delivery
+        return hs
+
+
+def test_a_declaration_outside_the_protocol_is_refused_in_one_line() -> None:
+    from ledgercheck.conformance.client import AdapterError, connect
+
+    with pytest.raises(AdapterError) as err:
+        connect(f"python:{__name__}:_Declares")
+    msg = str(err.value)
+    assert "bad handshake" in msg and "delivery" in msg and "\n" not in msg
+    _Declares.delivery = "effectively-once"
+    try:
+        client = connect(f"python:{__name__}:_Declares")
+        assert client.handshake["capabilities"]["delivery"] == "effectively-once"
+        client.close()
+    finally:
+        _Declares.delivery = "exactly-once"
+
+
 # ---------------------------------------------------------------------------------------- (a)
 class _Interleaved(bs.ClaimReadsThenWrites):
     """Worker A's claim, with worker B's whole claim run between A's read and A's write."""
