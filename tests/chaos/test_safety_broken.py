@@ -243,11 +243,12 @@ def test_the_campaign_reports_exactly_the_ledgers_anomaly(cls: type, tmp_path: P
 def test_the_reference_shows_no_anomaly_under_the_same_campaigns(faults: str, tmp_path: Path) -> None:
     found, result = campaign_classes("python:ledgercheck.reference.adapter:ReferenceAdapter", faults, tmp_path)
     assert found == set(), _why(result)
-    assert result.final == {"done": SETTINGS["items"]}, _why(result)
+    # every item finished; one whose attempts a retryable failure and faults used up is quarantined
+    assert set(result.final) <= {"done", "quarantined"} and sum(result.final.values()) == SETTINGS["items"], _why(result)
     assert sum(result.nemesis.get(f, 0) for f in faults.split(",")) >= 3, _why(result)
 
 
 def test_small_queue_loses_nothing_where_its_deleting_variant_does(tmp_path: Path) -> None:
     found, result = campaign_classes("python:ledgercheck.fixtures.broken_safety:SmallQueue", FAULTS[bs.DequeueDeletes], tmp_path)
     assert found == set(), _why(result)
-    assert result.final == {"done": SETTINGS["items"]} and result.nemesis.get("kill", 0) >= 3, _why(result)
+    assert result.final == {"done": SETTINGS["items"]} and result.nemesis.get("kill", 0) >= 3, _why(result)  # no fail()
