@@ -480,17 +480,10 @@ class _Ctx:
         return items
 
 
-def _spec_from(cfg: Mapping[str, Any]) -> Spec:
-    doc = cfg.get("contract")
-    if doc is None:
-        return default_spec()
-    from ledgercheck.spec.load import spec_from_document
-
-    return spec_from_document(doc)
-
-
 def process_main(conn: Any, cfg: dict[str, Any]) -> None:
     """Entry point of one campaign process (forked by the fork server)."""
+    from .worker import _spec_from
+
     for p in reversed(cfg.get("sys_path") or []):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -621,7 +614,6 @@ class _Proc:
     paused: bool = False
     armed: tuple[str, int, float] | None = None  # point, occurrence, disarm at
     stopped: bool = False
-    ops: int = 0
     replies: dict[str, Any] = field(default_factory=dict)
 
 
@@ -1046,7 +1038,6 @@ class _Campaign:
             self.notes.append(f"{proc.name}: {msg.get('message')}")
         elif ev == "stopped":
             proc.stopped = True
-            proc.ops = int(msg.get("ops") or 0)
         elif ev == "killed":
             self._record("kill", msg.get("process"))
             self.counts["replaced"] += 1
