@@ -9,7 +9,7 @@ core clause it also breaks), so the run's verdict counts it.  The campaign's sum
 with their proof, observations, the history's path) goes into the item's user properties as
 ``ledger_safety`` and from there into results.json's ``safety`` section.
 
-Small and short on purpose (16 items, 4 workers, about 1.6 s of faults): certify of the
+Small and short on purpose (16 items, 4 workers, about 1.2 s of faults, leases lapsing in 0.6 s): certify of the
 reference stays fast; ``ledgercheck safety`` runs longer campaigns.
 """
 
@@ -26,7 +26,8 @@ from .plugin import LedgerItem, _run_dir
 
 ITEMS = 16
 WORKERS = 4
-DURATION = 1.6  # seconds of faults
+DURATION = 1.2  # seconds of faults
+LAPSE = 0.6  # real seconds a lease's ttl + grace takes (injected clocks)
 TIME_LIMIT = 30.0
 
 # anomaly class -> clauses it breaks, most specific first; the last is a core clause
@@ -97,7 +98,7 @@ class SafetyItem(LedgerItem):
         out = sess.artifacts / "safety" / sess.slug / _run_dir(self.config)
         try:
             result = run_campaign(sess.address, sess.base_spec, workers=WORKERS, items=ITEMS, seed=seed,
-                                  out_dir=str(out), duration=DURATION, time_limit=TIME_LIMIT * sess.timeout_scale,
+                                  out_dir=str(out), duration=DURATION, lapse=LAPSE, time_limit=TIME_LIMIT * sess.timeout_scale,
                                   wall_scale=sess.wall_scale, op_timeout=30.0 * sess.timeout_scale)
         except ChaosError as exc:
             self.user_properties.append(("ledger_error", f"safety campaign: {exc}"))
