@@ -161,15 +161,17 @@ def _suite(tmp_path: Path, adapter: str) -> dict:
 
 
 def test_certify_item_fails_on_an_anomaly_and_blames_its_clause(tmp_path: Path) -> None:
-    doc = _suite(tmp_path, "python:ledgercheck.fixtures.broken_safety:CloseOutIgnoresToken")
+    # a claim that reads, then writes in a second transaction: two workers get one item (the race
+    # is open on every claim, so even certify's short campaign shows it)
+    doc = _suite(tmp_path, "python:ledgercheck.fixtures.broken_safety:ClaimReadsThenWrites")
     (t,) = [t for t in doc["tests"] if t["nodeid"] == "ledgercheck::safety::campaign"]
-    assert t["outcome"] == "failed" and t["clause"] == "lease.fencing", t
+    assert t["outcome"] == "failed" and t["clause"] == "lease.single_holder", t
     (camp,) = doc["safety"]
     assert camp["verdict"] == "fail" and camp["seed"] == 1 and Path(camp["history"]).is_file()
-    assert {a["class"] for a in camp["anomalies"]} == {"stale_write_accepted"}
-    assert {a["clause"] for a in camp["anomalies"]} == {"lease.fencing"}
-    fencing = next(c for c in doc["clauses"] if c["id"] == "lease.fencing")
-    assert fencing["outcome"] == "fail"
+    assert {a["class"] for a in camp["anomalies"]} == {"split_ownership"}
+    assert {a["clause"] for a in camp["anomalies"]} == {"lease.single_holder"}
+    single = next(c for c in doc["clauses"] if c["id"] == "lease.single_holder")
+    assert single["outcome"] == "fail"
 
 
 def test_certify_item_passes_a_correct_ledger(tmp_path: Path) -> None:
