@@ -9,7 +9,7 @@ core clause it also breaks), so the run's verdict counts it.  The campaign's sum
 with their proof, observations, the history's path) goes into the item's user properties as
 ``ledger_safety`` and from there into results.json's ``safety`` section.
 
-Small and short on purpose (16 items, 4 workers, about 1.2 s of faults, leases lapsing in 0.6 s): certify of the
+Small and short on purpose (16 items, 4 workers, about 2 s of faults, leases lapsing in 0.6 s): certify of the
 reference stays fast; ``ledgercheck safety`` runs longer campaigns.
 """
 
@@ -26,7 +26,7 @@ from .plugin import LedgerItem, _run_dir
 
 ITEMS = 16
 WORKERS = 4
-DURATION = 1.2  # seconds of faults
+DURATION = 2.0  # seconds of faults
 LAPSE = 0.6  # real seconds a lease's ttl + grace takes (injected clocks)
 TIME_LIMIT = 30.0
 
