@@ -35,7 +35,14 @@ def _child(sock: socket.socket, fd: int) -> None:
     conn = Connection(fd)
     try:
         cfg = conn.recv()
-        worker_main(conn, cfg)
+        entry = cfg.get("entry") if isinstance(cfg, dict) else None
+        if entry:  # another kind of process (the safety campaign's): module:function(conn, cfg)
+            import importlib
+
+            mod, _, fn = str(entry).partition(":")
+            getattr(importlib.import_module(mod), fn)(conn, cfg)
+        else:
+            worker_main(conn, cfg)
     except (EOFError, OSError, KeyboardInterrupt):
         pass
 

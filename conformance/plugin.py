@@ -360,6 +360,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
         for scenario in SCENARIOS:
             new.append(LeaseCampaignItem.from_parent(root, name=f"lease::crash[{scenario}]", scenario=scenario))
+    if chaos and not _opt(config, "ledger_stateful_only") and not _opt(config, "ledger_clauses_only"):
+        from .safety_item import SafetyItem  # the safety campaign, whatever the adapter declares
+
+        new.append(SafetyItem.from_parent(root, name="safety::campaign"))
     shard = _opt(config, "ledger_shard")
     if shard:
         m = re.fullmatch(r"(\d+)/(\d+)", shard)

@@ -24,6 +24,13 @@ DEFINITE = {
 }
 
 
+# Safety declarations of the handshake (docs/protocol.md, "Safety declarations"): the values of
+# capabilities.delivery and capabilities.reclaim.  Absent, delivery is at-least-once and reclaim
+# is lease for an adapter claiming profile lease, else operator.
+DELIVERY = ("at-most-once", "at-least-once", "effectively-once")
+RECLAIM = ("lease", "operator", "never")
+
+
 class LedgerError(Exception):
     """An operation failed with a typed error code from the contract."""
 
@@ -154,6 +161,8 @@ class Capabilities(TypedDict, total=False):
     durable: bool  # state survives a process restart when reset gives the same `dir`
     concurrent: bool  # several processes may open the same `dir` at once
     time_resolution: float  # wall clocks: the granularity of the adapter's timestamps, in seconds
+    delivery: Literal["at-most-once", "at-least-once", "effectively-once"]  # an item's effect; default at-least-once
+    reclaim: Literal["lease", "operator", "never"]  # how a dead worker's item comes back; default by profile lease
 
 
 class Handshake(TypedDict, total=False):

@@ -143,6 +143,7 @@ def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_win
         tests=tests,
         crash_windows=list(crash_windows),
         requested_profiles=list(sess.requested),
+        safety=[props["ledger_safety"] for _, props in reports if props.get("ledger_safety")],
     )
 
 

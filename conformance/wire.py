@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ledgercheck.conformance.protocol import DELIVERY, RECLAIM
 from ledgercheck.spec import Spec
 
 from ledgercheck import PROTOCOL_VERSION
@@ -160,7 +161,8 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
             "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL,
-                                  "time_resolution": {"type": "number", "minimum": 0}}, []),
+                                  "time_resolution": {"type": "number", "minimum": 0},
+                                  "delivery": {"enum": list(DELIVERY)}, "reclaim": {"enum": list(RECLAIM)}}, []),
             "crash_points": {"type": "array", "items": STR},
             "known_bugs": {"type": "object", "additionalProperties": STR},
             "artifact_sha256": _nullable(STR),

@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "ledgercheck.conformance.server",
     "ledgercheck.conformance.commands",
     "ledgercheck.chaos.commands",
+    "ledgercheck.chaos.safety_commands",
+    "ledgercheck.chaos.history_commands",
     "ledgercheck.reports.commands",
 ]
 

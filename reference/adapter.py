@@ -45,7 +45,8 @@ class ReferenceAdapter:
             "version": __version__,
             "protocol": PROTOCOL_VERSION,
             "profiles": list(self.spec.profiles),
-            "capabilities": {"clock": "injected", "durable": True, "concurrent": True},
+            "capabilities": {"clock": "injected", "durable": True, "concurrent": True,
+                             "delivery": "effectively-once", "reclaim": "lease"},
             "crash_points": list(CRASH_POINTS),
             "known_bugs": {},
         }

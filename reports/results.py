@@ -261,7 +261,8 @@ def _profiles(names: Iterable[str] | None, defined: Sequence[str], what: str) ->
 
 def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, Any], environment: Mapping[str, Any],
                   tests: Iterable[Mapping[str, Any]], crash_windows: Iterable[Mapping[str, Any]] = (),
-                  requested_profiles: Iterable[str] | None = None) -> dict[str, Any]:
+                  requested_profiles: Iterable[str] | None = None,
+                  safety: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Assemble a complete, checked results document (with its integrity hash).
 
     ``requested_profiles`` of None means every profile of the contract: profiles the adapter
@@ -292,6 +293,9 @@ def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, A
         "tests": _tests(tests),
         "crash_windows": _windows(crash_windows, spec, a.get("crash_points") or ()),
     }
+    campaigns = [copy.deepcopy(dict(c)) for c in safety]
+    if campaigns:  # the safety campaigns' records, as evidence beside the tests that carried them
+        doc["safety"] = campaigns
     _check_part(r, "run", "run")
     _check_part(a, "adapter", "adapter")
     for i, t in enumerate(doc["tests"]):
@@ -674,6 +678,8 @@ def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "tests": [copy.deepcopy(t) for d in docs for t in d["tests"]],
         "crash_windows": [copy.deepcopy(w) for d in docs for w in d["crash_windows"]],
     }
+    if any(d.get("safety") for d in docs):
+        doc["safety"] = [copy.deepcopy(c) for d in docs for c in d.get("safety") or []]
     _check_facts(doc, "merged results")
     doc = _sealed(verdicts.apply(doc), "merged results")
     validate_results(doc, "merged results")

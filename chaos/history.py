@@ -1,0 +1,501 @@
+"""Safety-campaign histories: the record types, a cheap writer and a bounded reader.
+
+A history is JSON lines (the format is ``ledgercheck-history/1``, described in docs/safety.md):
+one ``meta`` record first, then ``invoke``/``complete`` pairs of ledger operations, ``effect``
+records from the harness's effect sink, ``nemesis`` records of injected faults, and one
+``final`` record with the snapshot read after the faults stopped and recovery had its chance.
+
+Writing from several processes: each process opens its own :class:`HistoryWriter` on its own
+file (``history.<process>.jsonl``, see :func:`process_path`) and every record goes to the file
+in one ``write`` call as soon as it is made, so a SIGKILL loses nothing that was recorded (no
+Python-level buffer to lose) and the cost is one system call per record.  The controller then
+joins the files with :func:`merge_histories`, which sorts by ``t`` (CLOCK_MONOTONIC, shared by
+every process on the machine) and renumbers operation ids so that they are unique in the
+merged history.  A single writer shared by several processes on one file also works (each
+record is one ``O_APPEND`` write), provided each process is given its own ``id_offset``.
+
+:func:`load_history` refuses malformed input with one line naming ``file:line`` and the
+problem (:class:`HistoryError`): a file or line over the size limits, bad JSON, an unknown
+record type, a missing or mistyped field, a second meta or final, an operation id used twice,
+a ``complete`` with no ``invoke`` (or a second one).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+FORMAT = "ledgercheck-history/1"
+OUTCOMES = ("ok", "refused", "indefinite")
+FAULTS = ("kill", "pause", "resume", "reopen", "partition", "heal")
+MAX_FILE_BYTES = 1 << 30  # 1 GiB
+MAX_LINE_BYTES = 1 << 26  # 64 MiB: the final record holds every item
+
+
+class HistoryError(Exception):
+    """A history file cannot be used; ``str()`` is one line naming file:line and the problem."""
+
+    def __init__(self, path: str, line: int | None, problem: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {problem}")
+
+
+# ------------------------------------------------------------------------------------ records
+@dataclass(slots=True)
+class Meta:
+    format: str
+    adapter: dict[str, Any]
+    declared: dict[str, Any]
+    timings: dict[str, Any]
+    seed: int | None = None
+    workers: int | None = None
+    items: int | None = None
+    nemesis: dict[str, Any] | None = None
+    line: int = field(default=0, compare=False)
+    type: str = field(default="meta", init=False)
+
+    @property
+    def delivery(self) -> str:
+        return str(self.declared.get("delivery") or "at-least-once")
+
+    @property
+    def reclaim(self) -> str:
+        return str(self.declared.get("reclaim") or "lease")
+
+    @property
+    def ttl(self) -> float:
+        return float(self.timings.get("ttl") or 0.0)
+
+    @property
+    def grace(self) -> float:
+        return float(self.timings.get("grace") or 0.0)
+
+
+@dataclass(slots=True)
+class Invoke:
+    id: int
+    process: str
+    op: str
+    args: dict[str, Any]
+    t: float
+    now: float | None = None
+    line: int = field(default=0, compare=False)
+    type: str = field(default="invoke", init=False)
+
+
+@dataclass(slots=True)
+class Complete:
+    id: int
+    process: str
+    op: str
+    outcome: str  # ok | refused | indefinite
+    t: float
+    result: Any = None
+    error: Any = None
+    line: int = field(default=0, compare=False)
+    type: str = field(default="complete", init=False)
+
+
+@dataclass(slots=True)
+class Effect:
+    process: str
+    work_id: str
+    key: str
+    applied: bool
+    t: float
+    count: int | None = None
+    line: int = field(default=0, compare=False)
+    type: str = field(default="effect", init=False)
+
+
+@dataclass(slots=True)
+class Nemesis:
+    fault: str
+    t: float
+    process: str | None = None
+    point: Any = None
+    line: int = field(default=0, compare=False)
+    type: str = field(default="nemesis", init=False)
+
+
+@dataclass(slots=True)
+class Final:
+    t: float
+    items: dict[str, Any]
+    recovery: dict[str, Any] = field(default_factory=dict)
+    line: int = field(default=0, compare=False)
+    type: str = field(default="final", init=False)
+
+
+Record = Meta | Invoke | Complete | Effect | Nemesis | Final
+
+# type -> (class, required fields with their accepted JSON types, optional fields)
+_NUM = (int, float)
+_SCHEMA: dict[str, tuple[type, dict[str, tuple[type, ...]], dict[str, tuple[type, ...]]]] = {
+    "meta": (Meta, {"format": (str,), "adapter": (dict,), "declared": (dict,), "timings": (dict,)},
+             {"seed": (int, type(None)), "workers": (int, type(None)), "items": (int, type(None)),
+              "nemesis": (dict, type(None))}),
+    "invoke": (Invoke, {"id": (int,), "process": (str,), "op": (str,), "args": (dict,), "t": _NUM},
+               {"now": (int, float, type(None))}),
+    "complete": (Complete, {"id": (int,), "process": (str,), "op": (str,), "outcome": (str,), "t": _NUM},
+                 {"result": (object,), "error": (object,)}),
+    "effect": (Effect, {"process": (str,), "work_id": (str,), "key": (str,), "applied": (bool,), "t": _NUM},
+               {"count": (int, type(None))}),
+    "nemesis": (Nemesis, {"fault": (str,), "t": _NUM}, {"process": (str, type(None)), "point": (object,)}),
+    "final": (Final, {"t": _NUM, "items": (dict,)}, {"recovery": (dict, type(None))}),
+}
+
+
+def to_dict(rec: Record) -> dict[str, Any]:
+    """The JSON object of a record, as written to a history file."""
+    kind = rec.type
+    _cls, required, optional = _SCHEMA[kind]
+    out: dict[str, Any] = {"type": kind}
+    for name in (*required, *optional):
+        out[name] = getattr(rec, name)
+    return out
+
+
+def from_dict(obj: Mapping[str, Any], line: int = 0, path: str = "<history>") -> Record:
+    """Build a record from its JSON object; raises HistoryError naming what is wrong."""
+    kind = obj.get("type")
+    spec = _SCHEMA.get(kind) if isinstance(kind, str) else None
+    if spec is None:
+        raise HistoryError(path, line, f"unknown record type {kind!r} (expected one of {', '.join(_SCHEMA)})")
+    cls, required, optional = spec
+    kwargs: dict[str, Any] = {}
+    for name, types in required.items():
+        if name not in obj:
+            raise HistoryError(path, line, f"{kind} record lacks the field {name!r}")
+        value = obj[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise HistoryError(path, line, f"{kind} field {name!r} has the wrong type ({type(value).__name__})")
+        kwargs[name] = value
+    for name, types in optional.items():
+        if name in obj:
+            value = obj[name]
+            if object not in types and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+                raise HistoryError(path, line, f"{kind} field {name!r} has the wrong type ({type(value).__name__})")
+            kwargs[name] = value
+    if kind == "final" and kwargs.get("recovery") is None:
+        kwargs["recovery"] = {}
+    if kind == "complete" and kwargs["outcome"] not in OUTCOMES:
+        raise HistoryError(path, line, f"complete outcome {kwargs['outcome']!r} is not one of {', '.join(OUTCOMES)}")
+    if kind == "meta" and kwargs["format"] != FORMAT:
+        raise HistoryError(path, line, f"unsupported history format {kwargs['format']!r} (this reader reads {FORMAT})")
+    return cls(line=line, **kwargs)
+
+
+# ------------------------------------------------------------------------------------ history
+@dataclass
+class History:
+    """A whole history: the meta record, every record in file order, the final record."""
+
+    meta: Meta
+    records: list[Record]
+    final: Final | None
+    path: str = "<history>"
+
+    @classmethod
+    def of(cls, records: Iterable[Record | Mapping[str, Any]], path: str = "<history>") -> History:
+        """A history from records or their JSON objects, validated like a file."""
+        return _validate([r if not isinstance(r, Mapping) else from_dict(r, i + 1, path)
+                          for i, r in enumerate(records)], path)
+
+
+def _validate(records: list[Record], path: str) -> History:
+    meta: Meta | None = None
+    final: Final | None = None
+    invokes: set[int] = set()
+    completed: set[int] = set()
+    for i, rec in enumerate(records):
+        line = rec.line or i + 1
+        kind = rec.type
+        if kind == "meta":
+            if meta is not None:
+                raise HistoryError(path, line, "a second meta record (a history has exactly one, first)")
+            if i != 0:
+                raise HistoryError(path, line, "the meta record must come first")
+            meta = rec  # type: ignore[assignment]
+        elif meta is None:
+            raise HistoryError(path, line, "the history does not start with a meta record")
+        elif final is not None:
+            raise HistoryError(path, line, f"a {kind} record after the final record")
+        elif kind == "invoke":
+            if rec.id in invokes:  # type: ignore[union-attr]
+                raise HistoryError(path, line, f"operation id {rec.id} is invoked twice")  # type: ignore[union-attr]
+            invokes.add(rec.id)  # type: ignore[union-attr]
+        elif kind == "complete":
+            if rec.id not in invokes:  # type: ignore[union-attr]
+                raise HistoryError(path, line, f"complete of operation id {rec.id} has no earlier invoke")  # type: ignore[union-attr]
+            if rec.id in completed:  # type: ignore[union-attr]
+                raise HistoryError(path, line, f"operation id {rec.id} is completed twice")  # type: ignore[union-attr]
+            completed.add(rec.id)  # type: ignore[union-attr]
+        elif kind == "final":
+            final = rec  # type: ignore[assignment]
+    if meta is None:
+        raise HistoryError(path, None, "empty history (no meta record)")
+    return History(meta=meta, records=records, final=final, path=path)
+
+
+def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES,
+                 max_line: int = MAX_LINE_BYTES) -> History:
+    """Read and validate a history file; raises HistoryError (one line: file:line: problem)."""
+    name = str(path)
+    try:
+        size = os.path.getsize(name)
+        if size > max_bytes:
+            raise HistoryError(name, None, f"file is {size} bytes, over the limit of {max_bytes}")
+        with open(name, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise HistoryError(name, None, f"cannot read: {exc.strerror or exc}") from None
+    lines = data.split(b"\n")
+    if lines and max(map(len, lines)) > max_line:
+        n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
+        raise HistoryError(name, n, f"line is {len(lines[n - 1])} bytes, over the limit of {max_line}")
+    with no_gc():
+        return _read(lines, name)
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many objects that all stay alive (every
+    record of a history): otherwise each of its passes walks everything built so far, and the
+    time grows with the square of the history.  Reference counting still frees what dies."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+_NUMS = (int, float)
+
+
+def _read(lines: list[bytes], name: str) -> History:
+    """Parse and validate in one pass.  Invokes and completes (nearly every line) take a fast
+    path with the same checks from_dict makes; anything else, or anything odd, goes through
+    from_dict, which names the problem."""
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    records: list[Record] = []
+    append = records.append
+    invoked: set[int] = set()
+    completed: set[int] = set()
+    meta: Meta | None = None
+    final: Final | None = None
+    nums = _NUMS
+    n = 0
+    for n, raw in enumerate(lines, start=1):
+        try:
+            obj = loads(raw)
+        except decode_error as exc:
+            if not raw.strip():
+                continue
+            raise HistoryError(name, n, f"not JSON ({exc})") from None
+        if type(obj) is not dict:
+            raise HistoryError(name, n, f"a record must be a JSON object, not {type(obj).__name__}")
+        kind = obj.get("type")
+        if final is not None:
+            raise HistoryError(name, n, f"a {kind} record after the final record")
+        rec: Record
+        if kind == "invoke":
+            i, p, o, a, t, now = (obj.get("id"), obj.get("process"), obj.get("op"), obj.get("args"), obj.get("t"),
+                                  obj.get("now"))
+            if (type(i) is int and type(p) is str and type(o) is str and type(a) is dict
+                    and type(t) in nums and (now is None or type(now) in nums)):
+                rec = Invoke(i, p, o, a, t, now, n)
+            else:
+                rec = from_dict(obj, n, name)
+            if meta is None:
+                break
+            if i in invoked:
+                raise HistoryError(name, n, f"operation id {i} is invoked twice")
+            invoked.add(i)  # type: ignore[arg-type]
+        elif kind == "complete":
+            i, p, o, oc, t = obj.get("id"), obj.get("process"), obj.get("op"), obj.get("outcome"), obj.get("t")
+            if type(i) is int and type(p) is str and type(o) is str and oc in OUTCOMES and type(t) in nums:
+                rec = Complete(i, p, o, oc, t, obj.get("result"), obj.get("error"), n)
+            else:
+                rec = from_dict(obj, n, name)
+            if meta is None:
+                break
+            if i not in invoked:
+                raise HistoryError(name, n, f"complete of operation id {i} has no earlier invoke")
+            if i in completed:
+                raise HistoryError(name, n, f"operation id {i} is completed twice")
+            completed.add(i)  # type: ignore[arg-type]
+        else:
+            rec = from_dict(obj, n, name)
+            if kind == "meta":
+                if meta is not None:
+                    raise HistoryError(name, n, "a second meta record (a history has exactly one, first)")
+                meta = rec  # type: ignore[assignment]
+            elif meta is None:
+                break
+            elif kind == "final":
+                final = rec  # type: ignore[assignment]
+        append(rec)
+    else:
+        if meta is None:
+            raise HistoryError(name, None, "empty history (no meta record)")
+        return History(meta=meta, records=records, final=final, path=name)
+    raise HistoryError(name, n, "the history does not start with a meta record")
+
+
+# ------------------------------------------------------------------------------------- writer
+def process_path(directory: str | os.PathLike[str], process: str) -> Path:
+    """Where one process's history goes: ``<directory>/history.<process>.jsonl``."""
+    return Path(directory) / f"history.{process}.jsonl"
+
+
+class HistoryWriter:
+    """Appends records to one history file, one ``write`` call per record.
+
+    ``t0`` is the campaign's start on CLOCK_MONOTONIC (``time.monotonic()`` in the controller,
+    handed to every worker), so ``t`` agrees across processes.  ``buffered=True`` keeps records
+    in memory until :meth:`flush` (for a controller that flushes at safe points); the default
+    writes each record at once, so a SIGKILL of the process loses none.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], process: str, *, t0: float = 0.0,
+                 id_offset: int = 0, buffered: bool = False) -> None:
+        self.path = str(path)
+        self.process = process
+        self.t0 = t0
+        self._next_id = id_offset
+        self._buffered = buffered
+        self._buf: list[bytes] = []
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    # -- low level
+    def t(self) -> float:
+        return round(time.monotonic() - self.t0, 6)
+
+    def write(self, obj: Mapping[str, Any] | Record) -> None:
+        if not isinstance(obj, Mapping):
+            obj = to_dict(obj)
+        try:
+            line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # what orjson cannot encode (ints over 64 bits, odd types): the slow way
+            import json
+            line = (json.dumps(obj, default=str, separators=(",", ":")) + "\n").encode()
+        if self._buffered:
+            self._buf.append(line)
+        else:
+            os.write(self._fd, line)
+
+    def flush(self) -> None:
+        if self._buf:
+            os.write(self._fd, b"".join(self._buf))
+            self._buf.clear()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self.flush()
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- records
+    def meta(self, *, adapter: Mapping[str, Any], declared: Mapping[str, Any], timings: Mapping[str, Any],
+             seed: int | None = None, workers: int | None = None, items: int | None = None,
+             nemesis: Mapping[str, Any] | None = None) -> None:
+        self.write({"type": "meta", "format": FORMAT, "adapter": dict(adapter), "declared": dict(declared),
+                    "timings": dict(timings), "seed": seed, "workers": workers, "items": items,
+                    "nemesis": dict(nemesis) if nemesis is not None else None})
+
+    def invoke(self, op: str, args: Mapping[str, Any], now: float | None = None) -> int:
+        """Record the start of an operation; returns its id for :meth:`complete`."""
+        op_id = self._next_id
+        self._next_id += 1
+        self.write({"type": "invoke", "id": op_id, "process": self.process, "op": op,
+                    "args": args, "t": self.t(), "now": now if now is not None else args.get("now")})
+        return op_id
+
+    def complete(self, op_id: int, op: str, outcome: str, result: Any = None, error: Any = None) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
+        self.write({"type": "complete", "id": op_id, "process": self.process, "op": op, "outcome": outcome,
+                    "result": result, "error": error, "t": self.t()})
+
+    def effect(self, work_id: str, key: str, applied: bool, count: int | None = None) -> None:
+        self.write({"type": "effect", "process": self.process, "work_id": work_id, "key": key,
+                    "applied": bool(applied), "count": count, "t": self.t()})
+
+    def nemesis(self, fault: str, process: str | None = None, point: Any = None) -> None:
+        self.write({"type": "nemesis", "fault": fault, "process": process, "point": point, "t": self.t()})
+
+    def final(self, items: Mapping[str, Any], recovery: Mapping[str, Any] | None = None) -> None:
+        self.write({"type": "final", "t": self.t(), "items": dict(items), "recovery": dict(recovery or {})})
+
+
+# -------------------------------------------------------------------------------------- merge
+_RANK = {"meta": 0, "final": 2}
+
+
+def merge_histories(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> int:
+    """Join per-process history files into one, sorted by ``t``; returns the records written.
+
+    Exactly one input holds the meta record (the controller's) and at most one the final record;
+    meta goes first, final last, everything else in ``t`` order (ties keep file order).  Ids are
+    renumbered in merged order, so each process may number its operations from 0.  A process
+    killed mid-write may leave a partial last line: that line is dropped (its record was never
+    complete); any other bad line is refused with HistoryError.
+    """
+    rows: list[tuple[int, float, int, dict[str, Any], int]] = []  # rank, t, seq, obj, source
+    seq = 0
+    for src, p in enumerate(paths):
+        name = str(p)
+        try:
+            data = Path(name).read_bytes()
+        except OSError as exc:
+            raise HistoryError(name, None, f"cannot read: {exc.strerror or exc}") from None
+        lines = data.split(b"\n")
+        for n, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                if n == len(lines):  # torn last line of a killed writer (no newline after it)
+                    continue
+                raise HistoryError(name, n, f"not JSON ({exc})") from None
+            if not isinstance(obj, dict):
+                raise HistoryError(name, n, "a record must be a JSON object")
+            t = obj.get("t", 0.0)
+            rows.append((_RANK.get(obj.get("type"), 1), float(t) if isinstance(t, (int, float)) else 0.0, seq, obj, src))
+            seq += 1
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    ids: dict[tuple[int, Any], int] = {}
+    next_id = 0
+    with open(out, "wb") as fh:
+        for _rank, _t, _seq, obj, src in rows:
+            kind = obj.get("type")
+            if kind in ("invoke", "complete") and "id" in obj:
+                key = (src, obj["id"])
+                if kind == "invoke" or key not in ids:  # a restarted process numbering from 0 again
+                    ids[key] = next_id
+                    next_id += 1
+                obj = {**obj, "id": ids[key]}
+            fh.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS))
+    return len(rows)

@@ -1,0 +1,131 @@
+"""`ledgercheck history check FILE [--json]`: the safety checker on a recorded history.
+
+Exit status: 0 when the history shows no anomaly, 1 when it shows at least one, 2 when the file
+cannot be read as a history (one line naming file:line and the problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from .anomalies import Anomaly, Verdict, check, fmt_num
+from .history import History, HistoryError, Record, load_history
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("history", help="check a recorded safety history for anomalies")
+    hs = p.add_subparsers(dest="history_command", required=True, metavar="SUBCOMMAND")
+    q = hs.add_parser("check", help="find lost work, duplicate effects, split ownership, stale writes, "
+                                    "changed terminal records and stuck work, each with its proof")
+    q.add_argument("file", help="history file (JSON lines, ledgercheck-history/1)")
+    q.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
+    q.add_argument("--max-excerpts", type=int, default=3,
+                   help="excerpts printed per anomaly class (default 3; --json has them all)")
+    q.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        history = load_history(args.file)
+    except HistoryError as exc:
+        print(f"ledgercheck history: {exc}", file=sys.stderr)
+        return 2
+    verdict = check(history)
+    if args.json:
+        out = {"file": args.file, "adapter": history.meta.adapter, "declared": history.meta.declared,
+               **verdict.to_json()}
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(render(history, verdict, max_excerpts=args.max_excerpts))
+    return 0 if verdict.ok else 1
+
+
+# ---------------------------------------------------------------------------------- rendering
+def render(history: History, verdict: Verdict, *, max_excerpts: int = 3) -> str:
+    meta = history.meta
+    name = meta.adapter.get("name") or meta.adapter.get("address") or "?"
+    c = verdict.counts
+    lines = [f"history {history.path}: {c.get('operations', 0)} operations on {_items(c.get('items', 0))}, "
+             f"adapter {name} (delivery {meta.delivery}, reclaim {meta.reclaim}, ttl {meta.ttl:g}s, "
+             f"grace {meta.grace:g}s)"]
+    groups = verdict.by_class()
+    if groups:
+        width = max(len(k) for k in groups)
+        lines.append("")
+        lines.append(f"  {'anomaly':<{width}}  count  first item")
+        for kind, items in groups.items():
+            lines.append(f"  {kind:<{width}}  {len(items):>5}  {items[0].work_id}")
+        for kind, items in groups.items():
+            for a in items[:max_excerpts]:
+                lines.append("")
+                lines.extend(render_anomaly(a))
+            if len(items) > max_excerpts:
+                lines.append(f"  ... {len(items) - max_excerpts} more {kind} (--json lists them all)")
+    if verdict.observations:
+        lines.append("")
+        lines.append("observations:")
+        lines.extend(f"  - {o}" for o in verdict.observations)
+    lines.append("")
+    n = len(verdict.anomalies)
+    lines.append(f"verdict: {n} anomal{'y' if n == 1 else 'ies'}" if n else "verdict: no anomaly")
+    return "\n".join(lines)
+
+
+def render_anomaly(a: Anomaly) -> list[str]:
+    out = [f"{a.kind} {a.work_id}: {a.explanation}"]
+    out.extend(f"  {describe(r)}" for r in a.excerpt)
+    if a.context:
+        out.append("  context (not needed for the proof):")
+        out.extend(f"    {describe(r)}" for r in a.context)
+    return out
+
+
+def describe(rec: Record) -> str:
+    """One compact line for a record: where it is, when, and what it says."""
+    where = f"L{rec.line:<6}" if rec.line else "       "
+    kind = rec.type
+    if kind == "invoke":
+        args = {k: v for k, v in rec.args.items() if k != "now"}  # type: ignore[union-attr]
+        now = "" if rec.now is None else f" now={fmt_num(rec.now)}"  # type: ignore[union-attr]
+        return f"{where} t={rec.t:<10.4f} {rec.process:>8} invoke   #{rec.id} {rec.op} {_short(args)}{now}"  # type: ignore[union-attr]
+    if kind == "complete":
+        r = rec.result if rec.outcome == "ok" else rec.error  # type: ignore[union-attr]
+        return (f"{where} t={rec.t:<10.4f} {rec.process:>8} complete #{rec.id} {rec.op} "  # type: ignore[union-attr]
+                f"{rec.outcome}: {_work(r) if rec.outcome == 'ok' else _short(r)}")  # type: ignore[union-attr]
+    if kind == "effect":
+        return (f"{where} t={rec.t:<10.4f} {rec.process:>8} effect   {rec.work_id} key={rec.key[:24]} "  # type: ignore[union-attr]
+                f"{'applied' if rec.applied else 'deduplicated'}")  # type: ignore[union-attr]
+    if kind == "nemesis":
+        return f"{where} t={rec.t:<10.4f} {'nemesis':>8} {rec.fault} {rec.process or ''}"  # type: ignore[union-attr]
+    if kind == "final":
+        items = rec.items  # type: ignore[union-attr]
+        rec_ = {k: v for k, v in rec.recovery.items() if v not in (None, [], {})}  # type: ignore[union-attr]
+        shown = "; ".join(f"{wid}: {_work(w)}" for wid, w in items.items()) or "the item is absent"
+        return f"{where} t={rec.t:<10.4f} {'final':>8} {shown}  recovery {_short(rec_)}"  # type: ignore[union-attr]
+    return f"{where} {kind}"
+
+
+def _items(n: int) -> str:
+    return f"{n} item{'' if n == 1 else 's'}"
+
+
+_WORK_FIELDS = ("status", "owner", "lease_version", "lease_expires_at", "lease_token", "finished_at", "result")
+
+
+def _work(r: Any) -> str:
+    """A work snapshot in a few fields (or a create result, a move list, null)."""
+    if isinstance(r, Mapping) and "work" in r and isinstance(r["work"], Mapping):
+        r = r["work"]
+    if isinstance(r, Mapping) and "status" in r:
+        parts = [f"{k}={_short(r[k], 24)}" for k in _WORK_FIELDS if r.get(k) is not None]
+        return f"{r.get('work_id', '?')} " + " ".join(parts)
+    return _short(r)
+
+
+def _short(v: Any, limit: int = 80) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, default=str, separators=(",", ":"))
+    return s if len(s) <= limit else s[: limit - 3] + "..."

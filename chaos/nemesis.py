@@ -1,0 +1,118 @@
+"""The safety campaign's nemesis: a seeded schedule of faults, and the faults themselves.
+
+Three faults, each done to real processes:
+
+``kill``    SIGKILL of a worker process and everything below it (an ``exec:`` adapter's
+            subprocess included), either at a random moment or at a named crash point: the
+            contract's points the worker passes (``after_claim``, ``during_renew``, ...) and the
+            adapter's own points (``ledger.after_commit``, ...).  For a named point the worker is
+            armed and killed when it announces the point (chaos/worker.py's mechanism).
+``pause``   SIGSTOP of a worker that holds work, kept stopped past its lease's ttl + grace, then
+            SIGCONT: the worker is alive, remembers its old lease token and writes again.
+``reopen``  a new process opens the same ledger (a ``reset`` with the same ``dir``) while others
+            hold work; a reopen must not disturb live holders.
+
+The schedule is drawn from ``random.Random(seed)`` before the campaign starts, so a seed names
+the same sequence of faults (which worker is hit depends on who is alive and holding work at
+that moment, chosen with the schedule's own draws).  Every fault is recorded in the history as a
+``nemesis`` record when it happens.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+from .points import ChaosError
+from .pool import descendants, kill_tree
+
+FAULTS = ("kill", "pause", "reopen")
+GAP = (0.15, 0.45)  # seconds between two faults (uniform), before scaling to the lease's lapse
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planned fault: when (seconds into the campaign), what, and the draws that pick its target."""
+
+    at: float
+    fault: str
+    pick: float  # in [0, 1): which of the candidate workers is hit
+    point: str | None = None  # kill at this named crash point (None: at a random moment)
+    occurrence: int = 1
+    aim: float = 1.0  # in [0, 1): below 0.5, prefer a worker whose effect is done (not yet closed out)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_faults(text: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"kill,pause,reopen"`` (or a list) -> the faults, checked; ``""``/``none`` -> no faults."""
+    if text is None:
+        return FAULTS
+    names = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p and p.strip()]
+    if names in ([], ["none"]):
+        return ()
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        raise ChaosError(f"unknown fault(s) {', '.join(map(repr, unknown))}: use a comma-separated subset of "
+                         f"{','.join(FAULTS)} (or none)")
+    return tuple(dict.fromkeys(names))
+
+
+def plan(seed: int, faults: Sequence[str], duration: float, *, points: Sequence[str] = (),
+         gap: tuple[float, float] = GAP) -> list[Fault]:
+    """The fault schedule for ``duration`` seconds: faults drawn in turn from ``faults`` at
+    uniform random gaps; half the kills at a named crash point (when there are any), at its 1st to
+    3rd passage.  Every listed fault appears at least once when the duration allows two faults."""
+    rng = random.Random(f"nemesis/{seed}")
+    out: list[Fault] = []
+    if not faults:
+        return out
+    t = rng.uniform(*gap)
+    order: list[str] = list(faults)
+    rng.shuffle(order)
+    while t < duration:
+        kind = order.pop() if order else rng.choice(list(faults))
+        point, occ = None, 1
+        if kind == "kill" and points and rng.random() < 0.5:
+            point, occ = rng.choice(list(points)), rng.randint(1, 3)
+        out.append(Fault(round(t, 4), kind, rng.random(), point, occ, rng.random()))
+        t += rng.uniform(*gap)
+    return out
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    procs = []
+    for p in [pid, *descendants(pid)]:
+        try:
+            procs.append(psutil.Process(p))
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
+def kill(pid: int) -> list[int]:
+    """SIGKILL a process and its descendants; returns the pids killed."""
+    return kill_tree(pid)
+
+
+def pause(pid: int) -> None:
+    """SIGSTOP a process and its descendants (an exec adapter's subprocess stops with its worker)."""
+    for p in _tree(pid):
+        try:
+            p.suspend()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def resume(pid: int) -> None:
+    """SIGCONT a paused process tree."""
+    for p in _tree(pid):
+        try:
+            p.resume()
+        except psutil.NoSuchProcess:
+            pass

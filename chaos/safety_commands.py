@@ -1,0 +1,140 @@
+"""`ledgercheck safety`: the safety campaign against any adapter, and its verdict.
+
+Exit status: 0 when the recorded history shows no anomaly, 1 when it shows at least one, 2 for
+bad input (an unknown fault, an unusable adapter or output directory, a bad contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from .commands import Progress, _spec
+from .points import ChaosError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("safety", help="concurrent workers on one ledger under kills, pauses and reopens; "
+                                      "the recorded history checked for lost work, duplicate effects, split "
+                                      "ownership and stale writes")
+    p.add_argument("--adapter", required=True,
+                   help="adapter address: reference, python:MODULE:FACTORY, exec:COMMAND or an installed name")
+    p.add_argument("--spec", action="append", default=[], help="contract file (repeat for overlays)")
+    p.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    p.add_argument("--items", type=int, default=100, help="items the producer creates (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the workload and the fault schedule (default 0)")
+    p.add_argument("--nemesis", default="kill,pause,reopen", metavar="FAULTS",
+                   help="comma-separated faults: kill, pause, reopen, or none (default: all three)")
+    p.add_argument("--time-limit", type=float, default=120.0, metavar="S",
+                   help="the whole campaign's budget in seconds (default 120)")
+    p.add_argument("--wall-scale", type=float, default=0.01, metavar="FACTOR",
+                   help="contract timings x FACTOR for a wall-clock adapter (default 0.01, as certify)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="where history.jsonl and safety.json go (default: a new temporary directory)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--max-excerpts", type=int, default=2, help="excerpts printed per anomaly class (default 2)")
+    p.set_defaults(func=cmd_safety)
+
+
+class _Bar(Progress):
+    """The campaign's progress on stderr: faults done of planned, then the quiet period."""
+
+    WIDTH = 20
+
+    def __call__(self, done: int, total: int | None, info: dict[str, Any]) -> None:
+        now = self.time()
+        elapsed = now - self.start
+        if elapsed < self.quiet_for or (not self.tty and now - self.last < 5.0):
+            return
+        self.last = now
+        if info.get("phase") == "nemesis" and total:
+            fill = int(self.WIDTH * done / total)
+            head = f"nemesis [{'#' * fill}{'.' * (self.WIDTH - fill)}] {done}/{total} faults"
+        else:
+            head = "quiet: recovery's turn"
+        tail = ", ".join(f"{info.get(k, 0)} {k}" for k in ("kill", "pause", "reopen"))
+        line = f"[{self.what}] {head}; {info.get('created', 0)} items created; {tail}; {elapsed:.0f}s"
+        if self.tty:
+            print("\r" + line.ljust(100), end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+        self.shown = True
+
+
+def _check_out(path: str | None) -> None:
+    if path is None:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ChaosError(f"--out {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ChaosError(f"--out {path}: cannot create it ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ChaosError(f"--out {path}: not writable")
+
+
+def cmd_safety(args: argparse.Namespace) -> int:
+    from .history import load_history
+    from .history_commands import render
+    from .nemesis import parse_faults
+    from .safety import attach_verdict, check_history, run_campaign
+
+    progress = _Bar("safety")
+    try:
+        faults = parse_faults(args.nemesis)
+        if args.workers < 1 or args.items < 1:
+            raise ChaosError("--workers and --items must be at least 1")
+        if args.time_limit <= 0 or args.wall_scale <= 0:
+            raise ChaosError("--time-limit and --wall-scale must be positive")
+        _check_out(args.out)
+        spec = _spec(args.spec)
+        result = run_campaign(args.adapter, spec, workers=args.workers, items=args.items, seed=args.seed,
+                              faults=faults, out_dir=args.out, time_limit=args.time_limit, wall_scale=args.wall_scale,
+                              check=False, progress=progress)
+    except (ChaosError, OSError) as exc:
+        progress.close()
+        if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
+            exc = ChaosError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+        print(f"ledgercheck safety: {exc}", file=sys.stderr)
+        return 2
+    progress.close()
+    assert result.history is not None
+    verdict = check_history(result.history)
+    attach_verdict(result, verdict)
+    doc = result.as_dict()
+    with open(os.path.join(os.path.dirname(result.history), "safety.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, default=str)
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        print(summary(result))
+        print()
+        print(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts))
+    return 1 if result.anomalies else 0
+
+
+def summary(r: Any) -> str:
+    """What ran: the adapter, its declarations, the faults done, the final states, the speed."""
+    n = r.nemesis
+    lines = [
+        f"adapter {r.address} ({r.adapter.get('name')} {r.adapter.get('version')}, clock {r.adapter.get('clock')}, "
+        f"{'durable' if r.adapter.get('durable') else 'not durable'}): delivery {r.declared['delivery']}, "
+        f"reclaim {r.declared['reclaim']}",
+        f"campaign: seed {r.seed}, {r.workers} workers ({r.mode}), {r.created}/{r.items} items created, "
+        f"{r.ops} operations in {r.timings.get('active_s', 0) + r.timings.get('quiet_s', 0):.1f}s ({r.ops_per_s:g} ops/s)",
+        f"nemesis: {_n(n.get('kill', 0), 'kill')} ({n.get('kill_at_point', 0)} at named crash points), "
+        f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}; "
+        f"{_n(n.get('replaced', 0), 'worker')} replaced",
+        f"final read: {', '.join(f'{k} {v}' for k, v in r.final.items()) or 'nothing'}",
+        f"history: {r.history}",
+    ]
+    lines += [f"note: {x}" for x in r.notes]
+    return "\n".join(lines)
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'' if k == 1 else 's'}"

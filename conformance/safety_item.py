@@ -1,0 +1,116 @@
+"""The safety campaign inside a conformance run: one test item, ``ledgercheck::safety::campaign``.
+
+It runs for every adapter that offers create, claim and close-out (profile core), whatever its
+handshake declares: several worker processes on one durable ledger (one process for a non-durable
+one), kills, pauses past ttl + grace and reopens, the recorded history judged by the offline
+checker (ledgercheck.chaos.anomalies).  Any anomaly fails the item; each anomaly is blamed on the
+contract clause it breaks (the most specific clause of a profile the adapter claims, else the
+core clause it also breaks), so the run's verdict counts it.  The campaign's summary (anomalies
+with their proof, observations, the history's path) goes into the item's user properties as
+``ledger_safety`` and from there into results.json's ``safety`` section.
+
+Small and short on purpose (16 items, 4 workers, about 2 s of faults, leases lapsing in 0.6 s): certify of the
+reference stays fast; ``ledgercheck safety`` runs longer campaigns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from .clauses import NoCheck
+from .harness import ClauseFailure
+from .plugin import LedgerItem, _run_dir
+
+ITEMS = 16
+WORKERS = 4
+DURATION = 2.0  # seconds of faults
+LAPSE = 0.6  # real seconds a lease's ttl + grace takes (injected clocks)
+TIME_LIMIT = 30.0
+
+# anomaly class -> clauses it breaks, most specific first; the last is a core clause
+CLAUSES: dict[str, tuple[str, ...]] = {
+    "lost_work": ("recovery.no_loss", "core.running.renew_or_leave"),
+    "stuck_work": ("recovery.no_loss", "core.running.renew_or_leave"),
+    "split_ownership": ("lease.single_holder", "core.close_out.explicit"),
+    "stale_write_accepted": ("lease.fencing", "core.close_out.explicit"),
+    "terminal_changed": ("core.terminal.immutable",),
+    "duplicate_effect": ("idem.duplicate_returns_stored", "recovery.effects_allowed", "core.close_out.explicit"),
+}
+
+
+def blamed_clause(kind: str, claimed: Sequence[str]) -> str:
+    """The clause an anomaly class is evidence against, given the profiles the adapter claims."""
+    options = CLAUSES.get(kind, ("core.running.renew_or_leave",))
+    return next((c for c in options if c.split(".")[0] in _profiles(claimed)), options[-1])
+
+
+def _profiles(claimed: Sequence[str]) -> set[str]:
+    # clause ids are prefixed by profile, except idempotency's "idem."
+    return {("idem" if p == "idempotency" else p) for p in claimed}
+
+
+def safety_record(result: Any, claimed: Sequence[str]) -> dict[str, Any]:
+    """What results.json keeps of one campaign."""
+    anomalies = [{**a, "clause": blamed_clause(a["class"], claimed)} for a in result.anomalies or []]
+    summary: dict[str, int] = {}
+    for a in anomalies:
+        summary[a["class"]] = summary.get(a["class"], 0) + 1
+    return {
+        "adapter": result.address, "declared": dict(result.declared), "mode": result.mode, "seed": result.seed,
+        "workers": result.workers, "items": result.items, "faults": list(result.faults),
+        "nemesis": dict(result.nemesis), "final": dict(result.final), "ops": result.ops,
+        "elapsed_s": result.elapsed, "history": result.history, "verdict": "fail" if anomalies else "pass",
+        "summary": summary, "anomalies": anomalies[:20], "anomaly_count": len(anomalies),
+        "observations": list((result.observations or {}).get("notes") or []), "notes": list(result.notes),
+    }
+
+
+class SafetyItem(LedgerItem):
+    """The safety campaign against the adapter under test (ledgercheck.chaos.safety)."""
+
+    kind = "chaos"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.clause = None
+        self.profile = "core"
+        self.add_marker(pytest.mark.ledger_clause(None, "core", "chaos"))
+        self.user_properties += [("ledger_kind", "chaos"), ("ledger_profile", "core")]
+        from ledgercheck.chaos.safety import applicable
+
+        hs = self.sess.client.handshake if self.sess.client else {}
+        why = applicable(hs)
+        if why:
+            self.user_properties.append(("ledger_not_claimed", True))
+            self.add_marker(pytest.mark.skip(reason=f"not claimed: {why}"))
+
+    def runtest(self) -> None:
+        from ledgercheck.chaos.points import ChaosError
+        from ledgercheck.chaos.safety import run_campaign
+
+        from .model import Violation
+
+        sess = self.sess
+        seed = self.config.getoption("ledger_seed") or 0
+        out = sess.artifacts / "safety" / sess.slug / _run_dir(self.config)
+        try:
+            result = run_campaign(sess.address, sess.base_spec, workers=WORKERS, items=ITEMS, seed=seed,
+                                  out_dir=str(out), duration=DURATION, lapse=LAPSE, time_limit=TIME_LIMIT * sess.timeout_scale,
+                                  wall_scale=sess.wall_scale, op_timeout=30.0 * sess.timeout_scale)
+        except ChaosError as exc:
+            self.user_properties.append(("ledger_error", f"safety campaign: {exc}"))
+            raise NoCheck(f"the safety campaign could not run: {exc}") from None
+        record = safety_record(result, sess.claimed)
+        self.user_properties.append(("ledger_safety", record))
+        if record["anomalies"]:
+            found = [Violation(a["clause"], f"{a['class']} {a['work_id']}: {a['explanation']}")
+                     for a in record["anomalies"]]
+            self.user_properties.append(("ledger_clause", found[0].clause))
+            kinds = ", ".join(f"{k} x{n}" for k, n in record["summary"].items())
+            raise ClauseFailure(found, f"the safety campaign found {record['anomaly_count']} anomal"
+                                       f"{'y' if record['anomaly_count'] == 1 else 'ies'} ({kinds}); "
+                                       f"history: {result.history}")
+
