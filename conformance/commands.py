@@ -37,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    c.add_argument("--example-db", default=None, metavar="DIR|redis://HOST:PORT/DB",
+                   help="hypothesis example database shared by shards and runs (default: under --artifacts)")
+    from ledgercheck.reports.commands import add_history_options
+
+    add_history_options(c)
     c.set_defaults(func=cmd_certify)
 
     r = sub.add_parser("replay", help="replay a saved operation trace against an adapter (no hypothesis needed)")
@@ -97,6 +102,14 @@ def cmd_certify(args: argparse.Namespace) -> int:
     except AdapterError as exc:
         print(f"ledgercheck certify: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.example_db:
+        from .example_db import StoreError, check_store, parse_store
+
+        try:
+            check_store(parse_store(args.example_db))
+        except StoreError as exc:
+            print(f"ledgercheck certify: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else Path("reports") / "out" / _slug(name) / stamp
@@ -126,6 +139,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
             pyargs += ["--ledger-artifact-file", str(Path(args.artifact).resolve())]
         if args.no_chaos:
             pyargs.append("--ledger-no-chaos")
+        if args.example_db:
+            pyargs += ["--ledger-example-db", args.example_db]
         if args.keyword:
             pyargs += ["-k", args.keyword]
         if args.workers:
@@ -146,7 +161,12 @@ def cmd_certify(args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"ledgercheck certify: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    paths = write_bundle(doc, str(out))
+    from ledgercheck.reports.commands import history_path
+    from ledgercheck.reports.history import record_run
+
+    paths, problem = record_run(history_path(args, out), doc, lambda since: write_bundle(doc, str(out), since=since))
+    if problem:
+        print(f"ledgercheck certify: the run is not recorded in the history: {problem}", file=sys.stderr)
     line = verdict_line(doc)
     if args.json:
         print(json.dumps({"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
