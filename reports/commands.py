@@ -30,6 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", help="output directory (default: the directory of RESULTS)")
     r.add_argument("--format", type=_formats, default=list(FORMAT_NAMES), metavar="html,md,junit",
                    help="comma-separated formats to write (default: all)")
+    r.add_argument("--history", default=None, metavar="PATH",
+                   help="show what changed since the adapter's previous run recorded in this history")
     r.set_defaults(func=cmd_render)
     m = rsub.add_parser("merge", help="merge results of shards or runs of one adapter and contract")
     m.add_argument("parts", nargs="+", help="results.json files to merge")
@@ -75,13 +77,21 @@ def _fail(exc: Exception) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from .history import HistoryError, open_history, since_previous
     from .render import render_formats
 
     try:
         loaded = read_results(args.results)
+        since = None
+        if args.history:
+            history = open_history(args.history, create=False)
+            try:
+                since = since_previous(history, loaded.doc)
+            finally:
+                history.close()
         out = Path(args.out) if args.out else Path(args.results).resolve().parent
-        written = render_formats(loaded.doc, out, args.format, loaded.sha256)
-    except (ResultsError, OSError) as exc:
+        written = render_formats(loaded.doc, out, args.format, loaded.sha256, since=since)
+    except (ResultsError, HistoryError, OSError) as exc:
         return _fail(exc)
     for path in written.values():
         print(path)

@@ -13,7 +13,6 @@ from typing import Any
 import jsonschema
 import pytest
 import sqlite_utils
-from ledgercheck.cli import main
 from ledgercheck.reports.history import (
     HistoryError,
     beside,
@@ -26,6 +25,8 @@ from ledgercheck.reports.history import (
 from ledgercheck.reports.html_report import render_html
 from ledgercheck.reports.markdown_report import render_markdown
 from ledgercheck.reports.results import write_results
+
+from ledgercheck.cli import main
 
 DAY1 = {"id": "run-day1", "started_at": "2025-03-14T09:00:00.000Z", "finished_at": "2025-03-14T09:05:00.000Z"}
 DAY2 = {"id": "run-day2", "started_at": "2025-03-15T09:00:00.000Z", "finished_at": "2025-03-15T09:05:00.000Z"}
@@ -223,6 +224,13 @@ def test_report_history_command(factory, tmp_path: Path, capsys: pytest.CaptureF
     assert "acme-ledger: 2 run(s)" in text and "regressed lease.fencing: pass -> fail" in text
     assert main(["report", "history", "--history", str(path), "--adapter", "nope"]) == 2
     assert "no runs of adapter 'nope' (recorded: acme-ledger)" in capsys.readouterr().err
+    # re-rendering a run's reports with the history shows what changed since the run before it
+    results = tmp_path / "day3" / "results.json"
+    write_results(_doc(factory, DAY3), results)
+    assert main(["report", "render", str(results), "--history", str(path)]) == 0
+    md = (results.parent / "summary.md").read_text()
+    assert "**Since the previous run** (run `run-day2`" in md and "| `lease.fencing` | fixed |" in md
+    assert main(["report", "render", str(results), "--history", str(tmp_path / "none.db")]) == 2
 
 
 def test_merge_appends_the_merged_run(factory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
