@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     c.add_argument("--example-db", default=None, metavar="DIR|redis://HOST:PORT/DB",
-                   help="hypothesis example database shared by shards and runs (default: under --artifacts)")
+                   help="a hypothesis example database shared by shards and runs (default: none)")
     from ledgercheck.reports.commands import add_history_options
 
     add_history_options(c)

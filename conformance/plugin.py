@@ -51,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
     g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration (the recovery clauses only it decides are then errors: not checked)")
     g.addoption("--ledger-example-db", metavar="DIR|redis://HOST:PORT/DB", default=None,
-                help="hypothesis example database shared by shards and runs (default: under --ledger-artifacts)")
+                help="a hypothesis example database shared by shards and runs (default: none)")
     g.addoption("--ledger-reproduce", metavar="CMD", default=None, help=argparse_suppress())
 
 
@@ -391,8 +391,7 @@ class StatefulItem(LedgerItem):
                     wall_scale=sess.wall_scale, wall_tolerance=sess.wall_tolerance)
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
-        db = example_database(getattr(self.config, "_ledger_example_store", None), sess.artifacts / "hypothesis",
-                              sess.slug)
+        db = example_database(getattr(self.config, "_ledger_example_store", None), sess.slug)
         opts = hypothesis_settings(self.config.getoption("ledger_hypothesis_profile"), database=db)
         seed = self.config.getoption("ledger_seed")
         if seed is None:
