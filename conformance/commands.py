@@ -174,7 +174,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     else:
         print()
         print(line)
-        for key in ("html", "markdown", "junit", "results"):
+        for key in ("html", "markdown", "junit", "results", "history"):
             if key in paths:
                 print(f"  {key:9} {paths[key]}")
     return int(doc["exit_code"])

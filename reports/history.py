@@ -540,6 +540,7 @@ def record_run(path: Path | None, doc: Mapping[str, Any],
         if history is not None:
             try:
                 history.append(doc, paths.get("results"))
+                paths = {**paths, "history": str(path)}
             except HistoryError as exc:
                 problem = str(exc)
     finally:

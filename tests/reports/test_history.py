@@ -279,3 +279,19 @@ def test_reports_say_what_changed_since_the_previous_run(factory, tmp_path: Path
     assert '<tr data-change="regressed"><td><code>core.claim.order</code>' in page
     assert '<li data-flaky="lease.fencing">' in page
     assert "Since the previous run" not in render_markdown(day3) and 'id="since"' not in render_html(day3)
+
+
+def test_record_run_hands_the_comparison_to_the_writer(factory, tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "history.db"
+    seen: list[Any] = []
+
+    def write(since: Any) -> dict[str, str]:
+        seen.append(since)
+        return {"results": "r.json"}
+
+    assert record_run(path, _doc(factory, DAY1), write) == ({"results": "r.json", "history": str(path)}, None)
+    assert record_run(path, _doc(factory, DAY2, {"lease.fencing": ["failed"]}), write)[1] is None
+    assert record_run(None, _doc(factory, DAY3), write) == ({"results": "r.json"}, None)
+    assert seen[0] is None and seen[2] is None
+    assert seen[1]["regressed"] == [{"clause": "lease.fencing", "before": "pass", "after": "fail"}]
+    assert [r["run_id"] for r in open_history(path, create=False).runs("acme-ledger")] == ["run-day1", "run-day2"]
