@@ -96,9 +96,9 @@ def example_database(store: ExampleStore | None, namespace: str) -> ExampleDatab
     """The example database for one adapter (``namespace``) in ``store``; None without a store.
 
     Without a store the stateful tests keep no examples: with a database hypothesis also keeps a
-    pareto front of its targets there, which costs a failing run several times its time (measured
-    on a broken ledger: 9.8 s of CPU without, 47.6 s with an in-memory database), so it is paid
-    only by a campaign that asks to share what it finds."""
+    pareto front of its targets there, which costs a failing run several times its CPU time (one
+    broken ledger, one seed: 9.8 s without a database, 47.6 s with an in-memory one and the target
+    phase off, far more with it on), so only a campaign that asks to share what it finds pays it."""
     if store is None:
         return None
     if store.kind == "directory":
