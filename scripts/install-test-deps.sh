@@ -52,7 +52,7 @@ fi
 if [ "$(id -u)" -eq 0 ]; then
   sudo=""
 elif have sudo; then
-  sudo="sudo"
+  sudo="sudo -n"  # never waits for a password: fails at once instead
 else
   sudo="none"
 fi
