@@ -295,3 +295,25 @@ def test_record_run_hands_the_comparison_to_the_writer(factory, tmp_path: Path) 
     assert seen[0] is None and seen[2] is None
     assert seen[1]["regressed"] == [{"clause": "lease.fencing", "before": "pass", "after": "fail"}]
     assert [r["run_id"] for r in open_history(path, create=False).runs("acme-ledger")] == ["run-day1", "run-day2"]
+
+
+def test_concurrent_runs_all_recorded(factory, tmp_path: Path) -> None:
+    """Four processes record their runs in one new history at once: each waits its turn, none is lost."""
+    import subprocess
+    import sys
+
+    history = tmp_path / "history.db"
+    procs = []
+    for i in range(4):
+        part = tmp_path / f"run{i}" / "results.json"
+        write_results(_doc(factory, {**DAY1, "id": f"run-{i}"}), part)
+        procs.append(subprocess.Popen([sys.executable, "-m", "ledgercheck", "report", "merge", str(part), "-o",
+                                       str(tmp_path / f"merged{i}" / "results.json"), "--history", str(history)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and not err, err
+    h = open_history(history, create=False)
+    runs = h.runs("acme-ledger")
+    assert len(runs) == 4 and len({r["results_sha256"] for r in runs}) == 4
+    assert h.db["clause_outcomes"].count == 4 * len(_doc(factory, DAY1)["clauses"])
