@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--shard", default=None, metavar="K/N", help="run one deterministic shard (merge with `ledgercheck report merge`)")
     c.add_argument("--artifact", default=None, metavar="FILE", help="the tested artifact; its SHA-256 goes into the report")
     c.add_argument("--artifacts", default=".ledgercheck", metavar="DIR",
-                   help="where failure traces, replay files and the hypothesis example database go (default .ledgercheck)")
+                   help="where failure traces and replay files go (default .ledgercheck)")
     c.add_argument("--no-chaos", action="store_true", help="skip the crash-window exploration; the recovery clauses only it decides are then reported as errors (not checked), so the recovery profile cannot be certified")
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")

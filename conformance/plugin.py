@@ -47,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-wall-scale", type=float, default=0.01, metavar="FACTOR", help="time scale for wall-clock adapters (contract timings x FACTOR)")
     g.addoption("--ledger-shard", metavar="K/N", default=None, help="run the K-th of N deterministic shards of the suite")
     g.addoption("--ledger-results", metavar="PATH", default=None, help="write the run's results (JSON) to PATH")
-    g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and the hypothesis example database live")
+    g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and replay files live")
     g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
     g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration (the recovery clauses only it decides are then errors: not checked)")
     g.addoption("--ledger-example-db", metavar="DIR|redis://HOST:PORT/DB", default=None,
