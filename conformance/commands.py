@@ -35,13 +35,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--shard", default=None, metavar="K/N", help="run one deterministic shard (merge with `ledgercheck report merge`)")
     c.add_argument("--artifact", default=None, metavar="FILE", help="the tested artifact; its SHA-256 goes into the report")
     c.add_argument("--artifacts", default=".ledgercheck", metavar="DIR",
-                   help="where failure traces, replay files and the hypothesis example database go (default .ledgercheck)")
+                   help="where failure traces and replay files go (default .ledgercheck)")
     c.add_argument("--no-chaos", action="store_true", help="skip the crash-window exploration; the recovery clauses only it decides are then reported as errors (not checked), so the recovery profile cannot be certified")
     c.add_argument("--breaker", type=int, default=3, metavar="N",
                    help="stop the run (INCOMPLETE, exit 2) after N tests in a row end in an adapter timeout or crash; 0 never stops (default 3)")
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    c.add_argument("--example-db", default=None, metavar="DIR|redis://HOST:PORT/DB",
+                   help="a hypothesis example database shared by shards and runs (default: none)")
+    from ledgercheck.reports.commands import add_history_options
+
+    add_history_options(c)
     c.set_defaults(func=cmd_certify)
 
     r = sub.add_parser("replay", help="replay a saved operation trace against an adapter (no hypothesis needed)")
@@ -157,6 +162,14 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
 
         print(terminal(f"ledgercheck certify: {exc}"), file=sys.stderr)
         return EXIT_ERROR
+    if args.example_db:
+        from .example_db import StoreError, check_store, parse_store
+
+        try:
+            check_store(parse_store(args.example_db))
+        except StoreError as exc:
+            print(f"ledgercheck certify: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else Path("reports") / "out" / _slug(name) / stamp
@@ -186,6 +199,8 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
             pyargs += ["--ledger-artifact-file", str(Path(args.artifact).resolve())]
         if args.no_chaos:
             pyargs.append("--ledger-no-chaos")
+        if args.example_db:
+            pyargs += ["--ledger-example-db", args.example_db]
         if args.keyword:
             pyargs += ["-k", args.keyword]
         pyargs += ["--ledger-breaker", str(args.breaker)]
@@ -214,7 +229,12 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
     except ResultsError as exc:
         print(f"ledgercheck certify: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    paths = write_bundle(doc, str(out))
+    from ledgercheck.reports.commands import history_path
+    from ledgercheck.reports.history import record_run
+
+    paths, problem = record_run(history_path(args, out), doc, lambda since: write_bundle(doc, str(out), since=since))
+    if problem:
+        print(f"ledgercheck certify: the run is not recorded in the history: {problem}", file=sys.stderr)
     line = verdict_line(doc)
     if args.json:
         print(json.dumps({"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
@@ -222,7 +242,7 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
     else:
         print()
         print(line)
-        for key in ("html", "markdown", "junit", "results"):
+        for key in ("html", "markdown", "junit", "results", "history"):
             if key in paths:
                 print(f"  {key:9} {paths[key]}")
     return int(doc["exit_code"])

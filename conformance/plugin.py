@@ -51,11 +51,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-wall-scale", type=float, default=0.01, metavar="FACTOR", help="time scale for wall-clock adapters (contract timings x FACTOR)")
     g.addoption("--ledger-shard", metavar="K/N", default=None, help="run the K-th of N deterministic shards of the suite")
     g.addoption("--ledger-results", metavar="PATH", default=None, help="write the run's results (JSON) to PATH")
-    g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and the hypothesis example database live")
+    g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and replay files live")
     g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
     g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration (the recovery clauses only it decides are then errors: not checked)")
     g.addoption("--ledger-breaker", type=int, default=3, metavar="N",
                 help="stop the run (INCOMPLETE) after N tests in a row end in an adapter timeout or crash; 0 never stops (default 3)")
+    g.addoption("--ledger-example-db", metavar="DIR|redis://HOST:PORT/DB", default=None,
+                help="a hypothesis example database shared by shards and runs (default: none)")
     g.addoption("--ledger-reproduce", metavar="CMD", default=None, help=argparse_suppress())
 
 
@@ -150,8 +152,24 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("ledgercheck: --ledger-breaker must be 0 (never) or more")
     stop = config._ledger_stop = RunStop(breaker_after=int(_opt(config, "ledger_breaker")))  # type: ignore[attr-defined]
     stop.install(config)
+    config._ledger_example_store = _example_store(config)  # type: ignore[attr-defined]
     config._ledger = LedgerSession(config)  # type: ignore[attr-defined]
     config._ledger_reports = []  # type: ignore[attr-defined]
+
+
+def _example_store(config: pytest.Config) -> Any:
+    """--ledger-example-db, parsed and reachable (conformance/example_db.py), or None."""
+    from .example_db import StoreError, check_store, parse_store
+
+    value = _opt(config, "ledger_example_db")
+    if not value:
+        return None
+    try:
+        store = parse_store(value)
+        check_store(store)
+    except StoreError as exc:
+        raise pytest.UsageError(f"ledgercheck: {exc}") from None
+    return store
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -535,8 +553,7 @@ class StatefulItem(LedgerItem):
     def runtest(self) -> None:
         import random
 
-        from hypothesis.database import DirectoryBasedExampleDatabase
-
+        from .example_db import example_database
         from .stateful import hypothesis_settings, make_machine, run_machine
 
         sess = self.sess
@@ -545,7 +562,7 @@ class StatefulItem(LedgerItem):
                     wall_scale=sess.wall_scale, wall_tolerance=sess.wall_tolerance)
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
-        db = DirectoryBasedExampleDatabase(str(sess.artifacts / "hypothesis" / sess.slug))
+        db = example_database(getattr(self.config, "_ledger_example_store", None), sess.slug)
         opts = hypothesis_settings(self.config.getoption("ledger_hypothesis_profile"), database=db)
         seed = self.config.getoption("ledger_seed")
         if seed is None:

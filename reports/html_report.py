@@ -91,8 +91,9 @@ def _banner(doc: Mapping[str, Any]) -> str:
             "</div></header>")
 
 
-def _nav(doc: Mapping[str, Any]) -> str:
-    links = [("profiles", "Profiles"), ("reproduce", "Reproduce"), ("problems", "Problems"), ("clauses", "Clauses")]
+def _nav(doc: Mapping[str, Any], since: Mapping[str, Any] | None = None) -> str:
+    links = [("profiles", "Profiles")] + ([("since", "Since the previous run")] if since is not None else [])
+    links += [("reproduce", "Reproduce"), ("problems", "Problems"), ("clauses", "Clauses")]
     if doc["crash_windows"]:
         links.append(("crash-windows", "Crash windows"))
     links += [("state-machine", "State machine"), ("identity", "Contract, adapter, environment"), ("timings", "Timings")]
@@ -120,6 +121,35 @@ def _profiles(doc: Mapping[str, Any]) -> str:
             f'Claimed by the adapter: {h(", ".join(doc["profiles"]["claimed"]) or "none")}. '
             f'Certification covers {h(", ".join(scope) or "no profile")}.</p>')
     return f'<section id="profiles"><h2>Profiles</h2>{note}<div class="cards">{"".join(cards)}</div></section>'
+
+
+CHANGE_CLASS = {"regressed": "o-fail", "fixed": "o-pass", "changed": "o-error"}
+
+
+def _since(since: Mapping[str, Any] | None) -> str:
+    """What changed since the adapter's previous run (ledgercheck.reports.history.since_previous)."""
+    if since is None:
+        return ""
+    from .history import since_counts
+
+    prev = since["previous"]
+    contract = "" if since["same_contract"] else " The contract changed between the two runs."
+    rows = "".join(f'<tr data-change="{kind}"><td>{_code(c["clause"])}</td><td>{_badge(kind, CHANGE_CLASS[kind])}</td>'
+                   f'<td>{h(OUTCOME_LABEL.get(c["before"], c["before"]))}</td>'
+                   f'<td>{h(OUTCOME_LABEL.get(c["after"], c["after"]))}</td></tr>'
+                   for kind in ("regressed", "fixed", "changed") for c in since[kind])
+    table = ('<table><thead><tr><th>clause</th><th>change</th><th>before</th><th>now</th></tr></thead>'
+             f"<tbody>{rows}</tbody></table>") if rows else "<p>No clause changed its outcome.</p>"
+    flaky = since.get("flaky") or []
+    flaky_html = ""
+    if flaky:
+        items = "".join(f'<li data-flaky="{h(f["clause"])}">{_code(f["clause"])}: '
+                        f'{h(", ".join(f"{OUTCOME_LABEL.get(o, o)} ×{n}" for o, n in f["outcomes"].items()))} '
+                        f'over {f["runs"]} runs</li>' for f in flaky)
+        flaky_html = f"<h3>Flaky across runs of this build and contract ({len(flaky)})</h3><ul>{items}</ul>"
+    return (f'<section id="since"><h2>Since the previous run</h2><p>Compared with run {_code(prev["run_id"])} of '
+            f'{h(prev["started_at"])} (version {_code(prev["adapter_version"])}, {h(prev["verdict"])}): '
+            f'{h(since_counts(since))}.{h(contract)}</p>{table}{flaky_html}</section>')
 
 
 def _reproduce(doc: Mapping[str, Any], results_sha256: str) -> str:
@@ -421,9 +451,11 @@ def _timings(doc: Mapping[str, Any]) -> str:
             f'</tr></thead><tbody>{slow}</tbody></table></div></div></section>')
 
 
-def render_html(doc: Mapping[str, Any], results_sha256: str | None = None) -> str:
+def render_html(doc: Mapping[str, Any], results_sha256: str | None = None,
+                since: Mapping[str, Any] | None = None) -> str:
     """The report for ``doc``.  ``results_sha256`` is the SHA-256 of the results.json the page was
-    made from; by default, that of the file :func:`write_results` writes for ``doc``."""
+    made from; by default, that of the file :func:`write_results` writes for ``doc``.  ``since``:
+    the comparison with the adapter's previous run, when a history has one."""
     from .results import results_file_sha256
 
     sha = results_sha256 or results_file_sha256(doc)
@@ -431,7 +463,7 @@ def render_html(doc: Mapping[str, Any], results_sha256: str | None = None) -> st
     name, version = adapter_label(doc)
     title = f"ledgercheck: {doc['verdict']} — {one_line(name, 80)} {one_line(version, 40)}"
     body = "".join([
-        _banner(doc), _nav(doc), '<main class="wrap">', _profiles(doc), _reproduce(doc, sha), _problems(doc),
+        _banner(doc), _nav(doc, since), '<main class="wrap">', _profiles(doc), _since(since), _reproduce(doc, sha), _problems(doc),
         _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
         f'<footer><div class="wrap">Made by {h(doc["harness"]["name"])} {h(doc["harness"]["version"])} from results '
         f'{_code(sha)} (format {h(doc["format"])} v{h(doc["format_version"])}). Self-contained: this page loads '

@@ -41,7 +41,33 @@ def _clause_table(doc: Mapping[str, Any], clauses: list[dict[str, Any]]) -> list
     return rows
 
 
-def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None) -> str:
+def _since(since: Mapping[str, Any]) -> list[str]:
+    """The "since the previous run" section (see ledgercheck.reports.history.since_previous)."""
+    from .history import since_counts
+
+    prev = since["previous"]
+    head = (f"**Since the previous run** (run {md_code(prev['run_id'])} of {md_code(prev['started_at'])}, version "
+            f"{md_code(prev['adapter_version'])}, {md_text(prev['verdict'])}): {md_text(since_counts(since))}")
+    if not since["same_contract"]:
+        head += " (the contract changed between the two runs)"
+    out = ["", head]
+    rows = [(kind, c) for kind in ("regressed", "fixed", "changed") for c in since[kind]]
+    if rows:
+        out += ["", "| Clause | Change | Before | Now |", "|---|---|---|---|"]
+        out += [f"| {md_code(c['clause'], table=True)} | {kind} | {md_code(c['before'], table=True)} "
+                f"| {md_code(c['after'], table=True)} |" for kind, c in rows[:MAX_ROWS]]
+        if len(rows) > MAX_ROWS:
+            out.append(f"\n…and {len(rows) - MAX_ROWS} more in the HTML report.")
+    flaky = since.get("flaky") or []
+    if flaky:
+        listed = ", ".join(f"{md_code(f['clause'])} ({md_text(', '.join(f'{o} ×{n}' for o, n in f['outcomes'].items()))})"
+                           for f in flaky[:MAX_ROWS])
+        out += ["", f"Flaky across runs of this build and contract ({len(flaky)}): {listed}"]
+    return out
+
+
+def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
+                    since: Mapping[str, Any] | None = None) -> str:
     from .results import results_file_sha256
 
     sha = results_sha256 or results_file_sha256(doc)
@@ -72,6 +98,8 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None) -
         v = doc["profiles"]["verdicts"][p]
         out.append(f"| {md_text(p)} | {PROFILE_ICON[v['verdict']]} | {v['passed']} | {v['failed']} | {v['errors']} "
                    f"| {v['xfailed']} | {v['not_claimed']} |")
+    if since is not None:
+        out += _since(since)
     for title, clauses in (("Undecided clauses", error_clauses(doc)), ("Failing clauses", blocking_clauses(doc)),
                            ("SHOULD clauses not met (not blocking)", warning_clauses(doc))):
         if clauses:

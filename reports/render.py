@@ -25,16 +25,17 @@ FORMATS = {"html": ("report.html", "html"), "md": ("summary.md", "markdown"), "j
 
 
 def render_formats(doc: Mapping[str, Any], out_dir: str | os.PathLike[str], formats: Iterable[str],
-                   results_sha256: str | None = None) -> dict[str, str]:
-    """Write the chosen renderings of ``doc`` into ``out_dir``; returns bundle key -> path."""
+                   results_sha256: str | None = None, since: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Write the chosen renderings of ``doc`` into ``out_dir``; returns bundle key -> path.  ``since``:
+    the comparison with the previous run (ledgercheck.reports.history), shown in HTML and Markdown."""
     out = Path(out_dir)
     written: dict[str, str] = {}
     for fmt in formats:
         name, key = FORMATS[fmt]
         if fmt == "html":
-            text = render_html(doc, results_sha256)
+            text = render_html(doc, results_sha256, since=since)
         elif fmt == "md":
-            text = render_markdown(doc, results_sha256)
+            text = render_markdown(doc, results_sha256, since=since)
         else:
             text = render_junit(doc)
         path = out / name
@@ -43,7 +44,8 @@ def render_formats(doc: Mapping[str, Any], out_dir: str | os.PathLike[str], form
     return written
 
 
-def write_bundle(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, str]:
+def write_bundle(doc: Mapping[str, Any], out_dir: str | os.PathLike[str],
+                 since: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Write results.json (+ results.json.sha256), report.html, summary.md and junit.xml into ``out_dir``.
 
     Returns their paths under the keys ``results``, ``results_sha256``, ``html``, ``markdown``, ``junit``.
@@ -53,5 +55,5 @@ def write_bundle(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> dic
     results = out / "results.json"
     sha = write_results(doc, results)
     paths = {"results": str(results), "results_sha256": str(results) + ".sha256"}
-    paths.update(render_formats(doc, out, FORMATS, sha))
+    paths.update(render_formats(doc, out, FORMATS, sha, since=since))
     return paths
