@@ -34,6 +34,18 @@ class Violation:
         return f"[{self.clause}] {self.op + ': ' if self.op else ''}{self.message}"
 
 
+class UnknownClause(KeyError):
+    """A clause id the harness names that the contract does not define."""
+
+    def __init__(self, clause: str, spec: Spec) -> None:
+        super().__init__(clause)
+        self.clause = clause
+        self.contract = f"{spec.name} {spec.version}"
+
+    def __str__(self) -> str:
+        return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What an implementation answered: a value, or an error code."""
@@ -153,7 +165,13 @@ class Model:
         return copy.deepcopy(self)
 
     def claimed(self, clause: str) -> bool:
-        return self._clause_profile.get(clause) in self.profiles
+        """Whether ``clause`` belongs to a profile under test.  An id the contract does not
+        have is a bug in the harness (a misspelt id would otherwise drop its violation
+        silently), so it raises :class:`UnknownClause`."""
+        try:
+            return self._clause_profile[clause] in self.profiles
+        except KeyError:
+            raise UnknownClause(clause, self.spec) from None
 
     def keep(self, violations: Iterable[Violation]) -> list[Violation]:
         return [v for v in violations if self.claimed(v.clause)]

@@ -1,0 +1,67 @@
+"""Every clause id the harness names in code is one the contract defines.
+
+A misspelt id in a blame table or a clause test would otherwise drop its violation without a
+word (the model reports only clauses of claimed profiles, and an unknown id has no profile).
+Two guards: a static scan of every string constant in the project's Python code that has the
+shape of a clause id, and ``Model.claimed`` raising on an id the contract lacks.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from ledgercheck.conformance.model import Model, UnknownClause, Violation
+from ledgercheck.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+# the folders whose code names clauses; tests are left out (they name unknown ids on purpose)
+CODE = ["spec", "reference", "conformance", "chaos", "fixtures", "reports", "ledgercheck"]
+
+
+def clause_shaped(text: str, profiles: list[str]) -> bool:
+    """A string that looks like a clause id: ``<profile>.<word>[.<word>...]``, nothing else."""
+    pattern = rf"(?:{'|'.join(map(re.escape, profiles))})(?:\.[a-z][a-z0-9_]*)+"
+    return re.fullmatch(pattern, text) is not None and not text.endswith((".yaml", ".py", ".json"))
+
+
+def named_ids(source: str, profiles: list[str]) -> list[tuple[int, str]]:
+    """(line, id) for every string constant in ``source`` shaped like a clause id."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and clause_shaped(node.value, profiles):
+            out.append((node.lineno, node.value))
+    return out
+
+
+def unknown_ids(spec, files: list[Path]) -> list[str]:
+    known = {c.id for c in spec.clauses}
+    profiles = list(spec.profiles)
+    return [f"{f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}:{line}: {cid}"
+            for f in files for line, cid in named_ids(f.read_text(encoding="utf-8"), profiles) if cid not in known]
+
+
+def test_every_clause_id_named_in_code_is_in_the_contract() -> None:
+    spec = load_spec(None)
+    files = sorted(p for d in CODE for p in (ROOT / d).rglob("*.py"))
+    assert len(files) > 50  # the scan really covers the code
+    found = [cid for f in files for _, cid in named_ids(f.read_text(encoding="utf-8"), list(spec.profiles))]
+    assert len(set(found)) > 60, "the scan finds the clause ids the harness names"
+    assert unknown_ids(spec, files) == []
+
+
+def test_the_scan_catches_a_misspelt_id(tmp_path: Path) -> None:
+    spec = load_spec(None)
+    bad = tmp_path / "blame.py"
+    bad.write_text('OWNER = {"attempt": "retry.exhausted", "owner": "lease.aquire"}\nPATH = "recovery.yaml"\n')
+    assert unknown_ids(spec, [bad]) == [f"{bad}:1: lease.aquire"]
+
+
+def test_model_refuses_an_unknown_clause_id() -> None:
+    spec = load_spec(None)
+    m = Model(spec)
+    assert m.claimed("lease.acquire") is True
+    with pytest.raises(UnknownClause, match="lease.aquire"):
+        m.keep([Violation("lease.aquire", "a misspelt id must not be dropped silently")])
