@@ -67,9 +67,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     q = cs.add_parser("replay", help="re-create the kill a replay file describes and check it again")
     q.add_argument("file", help="replay file written by a failing window or storm")
-    q.add_argument("--adapter", default=None, help="run against this adapter instead of the recorded one")
+    q.add_argument("--adapter", default=None,
+                   help="run against this adapter (needed when the file records an exec: or python: address: "
+                        "a replay file never starts a command or imports a module on its own)")
     q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     q.add_argument("--tmp-dir", default=None)
+    q.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the worker variant the file records (tests)
     q.set_defaults(func=cmd_replay)
 
 
@@ -311,9 +314,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     try:
         _check_paths(args)
-        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir)
+        res = replay(args.file, address=args.adapter, worker=args.worker, tmp_root=args.tmp_dir)
     except (ChaosError, OSError) as exc:
         return _fail("replay", exc)
+    if res.get("recorded_adapter") not in (None, res.get("adapter")):
+        print(f"ledgercheck crash replay: replayed against {res['adapter']}; the file records {res['recorded_adapter']}",
+              file=sys.stderr)
     if "point" in res:
         if args.json:
             print(json.dumps(res, indent=1))

@@ -165,7 +165,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     from .client import AdapterError, connect
     from .harness import AdapterFailure, Harness
-    from .trace import TraceError, check_spec, load_trace, replay
+    from .trace import TraceError, adapter_to_run, check_spec, check_steps, load_trace, replay
 
     try:
         doc = load_trace(args.trace)
@@ -178,13 +178,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for p in exc.problems:
             print(p, file=sys.stderr)
         return EXIT_ERROR
+    # everything the file says is checked before an adapter starts
+    try:
+        check_steps(doc, spec, args.trace)
+        address = adapter_to_run(doc.get("adapter"), args.adapter, args.trace)
+    except TraceError as exc:
+        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     warning = check_spec(doc, spec, args.trace)
     if warning:
         print(f"ledgercheck replay: warning: {warning}", file=sys.stderr)
-    address = args.adapter or doc.get("adapter")
-    if not address:
-        print(f"ledgercheck replay: {args.trace}: no adapter recorded; pass --adapter", file=sys.stderr)
-        return EXIT_ERROR
     try:
         client = connect(address, spec, timeout=args.timeout)
     except AdapterError as exc:
@@ -199,14 +202,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     finally:
         client.close()
-    summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "steps": len(doc["steps"]),
+    recorded = doc.get("adapter")
+    summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "recorded_adapter": recorded, "steps": len(doc["steps"]),
                                "violations": [{"clause": v.clause, "op": v.op, "message": v.message} for v in found]}
+    against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"
     if args.json:
         print(json.dumps(summary, indent=2))
     elif found:
-        print(f"{args.trace}: {len(found)} violation(s) against {address} after {len(doc['steps'])} recorded steps:")
+        print(f"{args.trace}: {len(found)} violation(s) against {against} after {len(doc['steps'])} recorded steps:")
         for v in found:
             print(f"  {v}")
     else:
-        print(f"{args.trace}: all {len(doc['steps'])} steps conform against {address}")
+        print(f"{args.trace}: all {len(doc['steps'])} steps conform against {against}")
     return EXIT_FAILED if found else EXIT_CERTIFIED
