@@ -46,9 +46,9 @@ def read_limited(path: str | os.PathLike[str], limits: Limits) -> bytes:
         with open(path, "rb") as f:
             data = f.read(limits.max_bytes + 1)
     except FileNotFoundError:
-        raise InputError(f"{name}: no such file") from None
+        raise InputError(f"{name}: cannot read: no such file") from None
     except IsADirectoryError:
-        raise InputError(f"{name}: is a directory, not a file") from None
+        raise InputError(f"{name}: cannot read: a directory, not a file") from None
     except OSError as exc:
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
     if len(data) > limits.max_bytes:
