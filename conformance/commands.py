@@ -77,6 +77,28 @@ def _reproduce(args: argparse.Namespace, seed: int) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def artifact_problem(artifact: str | None, handshake: dict[str, Any]) -> str | None:
+    """Why the tested artifact's SHA-256 could not go into the report: ``--artifact`` is not a
+    readable file, or (without ``--artifact``, whose hash the report uses instead) the adapter's
+    handshake gives an ``artifact_sha256`` that is not 64 lowercase hex digits.  None when usable."""
+    if artifact is not None:
+        try:
+            with open(artifact, "rb") as f:
+                f.read(1)
+        except OSError as exc:
+            return f"--artifact {artifact}: cannot read: {exc.strerror or exc}"
+        return None
+    sha = handshake.get("artifact_sha256")
+    if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        shown = " ".join(repr(sha).split())
+        return (f"the adapter's handshake gives artifact_sha256 {shown[:80]}, which is not 64 lowercase hex digits "
+                f"(a SHA-256) or null")
+    return None
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     import pytest
     from ledgercheck.spec import SpecError, load_spec
@@ -96,6 +118,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
         probe.close()
     except AdapterError as exc:
         print(f"ledgercheck certify: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    problem = artifact_problem(args.artifact, probe.handshake)
+    if problem:  # found now, not after the whole suite ran and failed to write its report
+        print(f"ledgercheck certify: {problem}", file=sys.stderr)
         return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
