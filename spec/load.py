@@ -273,6 +273,8 @@ class _Chain:
 
     def manifest(self, path: Path, value: dict[str, Any], vpos: Mapping[Any, Pos], shown: str) -> None:
         self.merging(shown)
+        if () in vpos:  # problems of the document as a whole (a missing section) name the manifest
+            self.pos.by_path.setdefault((), vpos[()])
         _merge(self.doc, value, self.pos, vpos, (), self.problems, strict_top=False)
         includes = value.get("include", [])
         if not isinstance(includes, list):
