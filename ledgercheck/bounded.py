@@ -43,6 +43,7 @@ def read_limited(path: str | os.PathLike[str], limits: Limits) -> bytes:
     """The bytes of ``path``; InputError when it cannot be read or is longer than the limit."""
     name = os.fspath(path)
     try:
+        # a file named on the command line may be a pipe (``<(...)``): the size bound still holds
         with open(path, "rb") as f:
             data = f.read(limits.max_bytes + 1)
     except FileNotFoundError:

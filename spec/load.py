@@ -194,10 +194,12 @@ def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), type(value).__name__)
 
 
-def _read(path: Path, files: dict[str, str]) -> tuple[dict[str, Any], Mapping[tuple[Any, ...], Pos], str]:
-    """Parse one contract file; raise YamlLoadError when it is unreadable or not a mapping."""
+def _read(path: Path, files: dict[str, str],
+          named_in_file: bool = False) -> tuple[dict[str, Any], Mapping[tuple[Any, ...], Pos], str]:
+    """Parse one contract file; raise YamlLoadError when it is unreadable or not a mapping.
+    A file another file names (``extends:``, ``include:``) must be a regular file."""
     shown = _display(path)
-    text = read_text(path, shown)
+    text = read_text(path, shown, regular_only=named_in_file)
     value, positions = _parse(text, shown)
     files[_stable_name(path)] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if not isinstance(value, dict):
@@ -221,7 +223,7 @@ class _Chain:
 
     def read(self, path: Path, via: Pos | None, what: str, name: str) -> tuple[dict[str, Any], Mapping[Any, Pos], str] | None:
         try:
-            return _read(path, self.files)
+            return _read(path, self.files, named_in_file=via is not None)
         except YamlLoadError as exc:
             if exc.pos is None and via is not None:
                 # The file could not be opened: say so at the line that names it.

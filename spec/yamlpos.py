@@ -24,6 +24,8 @@ the error message (its messages and positions are the more precise of the two).
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,10 +84,19 @@ def _mark(file: str, node: yaml.Node) -> Pos:
     return Pos(file, m.line + 1, m.column + 1)
 
 
-def read_text(path: str | Path, display: str | None = None) -> str:
-    """The UTF-8 text of a file; errors name the file (and the line of an undecodable byte)."""
+def read_text(path: str | Path, display: str | None = None, regular_only: bool = False) -> str:
+    """The UTF-8 text of a file; errors name the file (and the line of an undecodable byte).
+
+    ``regular_only`` (for files another file names) refuses devices, pipes and sockets, which
+    could block the reader; a file named on the command line may be a pipe (``<(...)``).
+    """
     shown = display or str(path)
     try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if regular_only and not stat.S_ISREG(mode):
+            raise YamlLoadError(None, "not a regular file (a device, a pipe or a socket)", file=shown)
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
