@@ -43,7 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("trace", help="trace file written by a failing conformance test")
     r.add_argument("--adapter", default=None, metavar="ADDRESS", help="adapter to replay against (default: the one recorded in the trace)")
     r.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
-    r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-call adapter timeout")
+    r.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
+                   help="stop a replay still running after this long (exit 2; default 600)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -222,7 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
     h = Harness(client, spec, profiles)
     try:
-        found = replay(h, doc, args.trace)
+        found = replay(h, doc, args.trace, time_limit=args.time_limit)
     except (TraceError, AdapterFailure) as exc:
         print(f"ledgercheck replay: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
     return p
 
 
-MAX_STEPS = 50_000  # a recorded run has hundreds; a replay takes a few milliseconds a step
+MAX_STEPS = 10_000  # a recorded run has at most a few hundred (a stateful example: 100 steps)
 MAX_SECONDS = 1e9  # how far from the run's start a "$t" instant may be (about 31 years)
 HARNESS_OPS = ("hello", "reset")  # sent by the harness itself; a trace step may not name them
 
@@ -228,17 +229,22 @@ def resolve(h: Harness, args: dict[str, Any], where: str, epoch: float | None = 
     return out
 
 
-def replay(h: Harness, doc: dict[str, Any], source: str = "trace") -> list[Violation]:
+def replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limit: float | None = None) -> list[Violation]:
     """Run a trace's steps on a fresh ledger; return the violations found (empty when it passes).
 
-    Adapter failures propagate as AdapterFailure.
+    Adapter failures propagate as AdapterFailure.  A replay still running after ``time_limit``
+    seconds stops with a TraceError (a trace of a few thousand steps can ask for work that grows
+    with the square of its length: listing every item after each create).
     """
+    deadline = None if time_limit is None else time.monotonic() + time_limit
     h.fresh(seed=doc.get("seed", 0))
     epoch = doc.get("epoch")
     epoch = float(epoch) if isinstance(epoch, int | float) and not isinstance(epoch, bool) else None
     diverged: str | None = None
     for i, step in enumerate(doc["steps"]):
         where = f"{source}: step {i + 1} ({step['op']})"
+        if deadline is not None and time.monotonic() > deadline:
+            raise TraceError(f"{where}: the replay ran past {time_limit:g}s, the limit for a replay (--time-limit)")
         if step["op"] not in h.spec.operations:
             raise TraceError(f"{where}: unknown operation")
         args = resolve(h, step["args"], where, epoch, diverged)

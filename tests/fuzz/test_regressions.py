@@ -183,3 +183,29 @@ def test_a_good_handshake_hash_is_not_refused() -> None:
     assert artifact_problem(None, {"artifact_sha256": None}) is None
     assert artifact_problem(None, {}) is None
     assert artifact_problem(__file__, {"artifact_sha256": "not-a-sha"}) is None  # the file's hash is used instead
+
+
+# ---- a trace's length and its replay's time ---------------------------------------------------------------
+
+
+def test_a_trace_longer_than_the_step_limit_is_refused_before_the_adapter_starts(tmp_path: Path) -> None:
+    from ledgercheck.conformance.trace import MAX_STEPS
+
+    doc = json.loads((CORPUS / "trace" / "exec_adapter.json").read_text(encoding="utf-8"))
+    doc["steps"] = [{"op": "list", "args": {}}] * (MAX_STEPS + 1)
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    ran = cli(["replay", str(path)], tmp_path)  # the recorded exec: adapter is not even looked at
+    assert ran.rc == 2
+    assert ran.err == f"ledgercheck replay: {path}: {MAX_STEPS + 1:,} steps, more than {MAX_STEPS:,}, the limit for a trace\n"
+
+
+def test_a_replay_past_its_time_limit_stops_in_one_line(tmp_path: Path) -> None:
+    """A trace can ask for work that grows with the square of its length (a list after each of
+    thousands of creates), so a replay has a time limit; 0 s stops it at its first step."""
+    path = CORPUS / "trace" / "exec_adapter.json"
+    ran = cli(["replay", str(path), "--adapter", "reference", "--time-limit", "0"], tmp_path)
+    assert ran.rc == 2
+    assert ran.err == (f"ledgercheck replay: {path}: step 1 (create): the replay ran past 0s, the limit for a "
+                       f"replay (--time-limit)\n")
+    assert cli(["replay", str(path), "--adapter", "reference"], tmp_path).rc == 0
