@@ -100,6 +100,9 @@ def cli(argv: list[str], cwd: Path, bound: float = TIME_BOUND) -> Ran:
     try:
         with time_bound(bound), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main(argv)
+    except OverTime as exc:
+        # raised again from here: the alarm's own traceback may hold frames pytest cannot show
+        raise OverTime(f"ledgercheck {' '.join(argv)}: {exc}") from None
     finally:
         os.chdir(here)
     return Ran(rc, out.getvalue(), err.getvalue(), time.monotonic() - start)
