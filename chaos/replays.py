@@ -27,9 +27,17 @@ from typing import Any
 from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, SpecError, default_spec
 from ledgercheck.spec.load import spec_from_document
+from ledgercheck.spec.yamlpos import MAX_VALUES
 
 from ledgercheck import __version__
-from ledgercheck.bounded import REPLAY, InputError, adapter_to_run, read_limited, shape_problem
+from ledgercheck.bounded import (
+    REPLAY,
+    InputError,
+    adapter_to_run,
+    more_values_than,
+    read_limited,
+    shape_problem,
+)
 
 from .points import ChaosError
 from .workload import Workload, WorkloadError
@@ -165,6 +173,8 @@ def _common_problem(doc: Mapping[str, Any]) -> str | None:
         return "'spec_digest' must be a string"
     if doc.get("contract") is not None and not isinstance(doc["contract"], dict):
         return "'contract' must be a contract document (an object) or null"
+    if doc.get("contract") is not None and more_values_than(doc["contract"], MAX_VALUES):
+        return f"'contract' holds more than {MAX_VALUES:,} values, the limit for a contract"
     if doc.get("worker") is not None and not isinstance(doc["worker"], str):
         return "'worker' must be null or a worker variant's module:Class"
     wl = doc.get("workload")

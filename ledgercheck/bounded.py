@@ -84,6 +84,21 @@ def shape_problem(text: str, limits: Limits) -> str | None:
     return None
 
 
+def more_values_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) holds more than ``limit`` values, counting every one."""
+    count, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        count += 1
+        if count > limit:
+            return True
+        if isinstance(v, dict):
+            stack += v.values()
+        elif isinstance(v, list):
+            stack += v
+    return False
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
