@@ -50,12 +50,14 @@ def default_replay_dir() -> str:
     return os.environ.get("LEDGERCHECK_REPLAY_DIR") or os.path.join(tempfile.gettempdir(), "ledgercheck-replays")
 
 
-def replay_command(path: str, address: str | None = None) -> str:
-    """The command that replays ``path``; it names the adapter when the file alone may not choose it
-    (an ``exec:`` or ``python:`` address: see :func:`replay`)."""
+def replay_command(path: str, address: str | None = None, worker: str | None = None) -> str:
+    """The command that replays ``path``; it names the adapter and the worker variant when the file
+    alone may not choose them (an ``exec:`` or ``python:`` address, any variant: see :func:`replay`)."""
     cmd = f"ledgercheck crash replay {shlex.quote(path)}"
     if address and address.startswith(("exec:", "python:")):
         cmd += f" --adapter {shlex.quote(address)}"
+    if worker:
+        cmd += f" --worker {shlex.quote(worker)}"
     return cmd
 
 
@@ -100,7 +102,7 @@ def attach_replay(window: dict[str, Any], directory: str, **kw: Any) -> None:
     tail = f"-scan-{sk[0].replace('/', '_').replace('.', '_')}-{sk[1]}" if sk else ""
     path = write_replay(directory, doc, f"crash-{safe}-{kw['occurrence']}-{kw['mode']}{tail}")
     window["replay_file"] = path
-    window["replay"] = replay_command(path, kw["address"])
+    window["replay"] = replay_command(path, kw["address"], kw.get("worker"))
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -275,6 +277,6 @@ def replay(path: str, *, address: str | None = None, worker: str | None = None,
                          scan_kill=tuple(doc["scan_kill"]) if doc.get("scan_kill") else None)
         if result["verdict"] != "pass":
             result["replay_file"] = os.path.abspath(path)
-            result["replay"] = replay_command(result["replay_file"], run_on)
+            result["replay"] = replay_command(result["replay_file"], run_on, worker)
     result["adapter"], result["recorded_adapter"] = run_on, doc["adapter"]
     return result

@@ -46,7 +46,9 @@ def test_broken_variant_is_caught(spec: Spec, scratch: str | None, tmp_path, ada
         assert clause in w["clauses"]
         doc = json.loads(open(w["replay_file"], encoding="utf-8").read())
         assert (doc["point"], doc["occurrence"], doc["adapter"]) == (w["point"], w["occurrence"], adapter)
-        assert w["replay"] == f"ledgercheck crash replay {w['replay_file']} --adapter {adapter}"
+        # the file alone may not choose a python: adapter or a worker variant: the command names them
+        named = (f" --adapter {adapter}" if adapter.startswith("python:") else "") + (f" --worker {worker}" if worker else "")
+        assert w["replay"] == f"ledgercheck crash replay {w['replay_file']}{named}"
     assert not [w for w in ws if w["verdict"] == "error"]
 
 
