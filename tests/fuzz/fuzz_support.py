@@ -105,6 +105,10 @@ def cli(argv: list[str], cwd: Path, bound: float = TIME_BOUND) -> Ran:
         raise OverTime(f"ledgercheck {' '.join(argv)}: {exc}") from None
     finally:
         os.chdir(here)
+    if os.environ.get("LEDGERCHECK_FUZZ_LOG"):  # how far inputs get: one line per run (command, exit status)
+        with open(os.environ["LEDGERCHECK_FUZZ_LOG"], "a", encoding="utf-8") as log:
+            why = err.getvalue().split(": ")[2:3] if rc == 2 else []
+            log.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]} {rc} {' '.join(why)[:50]}\n")
     return Ran(rc, out.getvalue(), err.getvalue(), time.monotonic() - start)
 
 
@@ -183,17 +187,23 @@ def storm_replay_doc() -> dict[str, Any]:
     return doc
 
 
-def results_doc() -> dict[str, Any]:
-    """A results document rebuilt from a real one (the reference's certification shipped in
-    docs/libraries), with one test in twelve and one crash window in twenty (a small document
-    renders fast) and a failing test with a counterexample (so every part of a report is drawn)."""
+def results_facts() -> dict[str, Any]:
+    """What the plugin hands :func:`build_results`, taken from a real results document (the
+    reference's certification shipped in docs/libraries): one test in twelve and one crash window
+    in twenty (a small document renders fast), and a failing test with a counterexample (so every
+    part of a report is drawn)."""
     real = json.loads((ROOT / "docs" / "libraries" / "reference" / "results.json").read_text(encoding="utf-8"))
     tests = copy.deepcopy(real["tests"][::12])
     tests[1].update(outcome="failed", message="lease.fencing: a stale token was accepted",
                     counterexample="state = LedgerMachine()\nstate.teardown()",
                     replay="ledgercheck replay .ledgercheck/traces/t.json --adapter reference")
-    return build_results(run=real["run"], spec=spec(), adapter=real["adapter"], environment=real["environment"],
-                         tests=tests, crash_windows=real["crash_windows"][::20])
+    return {"run": real["run"], "adapter": real["adapter"], "environment": real["environment"], "tests": tests,
+            "crash_windows": real["crash_windows"][::20]}
+
+
+def results_doc(facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A results document built the way the plugin builds one (so it is consistent)."""
+    return build_results(spec=spec(), **(facts or results_facts()))
 
 
 def sealed_bytes(doc: dict[str, Any]) -> bytes:
@@ -250,10 +260,10 @@ HOSTILE_VALUES: list[Any] = [DEEP,
 
 
 def values(doc_values: list[Any]) -> st.SearchStrategy[Any]:
-    """Half the time a value the document itself holds, else a hostile one; one time in ten the
-    thousands of nested arrays no reader may follow."""
-    return st.integers(0, 9).flatmap(
-        lambda i: st.just(DEEP) if i == 0 else st.sampled_from(doc_values if i <= 5 else HOSTILE_VALUES))
+    """Half the time a value the document itself holds, else a hostile one; one time in twenty
+    the thousands of nested arrays no reader may follow."""
+    return st.integers(0, 19).flatmap(
+        lambda i: st.just(DEEP) if i == 0 else st.sampled_from(doc_values if i <= 10 else HOSTILE_VALUES))
 
 
 def apply(doc: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:

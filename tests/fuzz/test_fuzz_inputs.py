@@ -32,6 +32,7 @@ from fuzz_support import (
     mutate,
     paths,
     results_doc,
+    results_facts,
     scalars,
     sealed_bytes,
     spec,
@@ -268,7 +269,9 @@ def test_crash_replay_bytes(doc: dict[str, Any], edits: list[tuple[int, str, byt
 
 # ---- results files (ledgercheck report show|render|merge) -------------------------------------------
 
-RESULTS = results_doc()
+FACTS = results_facts()
+FACTS_PATHS = paths(FACTS)
+RESULTS = results_doc(FACTS)
 RESULTS_PATHS = paths(RESULTS)
 RESULTS_POOL = scalars(RESULTS) + ["<script>alert(1)</script>", "../../x", "NOT CERTIFIED"]
 REPORT_CMDS = ["show", "show-json", "render", "merge"]
@@ -288,10 +291,22 @@ def check_results(data: bytes, command: str) -> None:
         assert_nothing_written(before, root, allowed="out")
 
 
+def rebuilt(muts: list[Any]) -> dict[str, Any] | None:
+    """The results document built from mutated facts (consistent, so it reaches the renderers with
+    hostile names and messages), or None when the builder refuses them."""
+    try:
+        return results_doc(mutate(FACTS, muts))
+    except Exception:  # noqa: BLE001 - the builder takes the plugin's facts, not files: any refusal will do
+        return None
+
+
 @FUZZ
-@given(json_mutations(RESULTS_PATHS, RESULTS_POOL), st.sampled_from(REPORT_CMDS), st.booleans())
-def test_results_files_load_or_are_refused_in_one_line(muts: list[Any], command: str, seal: bool) -> None:
-    doc = mutate(RESULTS, muts)
+@given(st.one_of(json_mutations(RESULTS_PATHS, RESULTS_POOL).map(lambda m: ("document", m)),
+                 json_mutations(FACTS_PATHS, RESULTS_POOL).map(lambda m: ("facts", m))),
+       st.sampled_from(REPORT_CMDS), st.booleans())
+def test_results_files_load_or_are_refused_in_one_line(how: tuple[str, list[Any]], command: str, seal: bool) -> None:
+    kind, muts = how
+    doc = (rebuilt(muts) if kind == "facts" else None) or mutate(RESULTS, muts if kind == "document" else [])
     check_results(sealed_bytes(doc).replace(b'"' + DEEP.encode() + b'"', DEEP_JSON) if seal else dumps(doc), command)
 
 
