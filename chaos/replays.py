@@ -107,12 +107,14 @@ def attach_replay(window: dict[str, Any], directory: str, **kw: Any) -> None:
 
 # ---------------------------------------------------------------------------------- reading
 # Bounds on what a replay file may ask for, checked before anything runs (docs/inputs.md).
+# They are far above what a run writes (a storm's workload is max(200, 4 x kills) items).
 MAX_OCCURRENCE = 100_000
-MAX_ITEMS = 100_000  # workload items (a storm's workload is max(200, 4 x kills) by default)
+MAX_ITEMS = 1_000_000
+SEED_RANGE = (-(2**63), 2**63 - 1)
 # storm parameter: (type, lowest, highest); a storm's cost grows with workers, kills and items
 STORM_BOUNDS: dict[str, tuple[type, float, float]] = {
-    "seed": (int, 0, 2**63 - 1),
-    "workers": (int, 1, 64),
+    "seed": (int, *SEED_RANGE),
+    "workers": (int, 1, 128),
     "kills": (int, 0, 100_000),
     "items": (int, 1, MAX_ITEMS),
     "max_steps": (int, 1, 100),
@@ -120,7 +122,7 @@ STORM_BOUNDS: dict[str, tuple[type, float, float]] = {
     "gap_min": (float, 0.0, 60.0),
     "gap_max": (float, 0.0, 60.0),
     "latency": (float, 0.0, 10.0),
-    "time_limit": (float, 0.001, 86_400.0),
+    "time_limit": (float, 0.0, 86_400.0),
 }
 
 
@@ -169,8 +171,8 @@ def _common_problem(doc: Mapping[str, Any]) -> str | None:
         return "'adapter' must be an adapter address"
     if not _is_int(doc["seed"]):
         return "'seed' must be an integer"
-    if not 0 <= doc["seed"] < 2**63:
-        return f"'seed' {_brief(doc['seed'])} is outside [0, 2**63)"
+    if not SEED_RANGE[0] <= doc["seed"] <= SEED_RANGE[1]:
+        return f"'seed' {_brief(doc['seed'])} is outside [-2**63, 2**63)"
     if not isinstance(doc["spec_digest"], str):
         return "'spec_digest' must be a string"
     if doc.get("contract") is not None and not isinstance(doc["contract"], dict):

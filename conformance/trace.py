@@ -106,8 +106,12 @@ def _is_int(v: Any, lo: int, hi: int | None = None) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _is_time(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= MAX_SECONDS
+    return _is_number(v) and abs(v) <= MAX_SECONDS
 
 
 def _header_problem(doc: dict[str, Any]) -> str | None:
@@ -117,7 +121,7 @@ def _header_problem(doc: dict[str, Any]) -> str | None:
     if not _is_int(seed, 0, (1 << 32) - 1):
         return f"seed {_brief(seed)} is out of range (a reset's seed is in [0, 2**32))"
     epoch = doc.get("epoch")
-    if epoch is not None and not (isinstance(epoch, int | float) and not isinstance(epoch, bool) and math.isfinite(epoch)):
+    if epoch is not None and not _is_number(epoch):
         return f"epoch must be a number of seconds, not {_brief(epoch)}"
     adapter = doc.get("adapter")
     if adapter is not None and not isinstance(adapter, str):
@@ -166,10 +170,6 @@ def _ref_problem(v: Any) -> str | None:
                               and isinstance(ref[1], str) and isinstance(ref[2], str)):
         return f"$key must be [item index, step id, tool], not {_brief(ref)}"
     return None
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def check_steps(doc: dict[str, Any], spec: Spec, source: str) -> None:
