@@ -17,7 +17,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,8 @@ def cli(argv: list[str], cwd: Path, bound: float = TIME_BOUND) -> Ran:
         os.chdir(here)
     if os.environ.get("LEDGERCHECK_FUZZ_LOG"):  # how far inputs get: one line per run (command, exit status)
         with open(os.environ["LEDGERCHECK_FUZZ_LOG"], "a", encoding="utf-8") as log:
-            why = err.getvalue().split(": ")[2:3] if rc == 2 else []
-            log.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]} {rc} {' '.join(why)[:50]}\n")
+            why = " ".join(err.getvalue().split(": ")[2:3]).split("\n")[0][:50] if rc == 2 else ""
+            log.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]} {rc} {why}\n")
     return Ran(rc, out.getvalue(), err.getvalue(), time.monotonic() - start)
 
 
@@ -319,6 +319,3 @@ def write(path: Path, data: bytes | str) -> Path:
         data = data.encode("utf-8", errors="surrogatepass")
     path.write_bytes(data)
     return path
-
-
-Check = Callable[[Ran], None]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -47,12 +46,6 @@ from hypothesis import strategies as st
 from ledgercheck.spec import yamlpos
 
 BROKEN = Path(__file__).resolve().parents[1] / "spec" / "broken"
-
-
-@pytest.fixture()
-def scratch() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="ledgercheck-fuzz-") as d:
-        yield Path(d)
 
 
 def _fresh() -> tempfile.TemporaryDirectory[str]:
@@ -173,7 +166,7 @@ def dumps(doc: Any) -> bytes:
     return json.dumps(doc).replace(json.dumps(DEEP), DEEP_JSON.decode()).encode()
 
 
-def one_error_line(ran: Ran, prefix: str) -> Ran:
+def one_error_line(ran: Ran) -> Ran:
     """Warnings may precede; the refusal itself is one line."""
     lines = [ln for ln in ran.err.splitlines() if ": warning: " not in ln]
     return Ran(ran.rc, ran.out, "\n".join(lines) + ("\n" if lines else ""), ran.seconds)
@@ -185,7 +178,7 @@ def check_trace(data: bytes, name_adapter: bool) -> None:
         path = write(root / "trace.json", data)
         before = files_under(root)
         ran = cli(["replay", str(path), *(["--adapter", "reference"] if name_adapter else [])], root)
-        assert_refused_or_done(one_error_line(ran, "ledgercheck replay: "), "ledgercheck replay: ")
+        assert_refused_or_done(one_error_line(ran), "ledgercheck replay: ")
         assert "PWNED" not in {p.name for p in root.rglob("*")}
         assert_nothing_written(before, root)
 
@@ -208,10 +201,6 @@ def test_trace_bytes(edits: list[tuple[int, str, bytes]]) -> None:
 WINDOW, STORM = window_replay_doc(), storm_replay_doc()
 REPLAY_POOL = scalars(WINDOW) + scalars(STORM) + [
     "window", "storm", "pause", "python:tests.evil:Worker", "exec:sh -c 'touch PWNED'", 10**7, 0.0, -0.5, 1e9]
-
-
-class Started(Exception):
-    pass
 
 
 def _run_one(address: str, spec: Any, point: str, occurrence: int, **kw: Any) -> dict[str, Any]:
