@@ -173,11 +173,17 @@ def _ref_problem(v: Any) -> str | None:
 
 
 def check_steps(doc: dict[str, Any], spec: Spec, source: str) -> None:
-    """Every step names an operation of ``spec``: checked before an adapter is started."""
+    """Every step names an operation of ``spec`` and only arguments it declares (the harness sends
+    no others): checked before an adapter is started."""
     for i, step in enumerate(doc["steps"]):
-        if step["op"] not in spec.operations:
+        op = spec.operations.get(step["op"])
+        if op is None:
             raise TraceError(f"{source}: step {i + 1}: unknown operation {_brief(step['op'])} "
                              f"(the contract {spec.name} {spec.version} has no such operation)")
+        unknown = [name for name in step["args"] if name not in op.args]
+        if unknown:
+            raise TraceError(f"{source}: step {i + 1} ({op.name}): {_brief(unknown[0])} is not an argument of "
+                             f"{op.name} (it takes {', '.join(op.args) or 'none'})")
 
 
 def adapter_to_run(recorded: Any, given: str | None, source: str) -> str:

@@ -267,8 +267,8 @@ def values(doc_values: list[Any]) -> st.SearchStrategy[Any]:
 
 
 def apply(doc: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:
-    """``doc`` with one change at ``path``: set, delete, rename a key, duplicate a list item, or wrap
-    the value in a list; returns the (possibly new) document."""
+    """``doc`` with one change at ``path``: set, delete, rename a key, add a sibling key, duplicate
+    a list item, or wrap the value in a list; returns the (possibly new) document."""
     if not path:
         return copy.deepcopy(new)
     *parents, last = path
@@ -279,6 +279,8 @@ def apply(doc: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:
         del holder[last]
     elif action == "rename" and isinstance(holder, dict) and isinstance(new, str):
         holder[new] = holder.pop(last)
+    elif action == "add" and isinstance(holder, dict) and isinstance(new, str):
+        holder[new] = copy.deepcopy(holder[last])  # a sibling under another name
     elif action == "duplicate" and isinstance(holder, list):
         holder.insert(last, copy.deepcopy(holder[last]))
     elif action == "wrap":

@@ -151,8 +151,10 @@ def test_contract_bytes(seed: str, edits: list[tuple[int, str, bytes]]) -> None:
 
 TRACE = trace_doc(Path(tempfile.mkdtemp(prefix="ledgercheck-fuzz-seed-")))
 TRACE_PATHS = paths(TRACE)
-TRACE_POOL = scalars(TRACE) + ["hello", "reset", "create", "claim", "no_such_op"]
-ACTIONS = ["set", "set", "delete", "rename", "duplicate", "wrap"]
+# names a step's arguments could take: the contract's, and the harness's own parameters
+ARG_NAMES = sorted({a for op in spec().operations.values() for a in op.args} | {"op", "self", "args", "$t", "$item"})
+TRACE_POOL = scalars(TRACE) + ARG_NAMES + ["hello", "reset", "create", "claim", "no_such_op"]
+ACTIONS = ["set", "set", "delete", "rename", "add", "duplicate", "wrap"]
 
 
 def json_mutations(doc_paths: list[tuple[Any, ...]], pool: list[Any]) -> st.SearchStrategy[list[Any]]:
