@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser("replay", help="replay a saved operation trace against an adapter (no hypothesis needed)")
     r.add_argument("trace", help="trace file written by a failing conformance test")
-    r.add_argument("--adapter", default=None, metavar="ADDRESS", help="adapter to replay against (default: the one recorded in the trace)")
+    r.add_argument("--adapter", default=None, metavar="ADDRESS", help="adapter to replay against (default: the one recorded in the trace when it is an installed "
+                        "adapter's name; a recorded exec: or python: address must be named here)")
     r.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
     r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-call adapter timeout")
     r.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
