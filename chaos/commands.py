@@ -73,9 +73,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("file", help="replay file written by a failing window or storm")
     q.add_argument("--max-workers", type=int, default=MAX_WORKERS,
                    help=f"refuse a storm file asking for more workers than this (default {MAX_WORKERS})")
-    q.add_argument("--adapter", default=None, help="run against this adapter instead of the recorded one")
+    q.add_argument("--adapter", default=None,
+                   help="run against this adapter (needed when the file records an exec: or python: address: "
+                        "a replay file never starts a command or imports a module on its own)")
     q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     q.add_argument("--tmp-dir", default=None)
+    q.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the worker variant the file records (tests)
     q.set_defaults(func=cmd_replay)
 
 
@@ -317,9 +320,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     try:
         _check_paths(args)
-        res = replay(args.file, address=args.adapter, tmp_root=args.tmp_dir, max_workers=args.max_workers)
+        res = replay(args.file, address=args.adapter, worker=args.worker, tmp_root=args.tmp_dir, max_workers=args.max_workers)
     except (ChaosError, OSError) as exc:
         return _fail("replay", exc)
+    if res.get("recorded_adapter") not in (None, res.get("adapter")):
+        print(f"ledgercheck crash replay: replayed against {res['adapter']}; the file records {res['recorded_adapter']}",
+              file=sys.stderr)
     if "point" in res:
         if args.json:
             print(json.dumps(res, indent=1))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shlex
 import tempfile
@@ -26,8 +27,17 @@ from typing import Any
 from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, SpecError, default_spec
 from ledgercheck.spec.load import spec_from_document
+from ledgercheck.spec.yamlpos import MAX_VALUES
 
 from ledgercheck import __version__
+from ledgercheck.bounded import (
+    REPLAY,
+    InputError,
+    adapter_to_run,
+    more_values_than,
+    read_limited,
+    shape_problem,
+)
 
 from .points import ChaosError
 from .workload import Workload, WorkloadError
@@ -40,8 +50,15 @@ def default_replay_dir() -> str:
     return os.environ.get("LEDGERCHECK_REPLAY_DIR") or os.path.join(tempfile.gettempdir(), "ledgercheck-replays")
 
 
-def replay_command(path: str) -> str:
-    return f"ledgercheck crash replay {shlex.quote(path)}"
+def replay_command(path: str, address: str | None = None, worker: str | None = None) -> str:
+    """The command that replays ``path``; it names the adapter and the worker variant when the file
+    alone may not choose them (an ``exec:`` or ``python:`` address, any variant: see :func:`replay`)."""
+    cmd = f"ledgercheck crash replay {shlex.quote(path)}"
+    if address and address.startswith(("exec:", "python:")):
+        cmd += f" --adapter {shlex.quote(address)}"
+    if worker:
+        cmd += f" --worker {shlex.quote(worker)}"
+    return cmd
 
 
 def _contract(spec: Spec) -> dict[str, Any] | None:
@@ -85,17 +102,109 @@ def attach_replay(window: dict[str, Any], directory: str, **kw: Any) -> None:
     tail = f"-scan-{sk[0].replace('/', '_').replace('.', '_')}-{sk[1]}" if sk else ""
     path = write_replay(directory, doc, f"crash-{safe}-{kw['occurrence']}-{kw['mode']}{tail}")
     window["replay_file"] = path
-    window["replay"] = replay_command(path)
+    window["replay"] = replay_command(path, kw["address"], kw.get("worker"))
 
 
 # ---------------------------------------------------------------------------------- reading
+# Bounds on what a replay file may ask for, checked before anything runs (docs/inputs.md).
+# They are far above what a run writes (a storm's workload is max(200, 4 x kills) items).
+MAX_OCCURRENCE = 100_000
+MAX_ITEMS = 1_000_000
+SEED_RANGE = (-(2**63), 2**63 - 1)
+# storm parameter: (type, lowest, highest); a storm's cost grows with workers, kills and items
+STORM_BOUNDS: dict[str, tuple[type, float, float]] = {
+    "seed": (int, *SEED_RANGE),
+    # the storms' hard cap (storms.HARD_MAX_WORKERS); the default cap (64) is applied when the
+    # storm is built, so `crash replay --max-workers` can raise it as `crash storm` can
+    "workers": (int, 1, 1024),
+    "kills": (int, 0, 100_000),
+    "items": (int, 1, MAX_ITEMS),
+    "max_steps": (int, 1, 100),
+    "wait_ratio": (float, 0.0, 1.0),
+    "gap_min": (float, 0.0, 60.0),
+    "gap_max": (float, 0.0, 60.0),
+    "latency": (float, 0.0, 10.0),
+    "time_limit": (float, 0.0, 86_400.0),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _brief(value: Any, limit: int = 40) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _storm_problem(raw: Any) -> str | None:
+    if not isinstance(raw, Mapping):
+        return "'storm' must be an object of storm parameters"
+    for key, v in raw.items():
+        if key not in STORM_BOUNDS:
+            return f"'storm' has an unknown parameter {_brief(key)}"
+        typ, lo, hi = STORM_BOUNDS[key]
+        ok_type = _is_int(v) if typ is int else (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+        if not ok_type:
+            return f"storm {key} must be {'an integer' if typ is int else 'a number'}, not {_brief(v)}"
+        if not lo <= v <= hi:
+            return f"storm {key} {_brief(v)} is outside [{lo:g}, {hi:g}], the bounds for a replayed storm"
+    if raw.get("gap_min", 0.0) > raw.get("gap_max", 60.0):
+        return "storm gap_min is above gap_max"
+    return None
+
+
+def _window_problem(doc: Mapping[str, Any]) -> str | None:
+    if not isinstance(doc["point"], str) or not doc["point"] or not _is_int(doc["occurrence"]) or doc["occurrence"] < 1:
+        return "'point' must be a name and 'occurrence' a positive integer"
+    if doc["occurrence"] > MAX_OCCURRENCE:
+        return f"'occurrence' {doc['occurrence']:,} is above {MAX_OCCURRENCE:,}, the bound for a replayed window"
+    if doc["mode"] not in ("kill", "pause"):
+        return "'mode' must be kill or pause"
+    sk = doc.get("scan_kill")
+    if sk is not None and not (isinstance(sk, list) and len(sk) == 2 and isinstance(sk[0], str) and sk[0]
+                               and _is_int(sk[1]) and 1 <= sk[1] <= MAX_OCCURRENCE):
+        return "'scan_kill' must be [adapter point, positive occurrence]"
+    return None
+
+
+def _common_problem(doc: Mapping[str, Any]) -> str | None:
+    if not isinstance(doc["adapter"], str) or not doc["adapter"]:
+        return "'adapter' must be an adapter address"
+    if not _is_int(doc["seed"]):
+        return "'seed' must be an integer"
+    if not SEED_RANGE[0] <= doc["seed"] <= SEED_RANGE[1]:
+        return f"'seed' {_brief(doc['seed'])} is outside [-2**63, 2**63)"
+    if not isinstance(doc["spec_digest"], str):
+        return "'spec_digest' must be a string"
+    if doc.get("contract") is not None and not isinstance(doc["contract"], dict):
+        return "'contract' must be a contract document (an object) or null"
+    if doc.get("contract") is not None and more_values_than(doc["contract"], MAX_VALUES):
+        return f"'contract' holds more than {MAX_VALUES:,} values, the limit for a contract"
+    if doc.get("worker") is not None and not isinstance(doc["worker"], str):
+        return "'worker' must be null or a worker variant's module:Class"
+    wl = doc.get("workload")
+    if wl is not None:
+        if not isinstance(wl, Mapping) or not isinstance(wl.get("items"), list):
+            return "'workload' must be a workload object with a list of items"
+        if len(wl["items"]) > MAX_ITEMS:
+            return f"'workload' has {len(wl['items']):,} items, more than {MAX_ITEMS:,}, the bound for a replay"
+    return None
+
+
 def load_replay(path: str) -> dict[str, Any]:
-    """Read and validate a replay file; any problem is a ChaosError naming the file."""
+    """Read and validate a replay file within bounds (:data:`ledgercheck.bounded.REPLAY` and the
+    limits above); any problem is a one-line ChaosError naming the file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ChaosError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        data = read_limited(path, REPLAY)
+        text = data.decode("utf-8")
+    except InputError as exc:
+        raise ChaosError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ChaosError(f"{path}: not a replay file (not UTF-8 text: byte {exc.start})") from None
+    problem = shape_problem(text, REPLAY)
+    if problem:
+        raise ChaosError(f"{path}: {problem}")
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -104,28 +213,18 @@ def load_replay(path: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ChaosError(f"{path}: not a ledgercheck crash replay file (no \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
-        raise ChaosError(f"{path}: replay format version {doc.get('version')!r}, this ledgercheck reads {VERSION}")
+        raise ChaosError(f"{path}: replay format version {_brief(doc.get('version'))}, this ledgercheck reads {VERSION}")
     kind = doc.get("kind")
     need = {"window": ("adapter", "seed", "workload", "point", "occurrence", "mode", "spec_digest"),
-            "storm": ("adapter", "seed", "storm", "spec_digest")}.get(kind)
+            "storm": ("adapter", "seed", "storm", "spec_digest")}.get(kind) if isinstance(kind, str) else None
     if need is None:
-        raise ChaosError(f"{path}: unknown replay kind {kind!r}")
+        raise ChaosError(f"{path}: unknown replay kind {_brief(kind)}")
     missing = [k for k in need if k not in doc]
     if missing:
         raise ChaosError(f"{path}: replay file is missing {', '.join(missing)}")
-    if not isinstance(doc["adapter"], str) or not doc["adapter"]:
-        raise ChaosError(f"{path}: 'adapter' must be an adapter address")
-    if not isinstance(doc["seed"], int) or isinstance(doc["seed"], bool):
-        raise ChaosError(f"{path}: 'seed' must be an integer")
-    if kind == "window":
-        if not isinstance(doc["point"], str) or not isinstance(doc["occurrence"], int) or doc["occurrence"] < 1:
-            raise ChaosError(f"{path}: 'point' must be a name and 'occurrence' a positive integer")
-        if doc["mode"] not in ("kill", "pause"):
-            raise ChaosError(f"{path}: 'mode' must be kill or pause")
-        sk = doc.get("scan_kill")
-        if sk is not None and not (isinstance(sk, list) and len(sk) == 2 and isinstance(sk[0], str) and sk[0]
-                                   and isinstance(sk[1], int) and not isinstance(sk[1], bool) and sk[1] >= 1):
-            raise ChaosError(f"{path}: 'scan_kill' must be [adapter point, positive occurrence]")
+    problem = _common_problem(doc) or (_window_problem(doc) if kind == "window" else _storm_problem(doc["storm"]))
+    if problem:
+        raise ChaosError(f"{path}: {problem}")
     return doc
 
 
@@ -150,23 +249,39 @@ def replay_workload(doc: Mapping[str, Any], spec: Spec, path: str) -> Workload:
         raise ChaosError(f"{path}: {exc}") from None
 
 
-def replay(path: str, *, address: str | None = None, tmp_root: str | None = None,
-           max_workers: int | None = None) -> dict[str, Any]:
+def replay(path: str, *, address: str | None = None, worker: str | None = None,
+           tmp_root: str | None = None, max_workers: int | None = None) -> dict[str, Any]:
     """Re-run the window (or storm) a replay file describes; returns the window dict (or storm summary).
-    A storm file asking for more than ``max_workers`` workers (default: the storms' cap) is refused."""
+
+    A replay file is data: it runs against ``address`` when given, else against the adapter it
+    records only when that is an installed adapter's name (an ``exec:`` or ``python:`` address
+    would start a command or import a module the file chose); the worker variant it records is
+    used only when the caller names the same one as ``worker``.  Everything is checked before
+    anything starts (a storm file asking for more than ``max_workers`` workers, default the
+    storms' cap, is refused).  The result says which adapter ran and which one the file recorded.
+    """
     doc = load_replay(path)
+    try:
+        run_on = adapter_to_run(doc["adapter"], address, path)
+    except InputError as exc:
+        raise ChaosError(str(exc)) from None
+    if doc.get("worker") is not None and worker != doc["worker"]:
+        raise ChaosError(f"{path}: records worker variant {_brief(doc['worker'], 80)}; a replay file does not choose "
+                         f"code to import: name it with --worker to replay with it")
     spec = replay_spec(doc, path)
     if doc["kind"] == "storm":
         from .storms import MAX_WORKERS, storm_from_replay
 
-        return storm_from_replay(doc, spec, path, address=address, max_workers=max_workers or MAX_WORKERS)
-    from .exploration import run_one
+        result = storm_from_replay(doc, spec, path, address=run_on, max_workers=max_workers or MAX_WORKERS)
+    else:
+        from .exploration import run_one
 
-    workload = replay_workload(doc, spec, path)
-    window = run_one(address or doc["adapter"], spec, doc["point"], doc["occurrence"], seed=doc["seed"],
-                     mode=doc["mode"], workload=workload, worker=doc.get("worker"), tmp_root=tmp_root, save=False,
-                     scan_kill=tuple(doc["scan_kill"]) if doc.get("scan_kill") else None)
-    if window["verdict"] != "pass":
-        window["replay_file"] = os.path.abspath(path)
-        window["replay"] = replay_command(window["replay_file"])
-    return window
+        workload = replay_workload(doc, spec, path)
+        result = run_one(run_on, spec, doc["point"], doc["occurrence"], seed=doc["seed"],
+                         mode=doc["mode"], workload=workload, worker=doc.get("worker"), tmp_root=tmp_root, save=False,
+                         scan_kill=tuple(doc["scan_kill"]) if doc.get("scan_kill") else None)
+        if result["verdict"] != "pass":
+            result["replay_file"] = os.path.abspath(path)
+            result["replay"] = replay_command(result["replay_file"], run_on, worker)
+    result["adapter"], result["recorded_adapter"] = run_on, doc["adapter"]
+    return result

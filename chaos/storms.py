@@ -507,7 +507,7 @@ def _run_storm(address: str, spec: Spec, params: StormParams, *, workload: Workl
                "schedule": summary.get("schedule"),
                "recorded": {"verdict": summary["verdict"], "violations": summary.get("violations", [])[:5]}}
         path = write_replay(replay_dir or default_replay_dir(), doc, f"storm-{params.seed}")
-        summary["replay_file"], summary["replay"] = path, replay_command(path)
+        summary["replay_file"], summary["replay"] = path, replay_command(path, address, worker)
     return summary
 
 
@@ -534,7 +534,7 @@ def storm_from_replay(doc: Mapping[str, Any], spec: Spec, path: str, *, address:
                          worker=doc.get("worker"), timeout=60.0, tmp_root=None, save=False)
     if summary["verdict"] != "pass":
         summary["replay_file"] = os.path.abspath(path)
-        summary["replay"] = replay_command(summary["replay_file"])
+        summary["replay"] = replay_command(summary["replay_file"], address or doc["adapter"], doc.get("worker"))
     return summary
 
 

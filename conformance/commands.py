@@ -51,9 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser("replay", help="replay a saved operation trace against an adapter (no hypothesis needed)")
     r.add_argument("trace", help="trace file written by a failing conformance test")
-    r.add_argument("--adapter", default=None, metavar="ADDRESS", help="adapter to replay against (default: the one recorded in the trace)")
+    r.add_argument("--adapter", default=None, metavar="ADDRESS", help="adapter to replay against (default: the one recorded in the trace when it is an installed "
+                        "adapter's name; a recorded exec: or python: address must be named here)")
     r.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
-    r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-call adapter timeout")
+    r.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
+                   help="stop a replay still running after this long (exit 2; default 600)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -96,6 +99,28 @@ def _handle(handler: Any) -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def artifact_problem(artifact: str | None, handshake: dict[str, Any]) -> str | None:
+    """Why the tested artifact's SHA-256 could not go into the report: ``--artifact`` is not a
+    readable file, or (without ``--artifact``, whose hash the report uses instead) the adapter's
+    handshake gives an ``artifact_sha256`` that is not 64 lowercase hex digits.  None when usable."""
+    if artifact is not None:
+        try:
+            with open(artifact, "rb") as f:
+                f.read(1)
+        except OSError as exc:
+            return f"--artifact {artifact}: cannot read: {exc.strerror or exc}"
+        return None
+    sha = handshake.get("artifact_sha256")
+    if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        shown = " ".join(repr(sha).split())
+        return (f"the adapter's handshake gives artifact_sha256 {shown[:80]}, which is not 64 lowercase hex digits "
+                f"(a SHA-256) or null")
+    return None
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
@@ -170,6 +195,10 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         except StoreError as exc:
             print(f"ledgercheck certify: {exc}", file=sys.stderr)
             return EXIT_ERROR
+    problem = artifact_problem(args.artifact, probe.handshake)
+    if problem:  # found now, not after the whole suite ran and failed to write its report
+        print(f"ledgercheck certify: {problem}", file=sys.stderr)
+        return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else Path("reports") / "out" / _slug(name) / stamp
@@ -253,7 +282,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     from .client import AdapterError, connect
     from .harness import AdapterFailure, Harness
-    from .trace import TraceError, check_spec, load_trace, replay
+    from .trace import TraceError, adapter_to_run, check_spec, check_steps, load_trace, replay
 
     try:
         doc = load_trace(args.trace)
@@ -266,13 +295,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for p in exc.problems:
             print(p, file=sys.stderr)
         return EXIT_ERROR
+    # everything the file says is checked before an adapter starts
+    try:
+        check_steps(doc, spec, args.trace)
+        address = adapter_to_run(doc.get("adapter"), args.adapter, args.trace)
+    except TraceError as exc:
+        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     warning = check_spec(doc, spec, args.trace)
     if warning:
         print(f"ledgercheck replay: warning: {warning}", file=sys.stderr)
-    address = args.adapter or doc.get("adapter")
-    if not address:
-        print(f"ledgercheck replay: {args.trace}: no adapter recorded; pass --adapter", file=sys.stderr)
-        return EXIT_ERROR
     try:
         client = connect(address, spec, timeout=args.timeout)
     except AdapterError as exc:
@@ -281,20 +313,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
     h = Harness(client, spec, profiles)
     try:
-        found = replay(h, doc, args.trace)
+        found = replay(h, doc, args.trace, time_limit=args.time_limit)
     except (TraceError, AdapterFailure) as exc:
         print(f"ledgercheck replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         client.close()
-    summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "steps": len(doc["steps"]),
+    recorded = doc.get("adapter")
+    summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "recorded_adapter": recorded, "steps": len(doc["steps"]),
                                "violations": [{"clause": v.clause, "op": v.op, "message": v.message} for v in found]}
+    against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"
     if args.json:
         print(json.dumps(summary, indent=2))
     elif found:
-        print(f"{args.trace}: {len(found)} violation(s) against {address} after {len(doc['steps'])} recorded steps:")
+        print(f"{args.trace}: {len(found)} violation(s) against {against} after {len(doc['steps'])} recorded steps:")
         for v in found:
             print(f"  {v}")
     else:
-        print(f"{args.trace}: all {len(doc['steps'])} steps conform against {address}")
+        print(f"{args.trace}: all {len(doc['steps'])} steps conform against {against}")
     return EXIT_FAILED if found else EXIT_CERTIFIED

@@ -30,6 +30,8 @@ import jsonschema.exceptions
 from ledgercheck.spec import Spec
 
 from ledgercheck import PROTOCOL_VERSION, __version__
+from ledgercheck.bounded import RESULTS as RESULTS_LIMITS
+from ledgercheck.bounded import InputError, Limits, read_limited, shape_problem
 
 from . import verdicts
 from .environment import environment_info
@@ -474,6 +476,9 @@ def write_results(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
     return sha
 
 
+SIDECAR_LIMITS = Limits("checksum file", 4096)  # one sha256sum line
+
+
 class _NotJSON(ValueError):
     pass
 
@@ -495,22 +500,25 @@ def read_results(path: str | os.PathLike[str]) -> Loaded:
     name = str(path)
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ResultsError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        data = read_limited(p, RESULTS_LIMITS)
+    except InputError as exc:
+        raise ResultsError(str(exc)) from None
     if not data.strip():
         raise ResultsError(f"{name}: the file is empty")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+    problem = shape_problem(text, RESULTS_LIMITS)  # before parsing: nesting and size of what is built
+    if problem:
+        raise ResultsError(f"{name}: {problem}")
     try:
         doc = json.loads(text, parse_constant=_no_constant)
-    except _NotJSON as exc:
-        raise ResultsError(f"{name}: not valid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if not text.rstrip().endswith("}") else ""
         raise ResultsError(f"{name}: not valid JSON{hint}: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except ValueError as exc:  # NaN or Infinity (_NotJSON), an integer of too many digits
+        raise ResultsError(f"{name}: not valid JSON: {exc}") from None
     if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION:
         if not isinstance(doc.get("integrity"), dict):
             raise ResultsError(f"{name}: has no integrity hash; only files written by ledgercheck can be read")
@@ -520,9 +528,9 @@ def read_results(path: str | os.PathLike[str]) -> Loaded:
     has_side = side.exists()
     if has_side:
         try:
-            want = parse_sidecar(side.read_text("utf-8", errors="replace"))
-        except OSError as exc:
-            raise ResultsError(f"{side}: cannot read: {exc.strerror or exc}") from None
+            want = parse_sidecar(read_limited(side, SIDECAR_LIMITS).decode("utf-8", errors="replace"))
+        except InputError as exc:
+            raise ResultsError(str(exc)) from None
         if want is None:
             raise ResultsError(f"{side}: not a sha256sum line")
         if want != sha:

@@ -134,8 +134,14 @@ def _merge(
     prefix: tuple[Any, ...],
     problems: list[Problem],
     strict_top: bool,
+    under: Mapping[tuple[Any, ...], list[tuple[tuple[Any, ...], Pos]]] | None = None,
 ) -> None:
-    """Merge ``over`` into ``base`` in place, carrying positions along.  ``over`` is not changed."""
+    """Merge ``over`` into ``base`` in place, carrying positions along.  ``over`` is not changed.
+
+    The work is linear in the sizes of the two documents (``under`` indexes ``over_pos`` by every
+    prefix of its paths, so a file of many keys does not rescan all positions for each of them)."""
+    if under is None:
+        under = _by_prefix(over_pos)
     for key, value in over.items():
         path = prefix + (key,)
         if strict_top and key in base and key != "clauses":
@@ -153,16 +159,37 @@ def _merge(
             if path in over_pos:
                 pos.by_path.setdefault(path, over_pos[path])  # keep the first definition's key position
                 pos.last_write[path] = over_pos[path]
-            _merge(base[key], value, pos, over_pos, path, problems, strict_top=False)
+            _merge(base[key], value, pos, over_pos, path, problems, strict_top=False, under=under)
             continue
+        if key in base:
+            for p in _subpaths(base[key], path):  # the replaced value's positions go with it
+                pos.by_path.pop(p, None)
+                pos.last_write.pop(p, None)
         base[key] = _copy(value)
-        n = len(path)
-        for table in (pos.by_path, pos.last_write):
-            for p in [p for p in table if p[:n] == path]:
-                del table[p]
-        for p, where in over_pos.items():
-            if p[:n] == path:
-                pos.by_path[p] = where
+        for p, where in under.get(path, ()):
+            pos.by_path[p] = where
+
+
+def _by_prefix(positions: Mapping[tuple[Any, ...], Pos]) -> dict[tuple[Any, ...], list[tuple[tuple[Any, ...], Pos]]]:
+    """The entries of ``positions`` under each path (the path itself included)."""
+    out: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], Pos]]] = {}
+    for p, where in positions.items():
+        for k in range(1, len(p) + 1):
+            out.setdefault(p[:k], []).append((p, where))
+    return out
+
+
+def _subpaths(value: Any, path: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """``path`` and the path of every value inside ``value`` (which is at ``path``)."""
+    out, stack = [], [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        out.append(p)
+        if isinstance(v, dict):
+            stack += [(x, p + (k,)) for k, x in v.items()]
+        elif isinstance(v, list):
+            stack += [(x, p + (i,)) for i, x in enumerate(v)]
+    return out
 
 
 def _copy(value: Any) -> Any:
@@ -194,10 +221,12 @@ def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), type(value).__name__)
 
 
-def _read(path: Path, files: dict[str, str]) -> tuple[dict[str, Any], Mapping[tuple[Any, ...], Pos], str]:
-    """Parse one contract file; raise YamlLoadError when it is unreadable or not a mapping."""
+def _read(path: Path, files: dict[str, str],
+          named_in_file: bool = False) -> tuple[dict[str, Any], Mapping[tuple[Any, ...], Pos], str]:
+    """Parse one contract file; raise YamlLoadError when it is unreadable or not a mapping.
+    A file another file names (``extends:``, ``include:``) must be a regular file."""
     shown = _display(path)
-    text = read_text(path, shown)
+    text = read_text(path, shown, regular_only=named_in_file)
     value, positions = _parse(text, shown)
     files[_stable_name(path)] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if not isinstance(value, dict):
@@ -221,7 +250,7 @@ class _Chain:
 
     def read(self, path: Path, via: Pos | None, what: str, name: str) -> tuple[dict[str, Any], Mapping[Any, Pos], str] | None:
         try:
-            return _read(path, self.files)
+            return _read(path, self.files, named_in_file=via is not None)
         except YamlLoadError as exc:
             if exc.pos is None and via is not None:
                 # The file could not be opened: say so at the line that names it.
@@ -273,6 +302,8 @@ class _Chain:
 
     def manifest(self, path: Path, value: dict[str, Any], vpos: Mapping[Any, Pos], shown: str) -> None:
         self.merging(shown)
+        if () in vpos:  # problems of the document as a whole (a missing section) name the manifest
+            self.pos.by_path.setdefault((), vpos[()])
         _merge(self.doc, value, self.pos, vpos, (), self.problems, strict_top=False)
         includes = value.get("include", [])
         if not isinstance(includes, list):

@@ -9,8 +9,11 @@ It is stricter than ``yaml.safe_load`` where silence would hide a mistake in a c
 * duplicate mapping keys (PyYAML keeps the last one) are errors;
 * mapping keys must be strings, so ``404:`` or ``yes:`` do not quietly become numbers or booleans;
 * collection tags other than plain maps and sequences (``!!set``, ``!!omap``, ``!custom``) are errors;
-* nesting is limited to ``MAX_DEPTH`` levels and alias expansion to ``MAX_VALUES`` values, and an
-  alias inside the node it names is an error, so a hostile file cannot exhaust the stack or memory.
+* a file is at most ``MAX_BYTES`` long, nesting is limited to ``MAX_DEPTH`` levels, and building
+  the document may take at most ``MAX_VALUES`` steps, where a step is a value built or a key taken
+  from a merged mapping (``<<``), so aliases and merge keys share one budget; an alias inside the
+  node it names is an error.  A hostile file cannot exhaust the stack, memory or time: the limits
+  are on work, not on seconds, so the same file is refused the same way on every machine.
 
 Merge keys (``<<: *base``) work as in YAML 1.1: keys written in the mapping win over merged ones,
 and among merged mappings the first listed wins.
@@ -21,12 +24,15 @@ the error message (its messages and positions are the more precise of the two).
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+MAX_BYTES = 4 << 20  # 4 MiB; the shipped contract is about 50 KB
 MAX_DEPTH = 64
 MAX_VALUES = 50_000
 
@@ -78,17 +84,29 @@ def _mark(file: str, node: yaml.Node) -> Pos:
     return Pos(file, m.line + 1, m.column + 1)
 
 
-def read_text(path: str | Path, display: str | None = None) -> str:
-    """The UTF-8 text of a file; errors name the file (and the line of an undecodable byte)."""
+def read_text(path: str | Path, display: str | None = None, regular_only: bool = False) -> str:
+    """The UTF-8 text of a file; errors name the file (and the line of an undecodable byte).
+
+    ``regular_only`` (for files another file names) refuses devices, pipes and sockets, which
+    could block the reader; a file named on the command line may be a pipe (``<(...)``).
+    """
     shown = display or str(path)
     try:
-        data = Path(path).read_bytes()
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if regular_only and not stat.S_ISREG(mode):
+            raise YamlLoadError(None, "not a regular file (a device, a pipe or a socket)", file=shown)
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise YamlLoadError(None, "file not found", file=shown) from None
     except IsADirectoryError:
         raise YamlLoadError(None, "is a directory, not a file", file=shown) from None
     except OSError as exc:
         raise YamlLoadError(None, f"cannot read: {exc.strerror or exc}", file=shown) from None
+    if len(data) > MAX_BYTES:
+        raise YamlLoadError(None, f"larger than {MAX_BYTES:,} bytes, the limit for a contract file", file=shown)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -186,11 +204,15 @@ class _Builder:
     def fail(self, node: yaml.Node, message: str) -> YamlLoadError:
         return YamlLoadError(_mark(self.file, node), message, self.file)
 
-    def build(self, node: yaml.Node, path: Path_, active: frozenset[int]) -> Any:
-        """The value of ``node`` at ``path``; ``active`` holds the collections being built around it."""
+    def step(self, node: yaml.Node) -> None:
+        """Count one step of building (a value, or a key taken from a merged mapping)."""
         self.count += 1
         if self.count > MAX_VALUES:
-            raise self.fail(node, f"the document expands to more than {MAX_VALUES} values (check its aliases)")
+            raise self.fail(node, f"the document expands to more than {MAX_VALUES} values (check its aliases and merge keys)")
+
+    def build(self, node: yaml.Node, path: Path_, active: frozenset[int]) -> Any:
+        """The value of ``node`` at ``path``; ``active`` holds the collections being built around it."""
+        self.step(node)
         if len(path) > MAX_DEPTH:
             raise self.fail(node, f"nesting deeper than {MAX_DEPTH} levels (counting aliases)")
         if id(node) in active:
@@ -236,13 +258,18 @@ class _Builder:
                 raise self.fail(s, "an alias refers to a node that contains it")
         return list(sources)
 
-    def _entries(self, node: yaml.MappingNode, active: frozenset[int]) -> list[tuple[str, yaml.Node, yaml.Node, bool]]:
-        """(key, key node, value node, written here) in document order, merges expanded in place."""
+    def _entries(self, node: yaml.MappingNode, active: frozenset[int],
+                 merges: int = 0) -> list[tuple[str, yaml.Node, yaml.Node, bool]]:
+        """(key, key node, value node, written here) in document order, merges expanded in place;
+        ``merges`` counts the merged mappings this one is inside."""
         out: list[tuple[str, yaml.Node, yaml.Node, bool]] = []
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
+                if merges >= MAX_DEPTH:
+                    raise self.fail(key_node, f"merge keys (<<) nested deeper than {MAX_DEPTH} levels")
                 for src in self._merge_sources(value_node, active):
-                    for key, kn, vn, _ in self._entries(src, active | {id(src)}):
+                    for key, kn, vn, _ in self._entries(src, active | {id(src)}, merges + 1):
+                        self.step(kn)  # a merge copies keys: it costs like the values it stands for
                         out.append((key, kn, vn, False))
             else:
                 out.append((self._key(key_node), key_node, value_node, True))

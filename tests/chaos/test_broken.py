@@ -46,7 +46,9 @@ def test_broken_variant_is_caught(spec: Spec, scratch: str | None, tmp_path, ada
         assert clause in w["clauses"]
         doc = json.loads(open(w["replay_file"], encoding="utf-8").read())
         assert (doc["point"], doc["occurrence"], doc["adapter"]) == (w["point"], w["occurrence"], adapter)
-        assert w["replay"] == f"ledgercheck crash replay {w['replay_file']}"
+        # the file alone may not choose a python: adapter or a worker variant: the command names them
+        named = (f" --adapter {adapter}" if adapter.startswith("python:") else "") + (f" --worker {worker}" if worker else "")
+        assert w["replay"] == f"ledgercheck crash replay {w['replay_file']}{named}"
     assert not [w for w in ws if w["verdict"] == "error"]
 
 
@@ -108,6 +110,6 @@ def test_a_scan_kill_replays(spec: Spec, scratch: str | None, tmp_path) -> None:
     ws = explore(adapter, spec, points=["ledger.after_commit"], fencing=False, jobs=1, tmp_root=scratch,
                  replay_dir=str(tmp_path), max_occurrence=1)
     w = next(w for w in ws if w["mode"] == "scan-kill" and w["verdict"] == "fail")
-    again = replay(w["replay_file"], tmp_root=scratch)
+    again = replay(w["replay_file"], address=adapter, tmp_root=scratch)
     assert (again["mode"], again["scan_kill"], again["verdict"]) == ("scan-kill", w["scan_kill"], "fail")
     assert again["message"] == w["message"]

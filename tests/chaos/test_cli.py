@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -41,11 +42,16 @@ def test_failing_window_writes_a_replay_that_reproduces_it(capsys, tmp_path, scr
     assert rc == 1
     line = next(ln for ln in out.splitlines() if "reproduce:" in ln)
     cmd = line.split("reproduce:", 1)[1].strip()
-    assert cmd.startswith("ledgercheck crash replay ")
-    path = cmd.split(" ", 3)[3]
+    words = shlex.split(cmd)
+    assert words[:3] == ["ledgercheck", "crash", "replay"]
+    # the file records a python: adapter, which a replay file may not choose: the command names it
+    assert words[4:] == ["--adapter", "python:broken_ledgers:EagerReceipt"]
+    path = words[3]
     doc = json.loads(open(path, encoding="utf-8").read())
     assert (doc["point"], doc["occurrence"], doc["mode"]) == ("after_intent_before_submit", 2, "kill")
-    rc, out, _ = run(capsys, "replay", path, "--json", *tmp)
+    rc, _, err = run(capsys, "replay", path, *tmp)
+    assert rc == 2 and "does not choose code to run" in err and len(err.splitlines()) == 1
+    rc, out, _ = run(capsys, *words[2:], "--json", *tmp)
     again = json.loads(out)
     assert rc == 1
     assert again["verdict"] == "fail" and "recovery.marker_kept" in again["message"]

@@ -31,7 +31,7 @@ def test_storm_catches_receipts_recorded_before_the_effect(spec: Spec, scratch: 
     assert "recovery.effects_allowed" in {v["clause"] for v in s["violations"]}
     doc = load_replay(s["replay_file"])
     assert doc["kind"] == "storm" and doc["storm"]["seed"] == 5 and len(doc["schedule"]) == s["kills"]
-    again = replay(s["replay_file"])
+    again = replay(s["replay_file"], address="python:broken_ledgers:EagerReceipt")
     assert again["verdict"] == "fail" and again["params"] == s["params"]
 
 
