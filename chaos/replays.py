@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shlex
 import tempfile
@@ -39,6 +38,7 @@ from ledgercheck.bounded import (
     shape_problem,
 )
 
+from .limits import HARD_MAX_WORKERS, MAX_WORKERS, SEED_RANGE, storm_problem
 from .points import ChaosError
 from .workload import Workload, WorkloadError
 
@@ -110,23 +110,6 @@ def attach_replay(window: dict[str, Any], directory: str, **kw: Any) -> None:
 # They are far above what a run writes (a storm's workload is max(200, 4 x kills) items).
 MAX_OCCURRENCE = 100_000
 MAX_ITEMS = 1_000_000
-SEED_RANGE = (-(2**63), 2**63 - 1)
-# storm parameter: (type, lowest, highest); a storm's cost grows with workers, kills and items
-STORM_BOUNDS: dict[str, tuple[type, float, float]] = {
-    "seed": (int, *SEED_RANGE),
-    # the storms' hard cap (storms.HARD_MAX_WORKERS); the default cap (64) is applied when the
-    # storm is built, so `crash replay --max-workers` can raise it as `crash storm` can
-    "workers": (int, 1, 1024),
-    "kills": (int, 0, 100_000),
-    "items": (int, 1, MAX_ITEMS),
-    "max_steps": (int, 1, 100),
-    "wait_ratio": (float, 0.0, 1.0),
-    "gap_min": (float, 0.0, 60.0),
-    "gap_max": (float, 0.0, 60.0),
-    "latency": (float, 0.0, 10.0),
-    "time_limit": (float, 0.0, 86_400.0),
-}
-
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -137,21 +120,10 @@ def _brief(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _storm_problem(raw: Any) -> str | None:
+def _storm_problem(raw: Any, max_workers: int) -> str | None:
     if not isinstance(raw, Mapping):
         return "'storm' must be an object of storm parameters"
-    for key, v in raw.items():
-        if key not in STORM_BOUNDS:
-            return f"'storm' has an unknown parameter {_brief(key)}"
-        typ, lo, hi = STORM_BOUNDS[key]
-        ok_type = _is_int(v) if typ is int else (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
-        if not ok_type:
-            return f"storm {key} must be {'an integer' if typ is int else 'a number'}, not {_brief(v)}"
-        if not lo <= v <= hi:
-            return f"storm {key} {_brief(v)} is outside [{lo:g}, {hi:g}], the bounds for a replayed storm"
-    if raw.get("gap_min", 0.0) > raw.get("gap_max", 60.0):
-        return "storm gap_min is above gap_max"
-    return None
+    return storm_problem(raw, max_workers=max_workers)
 
 
 def _window_problem(doc: Mapping[str, Any]) -> str | None:
@@ -192,9 +164,10 @@ def _common_problem(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def load_replay(path: str) -> dict[str, Any]:
-    """Read and validate a replay file within bounds (:data:`ledgercheck.bounded.REPLAY` and the
-    limits above); any problem is a one-line ChaosError naming the file."""
+def load_replay(path: str, *, max_workers: int = HARD_MAX_WORKERS) -> dict[str, Any]:
+    """Read and validate a replay file within bounds (:data:`ledgercheck.bounded.REPLAY`, the
+    limits above and the storms' table in chaos/limits.py, with ``max_workers`` the worker cap in
+    force); any problem is a one-line ChaosError naming the file."""
     try:
         data = read_limited(path, REPLAY)
         text = data.decode("utf-8")
@@ -222,7 +195,7 @@ def load_replay(path: str) -> dict[str, Any]:
     missing = [k for k in need if k not in doc]
     if missing:
         raise ChaosError(f"{path}: replay file is missing {', '.join(missing)}")
-    problem = _common_problem(doc) or (_window_problem(doc) if kind == "window" else _storm_problem(doc["storm"]))
+    problem = _common_problem(doc) or (_window_problem(doc) if kind == "window" else _storm_problem(doc["storm"], max_workers))
     if problem:
         raise ChaosError(f"{path}: {problem}")
     return doc
@@ -260,7 +233,7 @@ def replay(path: str, *, address: str | None = None, worker: str | None = None,
     anything starts (a storm file asking for more than ``max_workers`` workers, default the
     storms' cap, is refused).  The result says which adapter ran and which one the file recorded.
     """
-    doc = load_replay(path)
+    doc = load_replay(path, max_workers=max_workers or MAX_WORKERS)
     try:
         run_on = adapter_to_run(doc["adapter"], address, path)
     except InputError as exc:
@@ -270,7 +243,7 @@ def replay(path: str, *, address: str | None = None, worker: str | None = None,
                          f"code to import: name it with --worker to replay with it")
     spec = replay_spec(doc, path)
     if doc["kind"] == "storm":
-        from .storms import MAX_WORKERS, storm_from_replay
+        from .storms import storm_from_replay
 
         result = storm_from_replay(doc, spec, path, address=run_on, max_workers=max_workers or MAX_WORKERS)
     else:

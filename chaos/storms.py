@@ -19,7 +19,6 @@ lease.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import shutil
@@ -33,6 +32,7 @@ from ledgercheck.spec import Spec
 
 from .checker import Violation, fold_problems, storm_step_allowed
 from .exploration import check_adapter
+from .limits import HARD_MAX_WORKERS, MAX_WORKERS, is_number, storm_problem
 from .points import DONE, QUARANTINE, ChaosError
 from .pool import WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
 from .replays import FORMAT, VERSION, _contract, default_replay_dir, replay_command, write_replay
@@ -43,17 +43,7 @@ from .workload import ItemIndex, Workload, generate_workload
 StormProgress = Callable[[int, int | None, dict[str, Any]], None]
 MAX_VIOLATIONS = 50
 
-# What a storm may ask for.  Every worker is a process (with its adapter), and every kill starts a
-# replacement, so the worker count is capped: 64 by default (`--max-workers` raises it up to
-# HARD_MAX_WORKERS); kills, items and timings are capped at what one run on one machine can do.
-MAX_WORKERS = 64
-HARD_MAX_WORKERS = 1024
-MAX_KILLS = 10_000
-MAX_ITEMS = 100_000
-MAX_STEPS = 20
-MAX_GAP = 60.0
-MAX_LATENCY = 10.0
-MAX_TIME_LIMIT = 7 * 86400.0
+# What a storm may ask for: one table (chaos/limits.py) for `crash storm` and replay files.
 
 
 @dataclass
@@ -93,36 +83,16 @@ class StormError(Exception):
     pass
 
 
-def _number(v: Any, *, integer: bool = False) -> bool:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    return isinstance(v, int) if integer else math.isfinite(v)
-
-
 def check_storm_params(params: StormParams, *, max_workers: int = MAX_WORKERS) -> None:
     """Refuse parameters no storm should run with, before any process starts: one ChaosError line
     naming the first bad parameter."""
-    p = params
-    limits: list[tuple[str, Any, bool, float, float]] = [
-        ("workers", p.workers, True, 2, max_workers), ("kills", p.kills, True, 0, MAX_KILLS),
-        ("items", p.items, True, 1, MAX_ITEMS), ("max_steps", p.max_steps, True, 1, MAX_STEPS),
-        ("seed", p.seed, True, -(2**63), 2**63 - 1), ("wait_ratio", p.wait_ratio, False, 0.0, 1.0),
-        ("gap_min", p.gap_min, False, 0.0, MAX_GAP), ("gap_max", p.gap_max, False, 0.0, MAX_GAP),
-        ("latency", p.latency, False, 0.0, MAX_LATENCY), ("time_limit", p.time_limit, False, 0.0, MAX_TIME_LIMIT),
-    ]
-    for name, v, integer, lo, hi in limits:
-        if not _number(v, integer=integer):
-            raise ChaosError(f"storm {name} must be {'an integer' if integer else 'a finite number'}, not {v!r}")
-        if not lo <= v <= hi:
-            more = (f" (at most {max_workers} worker processes; --max-workers raises the cap up to {HARD_MAX_WORKERS})"
-                    if name == "workers" and v > hi else "")
-            raise ChaosError(f"storm {name} {v!r} is outside {lo:g}..{hi:g}{more}")
-    if p.gap_min > p.gap_max:
-        raise ChaosError(f"storm gap_min {p.gap_min:g} is above gap_max {p.gap_max:g}")
+    problem = storm_problem(params.as_dict(), max_workers=max_workers)
+    if problem:
+        raise ChaosError(problem)
 
 
 def _check_max_workers(max_workers: int) -> None:
-    if not _number(max_workers, integer=True) or not 2 <= max_workers <= HARD_MAX_WORKERS:
+    if not is_number(max_workers, integer=True) or not 2 <= max_workers <= HARD_MAX_WORKERS:
         raise ChaosError(f"--max-workers must be an integer in 2..{HARD_MAX_WORKERS}, not {max_workers!r}")
 
 
@@ -477,7 +447,7 @@ def storm(address: str, spec: Spec, *, seed: int = 0, workers: int = 4, kills: i
     if kills < 0:
         raise ChaosError("kills must be >= 0")
     params = StormParams(seed=seed, workers=workers, kills=kills,
-                         items=items or (max(200, 4 * kills) if _number(kills, integer=True) else 0),
+                         items=items or (max(200, 4 * kills) if is_number(kills, integer=True) else 0),
                          gap_min=gap[0], gap_max=gap[1], latency=latency, time_limit=time_limit)
     check_storm_params(params, max_workers=max_workers)
     return _run_storm(address, spec, params, workload=workload, replay_dir=replay_dir, progress=progress,

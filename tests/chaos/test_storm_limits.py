@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.chaos import storms
+from ledgercheck.chaos import limits, storms
 from ledgercheck.chaos.replays import FORMAT, VERSION
 from ledgercheck.spec import default_spec
 
@@ -97,5 +97,5 @@ def test_max_workers_lets_a_bigger_storm_file_through_the_check(tmp_path: Path, 
 
 
 def test_parameters_within_the_caps_pass(no_processes: list[Any]) -> None:
-    storms.check_storm_params(storms.StormParams(workers=storms.MAX_WORKERS, kills=storms.MAX_KILLS,
-                                                 items=storms.MAX_ITEMS, gap_min=0.0, gap_max=storms.MAX_GAP))
+    storms.check_storm_params(storms.StormParams(workers=limits.MAX_WORKERS, kills=limits.MAX_KILLS,
+                                                 items=limits.MAX_ITEMS, gap_min=0.0, gap_max=limits.MAX_GAP))

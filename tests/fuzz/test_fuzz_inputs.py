@@ -211,7 +211,7 @@ def _run_one(address: str, spec: Any, point: str, occurrence: int, **kw: Any) ->
     return {"point": point, "occurrence": occurrence, "verdict": "pass", "address": address}
 
 
-def _storm(doc: Any, spec: Any, path: str, *, address: str | None = None) -> dict[str, Any]:
+def _storm(doc: Any, spec: Any, path: str, *, address: str | None = None, **_: Any) -> dict[str, Any]:
     _run_one.calls.append((address, doc.get("worker")))  # type: ignore[attr-defined]
     return {"verdict": "pass", "adapter": address}
 

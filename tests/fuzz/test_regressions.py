@@ -215,27 +215,28 @@ def test_a_replay_past_its_time_limit_stops_in_one_line(tmp_path: Path) -> None:
 
 
 def test_replay_bounds_accept_what_runs_write(tmp_path: Path) -> None:
-    """The largest storm a user may plausibly run (100,000 kills over 4 x as many items), a
-    negative seed and a scan-killed window load; one past each bound does not."""
+    """The largest storm `crash storm` lets a user run (the storms' own table, chaos/limits.py),
+    a negative seed and a scan-killed window load; one past each bound does not."""
     from fuzz_support import storm_replay_doc, window_replay_doc
+    from ledgercheck.chaos import limits
     from ledgercheck.chaos.points import ChaosError
-    from ledgercheck.chaos.replays import MAX_OCCURRENCE, STORM_BOUNDS, load_replay
+    from ledgercheck.chaos.replays import MAX_OCCURRENCE, load_replay
 
     def loads(doc: dict[str, Any]) -> bool:
         path = tmp_path / "r.json"
         path.write_text(json.dumps(doc), encoding="utf-8")
         try:
-            load_replay(str(path))
+            load_replay(str(path), max_workers=limits.HARD_MAX_WORKERS)
         except ChaosError:
             return False
         return True
 
     storm = storm_replay_doc()
     storm["seed"] = storm["storm"]["seed"] = -7
-    storm["storm"].update(kills=100_000, items=400_000, time_limit=3600.0)
+    storm["storm"].update(kills=limits.MAX_KILLS, items=limits.MAX_ITEMS, workers=limits.HARD_MAX_WORKERS, time_limit=3600.0)
     assert loads(storm)
-    for key, (typ, lo, hi) in STORM_BOUNDS.items():
-        step = 1 if typ is int else 0.5
+    for key, (integer, lo, hi) in limits.STORM_LIMITS.items():
+        step = 1 if integer else 0.5
         for outside in (lo - step, hi + step):
             assert not loads(dict(storm, storm={**storm["storm"], key: outside})), (key, outside)
     window = window_replay_doc()
