@@ -29,18 +29,27 @@ def pg_dsn():
         yield pg.dsn()
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-def test_library_suite(library, pg_dsn, tmp_path):
-    out = tmp_path / "results.json"
-    work = tmp_path / "run"
+def _suite(library: str, dsn: str, tmp_path: Path, name: str, keyword: str) -> dict:
+    """One run of the suite against ``library`` (tests matching ``keyword``); its results."""
+    out = tmp_path / f"{name}.json"
+    work = tmp_path / name
     work.mkdir()
-    env = dict(os.environ, LEDGERCHECK_PG_DSN=pg_dsn)
+    env = dict(os.environ, LEDGERCHECK_PG_DSN=dsn)
     cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q", "--assert=plain",
            "--ledger-only", "--ledger-adapter", library, "--ledger-seed", "1", "--ledger-results", str(out),
-           "--ledger-artifacts", str(tmp_path / "artifacts"), "-k", "not execution"]
+           "--ledger-artifacts", str(tmp_path / "artifacts"), "-k", keyword]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
-    doc = json.loads(out.read_text(encoding="utf-8"))
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _failed(doc: dict) -> set[str]:
+    return {c["id"] for c in doc["clauses"] if c["outcome"] == "fail"}
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_library_suite(library, pg_dsn, tmp_path):
+    doc = _suite(library, pg_dsn, tmp_path, "run", "not execution")
     errors = [t for t in doc["tests"] if t["outcome"] == "error"]
     assert not errors, f"{library}: harness errors: " + "; ".join(f"{t['nodeid']}: {t['message'][:200]}" for t in errors[:5])
     published = json.loads((ROOT / "docs" / "libraries" / library / "results.json").read_text(encoding="utf-8"))
@@ -51,7 +60,11 @@ def test_library_suite(library, pg_dsn, tmp_path):
         if v["verdict"] in ("certified", "failed"):
             assert doc["profiles"]["verdicts"][prof]["verdict"] in ("failed", "error"), (library, prof)
     # the findings are the library's, not the harness's: a clause that fails here failed when published
-    failed_now = {c["id"] for c in doc["clauses"] if c["outcome"] == "fail"}
-    failed_then = {c["id"] for c in published["clauses"] if c["outcome"] == "fail"}
-    assert failed_now <= failed_then | {"retry.execution_timeout", "core.expire.timeout_reason"}, \
-        f"{library}: newly failing {sorted(failed_now - failed_then)}"
+    allowed = _failed(published) | {"retry.execution_timeout", "core.expire.timeout_reason"}
+    new = _failed(doc) - allowed
+    if new:
+        # these libraries run on a wall clock at 1/100 of the contract's timings, beside the rest of
+        # the test run: when a clause's window was missed on a loaded machine the suite runs once
+        # more, and a finding that is real fails again there
+        again = _failed(_suite(library, pg_dsn, tmp_path, "again", "not execution")) & new
+        assert not again, f"{library}: newly failing {sorted(again)} (failed twice; published: docs/libraries/{library})"
