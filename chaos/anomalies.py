@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .history import Complete, Effect, Final, History, Invoke, Meta, Nemesis, Record, no_gc, to_dict
+from .history import Final, History, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work")
@@ -93,19 +93,21 @@ def _line_dict(rec: Record) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- the index
 class Op:
-    """One operation: its invoke and (if any) its completion."""
+    """One operation: its invoke and (if any) its completion, by their rows in the history."""
 
     __slots__ = ("inv", "comp", "name", "process", "args", "t0", "t1", "now", "outcome", "result", "work_id")
 
-    def __init__(self, inv: Invoke) -> None:
-        self.inv = inv
-        self.comp: Complete | None = None
-        self.name = inv.op
-        self.process = inv.process
-        self.args = inv.args
-        self.t0 = inv.t
+    def __init__(self, inv: int, obj: dict[str, Any]) -> None:
+        self.inv = inv  # the row of the invoke
+        self.comp: int | None = None  # the row of the completion
+        self.name: str = obj["op"]
+        self.process: str = obj["process"]
+        self.args: dict[str, Any] = obj["args"]
+        self.t0: float = obj["t"]
         self.t1 = INF  # an operation that never completed may have taken effect at any later time
-        now = inv.now if inv.now is not None else inv.args.get("now")
+        now = obj.get("now")
+        if now is None:
+            now = self.args.get("now")
         self.now: float | None = float(now) if isinstance(now, (int, float)) else None
         self.outcome = "indefinite"
         self.result: Any = None
@@ -124,9 +126,6 @@ class Op:
     def token(self) -> Any:
         a = self.args
         return a.get("token", a.get("lease_token"))
-
-    def records(self) -> tuple[Record, ...]:
-        return (self.inv,) if self.comp is None else (self.inv, self.comp)
 
 
 @dataclass(slots=True)
@@ -181,7 +180,7 @@ class _Item:
         self.ops: list[Op] = []
         self.snaps: list[Snap] = []
         self.creates: list[Op] = []
-        self.effects: dict[str, list[Effect]] = {}
+        self.effects: dict[str, list[int]] = {}  # key -> the rows of its applied effects
 
 
 def _num(v: Any) -> float | None:
@@ -220,30 +219,46 @@ class _Checker:
             it = self.items[work_id] = _Item(work_id)
         return it
 
+    def records(self, x: Op | Record) -> tuple[Record, ...]:
+        """The records of an operation (its invoke and completion), or the record itself."""
+        if not isinstance(x, Op):
+            return (x,)
+        rec = self.h.record
+        return (rec(x.inv),) if x.comp is None else (rec(x.inv), rec(x.comp))
+
     # -- pass 1: pair operations, index by item
     def index(self) -> None:
         by_id: dict[int, Op] = {}
         ops = self.ops
+        append = ops.append
         items = self.items
-        for rec in self.h.records:
-            kind = rec.type
+        applied = deduplicated = 0
+        for i, obj in enumerate(self.h.rows):
+            kind = obj["type"]
             if kind == "invoke":
-                op = by_id[rec.id] = Op(rec)  # type: ignore[arg-type]
-                ops.append(op)
+                op = by_id[obj["id"]] = Op(i, obj)
+                append(op)
             elif kind == "complete":
-                op = by_id[rec.id]  # type: ignore[union-attr]
-                op.comp = rec  # type: ignore[assignment]
-                op.t1 = rec.t  # type: ignore[union-attr]
-                op.outcome = rec.outcome  # type: ignore[union-attr]
-                op.result = rec.result  # type: ignore[union-attr]
+                op = by_id[obj["id"]]
+                op.comp = i
+                op.t1 = obj["t"]
+                op.outcome = obj["outcome"]
+                op.result = obj.get("result")
             elif kind == "effect":
-                if rec.applied:  # type: ignore[union-attr]
-                    self.item(rec.work_id).effects.setdefault(rec.key, []).append(rec)  # type: ignore[union-attr,arg-type]
-                self.counts["effects_applied" if rec.applied else "effects_deduplicated"] += 1  # type: ignore[union-attr]
+                if obj["applied"]:
+                    self.item(obj["work_id"]).effects.setdefault(obj["key"], []).append(i)
+                    applied += 1
+                else:
+                    deduplicated += 1
             elif kind == "nemesis":
-                self.nemesis[rec.fault] += 1  # type: ignore[union-attr]
-                if rec.fault == "kill" and rec.process:  # type: ignore[union-attr]
-                    self.kills[rec.process].append(rec)  # type: ignore[union-attr,index,arg-type]
+                rec: Nemesis = self.h.record(i)  # type: ignore[assignment]
+                self.nemesis[rec.fault] += 1
+                if rec.fault == "kill" and rec.process:
+                    self.kills[rec.process].append(rec)
+        if applied:
+            self.counts["effects_applied"] = applied
+        if deduplicated:
+            self.counts["effects_deduplicated"] = deduplicated
         outcomes: dict[str, int] = {"ok": 0, "refused": 0, "indefinite": 0}
         max_now, max_op = -INF, None
         for op in ops:
@@ -357,7 +372,7 @@ class _Checker:
             for x in xs:
                 if x is None:
                     continue
-                out.extend(x.records() if isinstance(x, Op) else (x,))
+                out.extend(self.records(x))
             return out
 
         excerpt = _ordered(flat(ops))
@@ -612,18 +627,21 @@ class _Checker:
     # -- duplicate effects
     def duplicates(self, it: _Item, permitted: Counter[int]) -> None:
         delivery = self.meta.delivery
+        rows = self.h.rows
         for key, effs in it.effects.items():
             if len(effs) < 2:
                 continue
-            if delivery == "at-least-once" or self._rerun_by_operator(it, effs[0], effs[1]):
+            if delivery == "at-least-once" or self._rerun_by_operator(it, rows[effs[0]]["t"], rows[effs[1]]["t"]):
                 permitted[len(effs)] += 1
                 continue
             why = (f"the effect {key[:16]} of {it.work_id} was applied {len(effs)} times; "
                    f"declared delivery {delivery} allows once")
-            self.add("duplicate_effect", it.work_id, why, effs[:2], effs[2:])
+            recs = [self.h.record(e) for e in effs]
+            self.add("duplicate_effect", it.work_id, why, recs[:2], recs[2:])
 
-    def _rerun_by_operator(self, it: _Item, e1: Effect, e2: Effect) -> bool:
-        return any(op.name == "requeue" and op.maybe and op.t1 > e1.t and op.t0 < e2.t for op in it.ops)
+    def _rerun_by_operator(self, it: _Item, t1: float, t2: float) -> bool:
+        """Did an operator requeue run between two effects (at real times t1, t2)?"""
+        return any(op.name == "requeue" and op.maybe and op.t1 > t1 and op.t0 < t2 for op in it.ops)
 
     # -- lost and stuck work
     def lost(self, it: _Item, grants: list[Grant], reclaimed: Counter[str]) -> None:
