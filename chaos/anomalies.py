@@ -28,6 +28,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from .history import Final, History, Meta, Nemesis, Record, no_gc, to_dict
@@ -44,6 +45,8 @@ TOKEN_WRITES = frozenset({"close_out", "renew", "fail", "set_waiting"})
 MONITOR = frozenset({"expire", "recover"})  # may take lapsed leases
 REQUEUES = frozenset({"requeue", "recover"})  # may move a terminal item back to queued
 OPERATOR = "operator"
+# what the index keeps aside: 1 a monitor op, 2 an op that may requeue terminal items
+_ROLES = {name: (name in MONITOR) | (name in REQUEUES) << 1 for name in MONITOR | REQUEUES}
 INF = math.inf
 
 
@@ -183,6 +186,9 @@ class _Item:
         self.effects: dict[str, list[int]] = {}  # key -> the rows of its applied effects
 
 
+_T1 = attrgetter("t1")
+
+
 def _num(v: Any) -> float | None:
     t = type(v)
     return float(v) if t is float or t is int else None
@@ -259,40 +265,48 @@ class _Checker:
             self.counts["effects_applied"] = applied
         if deduplicated:
             self.counts["effects_deduplicated"] = deduplicated
-        outcomes: dict[str, int] = {"ok": 0, "refused": 0, "indefinite": 0}
+        n_ok = n_refused = 0
         max_now, max_op = -INF, None
+        claims_null = self.claims_null
+        monitor_ops = self.monitor_ops
+        requeues = self.requeues
+        roles = _ROLES
         for op in ops:
             outcome = op.outcome
-            outcomes[outcome] += 1
             now = op.now
-            if now is not None and now > max_now and outcome != "refused":
-                max_now, max_op = now, op
             name = op.name
+            if outcome == "refused":
+                n_refused += 1
+            elif now is not None and now > max_now:
+                max_now, max_op = now, op
             wid = op.args.get("work_id")
             if outcome == "ok":
+                n_ok += 1
                 r = op.result
                 if type(r) is dict:
                     if name == "create":
                         r = r.get("work")
                     if type(r) is dict and "status" in r and "work_id" in r:
-                        if wid is None:
-                            wid = r["work_id"]
                         w_id = r["work_id"]
+                        if wid is None:
+                            wid = w_id
                         it = items.get(w_id)
                         if it is None:
                             it = items[w_id] = _Item(w_id)
                         it.snaps.append(Snap(r, op, op.t0, op.t1))
                 elif r is None:
                     if name == "claim":
-                        self.claims_null.append(op)
+                        claims_null.append(op)
                 elif name == "list" and type(r) is list:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
                             self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
-            if name in MONITOR:
-                self.monitor_ops.append(op)
-            if name in REQUEUES:
-                self.requeues.append(op)
+            role = roles.get(name)
+            if role is not None:
+                if role & 1:
+                    monitor_ops.append(op)
+                if role & 2:
+                    requeues.append(op)
             if wid is not None:
                 op.work_id = wid = str(wid)
                 it = items.get(wid)
@@ -305,6 +319,7 @@ class _Checker:
                 self.pending_creates[(op.args.get("source_system"), op.args.get("source_id"))].append(op)
             elif name == "claim" and outcome == "indefinite":
                 self.open_claims[op.args.get("owner")].append(op)
+        outcomes = {"ok": n_ok, "refused": n_refused, "indefinite": len(ops) - n_ok - n_refused}
         self.max_now, self.max_now_op = max_now, max_op
         for k, v in outcomes.items():
             if v:
@@ -385,7 +400,7 @@ class _Checker:
         grants: list[Grant] = []
         known: set[Any] = set()
         for op in it.ops:
-            if op.name in GRANTS and op.ok and isinstance(op.result, dict):
+            if op.outcome == "ok" and op.name in GRANTS and isinstance(op.result, dict):
                 w = op.result
                 tok = w.get("lease_token")
                 if tok is None:
@@ -402,10 +417,10 @@ class _Checker:
         finals: tuple[Snap | None, ...] = (None,) if fw is not None else ()
         for s in (*it.snaps, *finals):
             w = s.work if s is not None else fw
-            assert w is not None
-            tok = w.get("lease_token")
-            if tok is None or tok in known or w.get("status") not in LEASED:
+            tok = w.get("lease_token")  # type: ignore[union-attr]
+            if tok is None or tok in known or w.get("status") not in LEASED:  # type: ignore[union-attr]
                 continue
+            assert w is not None
             seen_t = s.t1 if s is not None else INF
             src = self._grant_op(it, w.get("owner"), seen_t)
             exp = _num(w.get("lease_expires_at"))
@@ -423,6 +438,8 @@ class _Checker:
             grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
                                        g.start if g.start is not None else INF,
                                        g.op.t0 if g.op is not None else INF))
+        if not known:
+            return grants  # no token to write with: no renewal or release to attach
         for op in it.ops:
             if op.name not in TOKEN_WRITES:
                 continue
@@ -432,11 +449,11 @@ class _Checker:
             g = self.holder(grants, tok, op.t0, op.process)
             if g is None:
                 continue
-            if op.name == "renew" and op.ok and isinstance(op.result, dict):
+            if op.name == "renew" and op.outcome == "ok" and isinstance(op.result, dict):
                 exp = _num(op.result.get("lease_expires_at"))
                 if exp is not None:
                     g.renewals.append((op.t1, exp, op))
-            elif op.name in RELEASES and op.maybe:
+            elif op.name in RELEASES and op.outcome != "refused":
                 g.releases.append(op)
         return grants
 
@@ -575,9 +592,12 @@ class _Checker:
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:
-        if not any(s.work.get("status") in TERMINAL for s in it.snaps):
+        for s in it.snaps:
+            if s.work.get("status") in TERMINAL:
+                break
+        else:
             return  # nothing read terminal before the final read: nothing to change
-        snaps = sorted(it.snaps, key=lambda s: s.t1)
+        snaps = sorted(it.snaps, key=_T1)
         fw = it.final
         if fw is not None:
             snaps.append(Snap(fw, None, INF, INF))
