@@ -234,30 +234,20 @@ class _Checker:
 
     # -- pass 1: pair operations, index by item
     def index(self) -> None:
-        by_id: dict[int, Op] = {}
-        ops = self.ops
-        append = ops.append
-        items = self.items
+        h = self.h
+        rows = h.rows
+        invokes, completes, others = h.op_rows()
         applied = deduplicated = 0
-        for i, obj in enumerate(self.h.rows):
-            kind = obj["type"]
-            if kind == "invoke":
-                op = by_id[obj["id"]] = Op(i, obj)
-                append(op)
-            elif kind == "complete":
-                op = by_id[obj["id"]]
-                op.comp = i
-                op.t1 = obj["t"]
-                op.outcome = obj["outcome"]
-                op.result = obj.get("result")
-            elif kind == "effect":
+        for i in others:
+            obj = rows[i]
+            if obj["type"] == "effect":
                 if obj["applied"]:
                     self.item(obj["work_id"]).effects.setdefault(obj["key"], []).append(i)
                     applied += 1
                 else:
                     deduplicated += 1
-            elif kind == "nemesis":
-                rec: Nemesis = self.h.record(i)  # type: ignore[assignment]
+            else:
+                rec: Nemesis = h.record(i)  # type: ignore[assignment]
                 self.nemesis[rec.fault] += 1
                 if rec.fault == "kill" and rec.process:
                     self.kills[rec.process].append(rec)
@@ -265,24 +255,40 @@ class _Checker:
             self.counts["effects_applied"] = applied
         if deduplicated:
             self.counts["effects_deduplicated"] = deduplicated
+        ops = self.ops
+        append = ops.append
+        items = self.items
         n_ok = n_refused = 0
         max_now, max_op = -INF, None
         claims_null = self.claims_null
         monitor_ops = self.monitor_ops
         requeues = self.requeues
         roles = _ROLES
-        for op in ops:
-            outcome = op.outcome
-            now = op.now
+        completion = completes.get
+        for ii in invokes:
+            obj = rows[ii]
+            op = Op(ii, obj)
+            append(op)
+            ci = completion(obj["id"])
             name = op.name
-            if outcome == "refused":
-                n_refused += 1
-            elif now is not None and now > max_now:
-                max_now, max_op = now, op
+            now = op.now
+            if ci is None:
+                outcome = "indefinite"
+                if now is not None and now > max_now:
+                    max_now, max_op = now, op
+            else:
+                c = rows[ci]
+                op.comp = ci
+                op.t1 = c["t"]
+                op.outcome = outcome = c["outcome"]
+                if outcome == "refused":
+                    n_refused += 1
+                elif now is not None and now > max_now:
+                    max_now, max_op = now, op
             wid = op.args.get("work_id")
             if outcome == "ok":
                 n_ok += 1
-                r = op.result
+                op.result = r = c.get("result")
                 if type(r) is dict:
                     if name == "create":
                         r = r.get("work")
@@ -301,6 +307,8 @@ class _Checker:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
                             self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
+            elif ci is not None:
+                op.result = c.get("result")
             role = roles.get(name)
             if role is not None:
                 if role & 1:

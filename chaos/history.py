@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -198,6 +198,12 @@ def from_dict(obj: Mapping[str, Any], line: int = 0, path: str = "<history>") ->
 
 
 # ------------------------------------------------------------------------------------ history
+class OpRows(NamedTuple):
+    invokes: list[int]  # the row of every invoke, in order
+    completes: dict[int, int]  # operation id -> the row of its completion
+    others: list[int]  # the rows of effect and nemesis records, in order
+
+
 class History:
     """A whole history: the meta record, every record in file order, the final record.
 
@@ -207,16 +213,36 @@ class History:
     it reports.
     """
 
-    __slots__ = ("meta", "final", "path", "rows", "_lines", "_built")
+    __slots__ = ("meta", "final", "path", "rows", "_lines", "_built", "_ops")
 
     def __init__(self, meta: Meta, rows: list[dict[str, Any]], final: Final | None, path: str = "<history>",
-                 lines: list[int] | None = None, built: dict[int, Record] | None = None) -> None:
+                 lines: list[int] | None = None, built: dict[int, Record] | None = None,
+                 ops: OpRows | None = None) -> None:
         self.meta = meta
         self.final = final
         self.path = path
         self.rows = rows
         self._lines = lines  # the file line of each row; None: row i is line i + 1
         self._built: dict[int, Record] = built if built is not None else {}
+        self._ops = ops
+
+    def op_rows(self) -> OpRows:
+        """Where the operations are: the invoke rows in order, the completion row of each
+        operation id, and the rows of every other record (effects, nemesis) in order."""
+        if self._ops is None:
+            invokes: list[int] = []
+            completes: dict[int, int] = {}
+            others: list[int] = []
+            for i, obj in enumerate(self.rows):
+                kind = obj["type"]
+                if kind == "invoke":
+                    invokes.append(i)
+                elif kind == "complete":
+                    completes[obj["id"]] = i
+                elif kind == "effect" or kind == "nemesis":
+                    others.append(i)
+            self._ops = OpRows(invokes, completes, others)
+        return self._ops
 
     def line(self, i: int) -> int:
         """The file line of row `i`."""
@@ -358,8 +384,9 @@ def _read(lines: list[bytes], name: str) -> History:
     the problem."""
     rows, numbers = _parse(lines, name)
     built: dict[int, Record] = {}
-    invoked: set[int] = set()
-    completed: set[int] = set()
+    invoked: dict[int, int] = {}  # operation id -> the row of its invoke
+    completes: dict[int, int] = {}  # operation id -> the row of its completion
+    others: list[int] = []
     meta: Meta | None = None
     final: Final | None = None
     nums = _NUMS
@@ -382,7 +409,7 @@ def _read(lines: list[bytes], name: str) -> History:
                 break
             if i in invoked:
                 raise HistoryError(name, n, f"operation id {i} is invoked twice")
-            invoked.add(i)  # type: ignore[arg-type]
+            invoked[i] = idx  # type: ignore[index]
         elif kind == "complete":
             i = obj.get("id")
             if not (type(i) is int and type(obj.get("process")) is str and type(obj.get("op")) is str
@@ -392,9 +419,9 @@ def _read(lines: list[bytes], name: str) -> History:
                 break
             if i not in invoked:
                 raise HistoryError(name, n, f"complete of operation id {i} has no earlier invoke")
-            if i in completed:
+            if i in completes:
                 raise HistoryError(name, n, f"operation id {i} is completed twice")
-            completed.add(i)  # type: ignore[arg-type]
+            completes[i] = idx  # type: ignore[index]
         elif kind == "effect":
             if not (type(obj.get("process")) is str and type(obj.get("work_id")) is str
                     and type(obj.get("key")) is str and type(obj.get("applied")) is bool
@@ -402,6 +429,7 @@ def _read(lines: list[bytes], name: str) -> History:
                 built[idx] = from_dict(obj, n, name)
             if meta is None:
                 break
+            others.append(idx)
         else:
             rec = built[idx] = from_dict(obj, n, name)
             if kind == "meta":
@@ -412,10 +440,12 @@ def _read(lines: list[bytes], name: str) -> History:
                 break
             elif kind == "final":
                 final = rec  # type: ignore[assignment]
+            elif kind == "nemesis":
+                others.append(idx)
     else:
         if meta is None:
             raise HistoryError(name, None, "empty history (no meta record)")
-        return History(meta, rows, final, name, numbers, built)
+        return History(meta, rows, final, name, numbers, built, OpRows(list(invoked.values()), completes, others))
     raise HistoryError(name, n, "the history does not start with a meta record")
 
 
