@@ -286,6 +286,7 @@ class _Checker:
                 elif now is not None and now > max_now:
                     max_now, max_op = now, op
             wid = op.args.get("work_id")
+            it = None  # the item of the snapshot the operation returned, if any
             if outcome == "ok":
                 n_ok += 1
                 op.result = r = c.get("result")
@@ -316,10 +317,13 @@ class _Checker:
                 if role & 2:
                     requeues.append(op)
             if wid is not None:
-                op.work_id = wid = str(wid)
-                it = items.get(wid)
-                if it is None:
-                    it = items[wid] = _Item(wid)
+                if type(wid) is not str:
+                    wid = str(wid)
+                op.work_id = wid
+                if it is None or it.work_id != wid:
+                    it = items.get(wid)
+                    if it is None:
+                        it = items[wid] = _Item(wid)
                 it.ops.append(op)
                 if name == "create":
                     it.creates.append(op)

@@ -400,10 +400,14 @@ def _read(lines: list[bytes], name: str) -> History:
         if final is not None:
             raise HistoryError(name, n, f"a {kind} record after the final record")
         if kind == "invoke":
-            i = obj.get("id")
-            if not (type(i) is int and type(obj.get("process")) is str and type(obj.get("op")) is str
-                    and type(obj.get("args")) is dict and type(obj.get("t")) in nums
-                    and ((now := obj.get("now")) is None or type(now) in nums)):
+            try:
+                i = obj["id"]
+                good = (type(i) is int and type(obj["process"]) is str and type(obj["op"]) is str
+                        and type(obj["args"]) is dict and type(obj["t"]) in nums
+                        and ((now := obj.get("now")) is None or type(now) in nums))
+            except KeyError:
+                i, good = None, False
+            if not good:
                 built[idx] = from_dict(obj, n, name)  # names what is wrong
             if meta is None:
                 break
@@ -411,9 +415,13 @@ def _read(lines: list[bytes], name: str) -> History:
                 raise HistoryError(name, n, f"operation id {i} is invoked twice")
             invoked[i] = idx  # type: ignore[index]
         elif kind == "complete":
-            i = obj.get("id")
-            if not (type(i) is int and type(obj.get("process")) is str and type(obj.get("op")) is str
-                    and obj.get("outcome") in outcomes and type(obj.get("t")) in nums):
+            try:
+                i = obj["id"]
+                good = (type(i) is int and type(obj["process"]) is str and type(obj["op"]) is str
+                        and obj["outcome"] in outcomes and type(obj["t"]) in nums)
+            except KeyError:
+                i, good = None, False
+            if not good:
                 built[idx] = from_dict(obj, n, name)
             if meta is None:
                 break
@@ -423,9 +431,13 @@ def _read(lines: list[bytes], name: str) -> History:
                 raise HistoryError(name, n, f"operation id {i} is completed twice")
             completes[i] = idx  # type: ignore[index]
         elif kind == "effect":
-            if not (type(obj.get("process")) is str and type(obj.get("work_id")) is str
-                    and type(obj.get("key")) is str and type(obj.get("applied")) is bool
-                    and type(obj.get("t")) in nums and ((c := obj.get("count")) is None or type(c) is int)):
+            try:
+                good = (type(obj["process"]) is str and type(obj["work_id"]) is str and type(obj["key"]) is str
+                        and type(obj["applied"]) is bool and type(obj["t"]) in nums
+                        and ((c := obj.get("count")) is None or type(c) is int))
+            except KeyError:
+                good = False
+            if not good:
                 built[idx] = from_dict(obj, n, name)
             if meta is None:
                 break
