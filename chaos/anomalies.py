@@ -216,6 +216,7 @@ class _Checker:
         self.max_now_op: Op | None = None
         self.anomalies: list[Anomaly] = []
         self.split_pairs: set[tuple[int, int]] = set()  # (first, second) grants reported as split
+        self.actions: tuple[dict[str, tuple[int, dict[str, Any]]], list[tuple[int, dict[str, Any]]]] | None = None
         self.observations: list[str] = []
         self.counts: Counter[str] = Counter()
 
@@ -648,13 +649,28 @@ class _Checker:
         return False
 
     def _action_for(self, work_id: str) -> Mapping[str, Any] | None:
+        """The last recovery action naming the item (the one that brought it back), if any."""
         if self.final is None:
             return None
-        found = None
-        for a in self.final.recovery.get("actions") or []:
-            if isinstance(a, dict) and work_id in (a.get("work_ids") or []):
-                found = a  # the last action naming it is the one that brought it back
-        return found
+        if self.actions is None:  # index the actions once: an operator recovery may name every item
+            named: dict[str, tuple[int, dict[str, Any]]] = {}
+            odd: list[tuple[int, dict[str, Any]]] = []  # work_ids not a list of strings: asked as written
+            for i, a in enumerate(self.final.recovery.get("actions") or []):
+                if not isinstance(a, dict):
+                    continue
+                ids = a.get("work_ids") or []
+                if type(ids) is list and all(type(w) is str for w in ids):
+                    for w in ids:
+                        named[w] = (i, a)
+                else:
+                    odd.append((i, a))
+            self.actions = (named, odd)
+        named, odd = self.actions
+        found = named.get(work_id) if type(work_id) is str else None
+        for i, a in odd:
+            if work_id in (a.get("work_ids") or []) and (found is None or i > found[0]):
+                found = (i, a)
+        return found[1] if found is not None else None
 
     # -- duplicate effects
     def duplicates(self, it: _Item, permitted: Counter[int]) -> None:
