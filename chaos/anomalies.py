@@ -28,9 +28,10 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
-from .history import Complete, Effect, Final, History, Invoke, Meta, Nemesis, Record, no_gc, to_dict
+from .history import Final, History, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work")
@@ -44,6 +45,8 @@ TOKEN_WRITES = frozenset({"close_out", "renew", "fail", "set_waiting"})
 MONITOR = frozenset({"expire", "recover"})  # may take lapsed leases
 REQUEUES = frozenset({"requeue", "recover"})  # may move a terminal item back to queued
 OPERATOR = "operator"
+# what the index keeps aside: 1 a monitor op, 2 an op that may requeue terminal items
+_ROLES = {name: (name in MONITOR) | (name in REQUEUES) << 1 for name in MONITOR | REQUEUES}
 INF = math.inf
 
 
@@ -93,19 +96,21 @@ def _line_dict(rec: Record) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- the index
 class Op:
-    """One operation: its invoke and (if any) its completion."""
+    """One operation: its invoke and (if any) its completion, by their rows in the history."""
 
     __slots__ = ("inv", "comp", "name", "process", "args", "t0", "t1", "now", "outcome", "result", "work_id")
 
-    def __init__(self, inv: Invoke) -> None:
-        self.inv = inv
-        self.comp: Complete | None = None
-        self.name = inv.op
-        self.process = inv.process
-        self.args = inv.args
-        self.t0 = inv.t
+    def __init__(self, inv: int, obj: dict[str, Any]) -> None:
+        self.inv = inv  # the row of the invoke
+        self.comp: int | None = None  # the row of the completion
+        self.name: str = obj["op"]
+        self.process: str = obj["process"]
+        self.args: dict[str, Any] = obj["args"]
+        self.t0: float = obj["t"]
         self.t1 = INF  # an operation that never completed may have taken effect at any later time
-        now = inv.now if inv.now is not None else inv.args.get("now")
+        now = obj.get("now")
+        if now is None:
+            now = self.args.get("now")
         self.now: float | None = float(now) if isinstance(now, (int, float)) else None
         self.outcome = "indefinite"
         self.result: Any = None
@@ -124,9 +129,6 @@ class Op:
     def token(self) -> Any:
         a = self.args
         return a.get("token", a.get("lease_token"))
-
-    def records(self) -> tuple[Record, ...]:
-        return (self.inv,) if self.comp is None else (self.inv, self.comp)
 
 
 @dataclass(slots=True)
@@ -181,7 +183,10 @@ class _Item:
         self.ops: list[Op] = []
         self.snaps: list[Snap] = []
         self.creates: list[Op] = []
-        self.effects: dict[str, list[Effect]] = {}
+        self.effects: dict[str, list[int]] = {}  # key -> the rows of its applied effects
+
+
+_T1 = attrgetter("t1")
 
 
 def _num(v: Any) -> float | None:
@@ -211,6 +216,7 @@ class _Checker:
         self.max_now_op: Op | None = None
         self.anomalies: list[Anomaly] = []
         self.split_pairs: set[tuple[int, int]] = set()  # (first, second) grants reported as split
+        self.actions: tuple[dict[str, tuple[int, dict[str, Any]]], list[tuple[int, dict[str, Any]]]] | None = None
         self.observations: list[str] = []
         self.counts: Counter[str] = Counter()
 
@@ -220,69 +226,105 @@ class _Checker:
             it = self.items[work_id] = _Item(work_id)
         return it
 
+    def records(self, x: Op | Record) -> tuple[Record, ...]:
+        """The records of an operation (its invoke and completion), or the record itself."""
+        if not isinstance(x, Op):
+            return (x,)
+        rec = self.h.record
+        return (rec(x.inv),) if x.comp is None else (rec(x.inv), rec(x.comp))
+
     # -- pass 1: pair operations, index by item
     def index(self) -> None:
-        by_id: dict[int, Op] = {}
+        h = self.h
+        rows = h.rows
+        invokes, completes, others = h.op_rows()
+        applied = deduplicated = 0
+        for i in others:
+            obj = rows[i]
+            if obj["type"] == "effect":
+                if obj["applied"]:
+                    self.item(obj["work_id"]).effects.setdefault(obj["key"], []).append(i)
+                    applied += 1
+                else:
+                    deduplicated += 1
+            else:
+                rec: Nemesis = h.record(i)  # type: ignore[assignment]
+                self.nemesis[rec.fault] += 1
+                if rec.fault == "kill" and rec.process:
+                    self.kills[rec.process].append(rec)
+        if applied:
+            self.counts["effects_applied"] = applied
+        if deduplicated:
+            self.counts["effects_deduplicated"] = deduplicated
         ops = self.ops
+        append = ops.append
         items = self.items
-        for rec in self.h.records:
-            kind = rec.type
-            if kind == "invoke":
-                op = by_id[rec.id] = Op(rec)  # type: ignore[arg-type]
-                ops.append(op)
-            elif kind == "complete":
-                op = by_id[rec.id]  # type: ignore[union-attr]
-                op.comp = rec  # type: ignore[assignment]
-                op.t1 = rec.t  # type: ignore[union-attr]
-                op.outcome = rec.outcome  # type: ignore[union-attr]
-                op.result = rec.result  # type: ignore[union-attr]
-            elif kind == "effect":
-                if rec.applied:  # type: ignore[union-attr]
-                    self.item(rec.work_id).effects.setdefault(rec.key, []).append(rec)  # type: ignore[union-attr,arg-type]
-                self.counts["effects_applied" if rec.applied else "effects_deduplicated"] += 1  # type: ignore[union-attr]
-            elif kind == "nemesis":
-                self.nemesis[rec.fault] += 1  # type: ignore[union-attr]
-                if rec.fault == "kill" and rec.process:  # type: ignore[union-attr]
-                    self.kills[rec.process].append(rec)  # type: ignore[union-attr,index,arg-type]
-        outcomes: dict[str, int] = {"ok": 0, "refused": 0, "indefinite": 0}
+        n_ok = n_refused = 0
         max_now, max_op = -INF, None
-        for op in ops:
-            outcome = op.outcome
-            outcomes[outcome] += 1
-            now = op.now
-            if now is not None and now > max_now and outcome != "refused":
-                max_now, max_op = now, op
+        claims_null = self.claims_null
+        monitor_ops = self.monitor_ops
+        requeues = self.requeues
+        roles = _ROLES
+        completion = completes.get
+        for ii in invokes:
+            obj = rows[ii]
+            op = Op(ii, obj)
+            append(op)
+            ci = completion(obj["id"])
             name = op.name
+            now = op.now
+            if ci is None:
+                outcome = "indefinite"
+                if now is not None and now > max_now:
+                    max_now, max_op = now, op
+            else:
+                c = rows[ci]
+                op.comp = ci
+                op.t1 = c["t"]
+                op.outcome = outcome = c["outcome"]
+                if outcome == "refused":
+                    n_refused += 1
+                elif now is not None and now > max_now:
+                    max_now, max_op = now, op
             wid = op.args.get("work_id")
+            it = None  # the item of the snapshot the operation returned, if any
             if outcome == "ok":
-                r = op.result
+                n_ok += 1
+                op.result = r = c.get("result")
                 if type(r) is dict:
                     if name == "create":
                         r = r.get("work")
                     if type(r) is dict and "status" in r and "work_id" in r:
-                        if wid is None:
-                            wid = r["work_id"]
                         w_id = r["work_id"]
+                        if wid is None:
+                            wid = w_id
                         it = items.get(w_id)
                         if it is None:
                             it = items[w_id] = _Item(w_id)
                         it.snaps.append(Snap(r, op, op.t0, op.t1))
                 elif r is None:
                     if name == "claim":
-                        self.claims_null.append(op)
+                        claims_null.append(op)
                 elif name == "list" and type(r) is list:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
                             self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
-            if name in MONITOR:
-                self.monitor_ops.append(op)
-            if name in REQUEUES:
-                self.requeues.append(op)
+            elif ci is not None:
+                op.result = c.get("result")
+            role = roles.get(name)
+            if role is not None:
+                if role & 1:
+                    monitor_ops.append(op)
+                if role & 2:
+                    requeues.append(op)
             if wid is not None:
-                op.work_id = wid = str(wid)
-                it = items.get(wid)
-                if it is None:
-                    it = items[wid] = _Item(wid)
+                if type(wid) is not str:
+                    wid = str(wid)
+                op.work_id = wid
+                if it is None or it.work_id != wid:
+                    it = items.get(wid)
+                    if it is None:
+                        it = items[wid] = _Item(wid)
                 it.ops.append(op)
                 if name == "create":
                     it.creates.append(op)
@@ -290,6 +332,7 @@ class _Checker:
                 self.pending_creates[(op.args.get("source_system"), op.args.get("source_id"))].append(op)
             elif name == "claim" and outcome == "indefinite":
                 self.open_claims[op.args.get("owner")].append(op)
+        outcomes = {"ok": n_ok, "refused": n_refused, "indefinite": len(ops) - n_ok - n_refused}
         self.max_now, self.max_now_op = max_now, max_op
         for k, v in outcomes.items():
             if v:
@@ -357,7 +400,7 @@ class _Checker:
             for x in xs:
                 if x is None:
                     continue
-                out.extend(x.records() if isinstance(x, Op) else (x,))
+                out.extend(self.records(x))
             return out
 
         excerpt = _ordered(flat(ops))
@@ -370,7 +413,7 @@ class _Checker:
         grants: list[Grant] = []
         known: set[Any] = set()
         for op in it.ops:
-            if op.name in GRANTS and op.ok and isinstance(op.result, dict):
+            if op.outcome == "ok" and op.name in GRANTS and isinstance(op.result, dict):
                 w = op.result
                 tok = w.get("lease_token")
                 if tok is None:
@@ -387,10 +430,10 @@ class _Checker:
         finals: tuple[Snap | None, ...] = (None,) if fw is not None else ()
         for s in (*it.snaps, *finals):
             w = s.work if s is not None else fw
-            assert w is not None
-            tok = w.get("lease_token")
-            if tok is None or tok in known or w.get("status") not in LEASED:
+            tok = w.get("lease_token")  # type: ignore[union-attr]
+            if tok is None or tok in known or w.get("status") not in LEASED:  # type: ignore[union-attr]
                 continue
+            assert w is not None
             seen_t = s.t1 if s is not None else INF
             src = self._grant_op(it, w.get("owner"), seen_t)
             exp = _num(w.get("lease_expires_at"))
@@ -408,6 +451,8 @@ class _Checker:
             grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
                                        g.start if g.start is not None else INF,
                                        g.op.t0 if g.op is not None else INF))
+        if not known:
+            return grants  # no token to write with: no renewal or release to attach
         for op in it.ops:
             if op.name not in TOKEN_WRITES:
                 continue
@@ -417,11 +462,11 @@ class _Checker:
             g = self.holder(grants, tok, op.t0, op.process)
             if g is None:
                 continue
-            if op.name == "renew" and op.ok and isinstance(op.result, dict):
+            if op.name == "renew" and op.outcome == "ok" and isinstance(op.result, dict):
                 exp = _num(op.result.get("lease_expires_at"))
                 if exp is not None:
                     g.renewals.append((op.t1, exp, op))
-            elif op.name in RELEASES and op.maybe:
+            elif op.name in RELEASES and op.outcome != "refused":
                 g.releases.append(op)
         return grants
 
@@ -560,9 +605,12 @@ class _Checker:
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:
-        if not any(s.work.get("status") in TERMINAL for s in it.snaps):
+        for s in it.snaps:
+            if s.work.get("status") in TERMINAL:
+                break
+        else:
             return  # nothing read terminal before the final read: nothing to change
-        snaps = sorted(it.snaps, key=lambda s: s.t1)
+        snaps = sorted(it.snaps, key=_T1)
         fw = it.final
         if fw is not None:
             snaps.append(Snap(fw, None, INF, INF))
@@ -601,29 +649,47 @@ class _Checker:
         return False
 
     def _action_for(self, work_id: str) -> Mapping[str, Any] | None:
+        """The last recovery action naming the item (the one that brought it back), if any."""
         if self.final is None:
             return None
-        found = None
-        for a in self.final.recovery.get("actions") or []:
-            if isinstance(a, dict) and work_id in (a.get("work_ids") or []):
-                found = a  # the last action naming it is the one that brought it back
-        return found
+        if self.actions is None:  # index the actions once: an operator recovery may name every item
+            named: dict[str, tuple[int, dict[str, Any]]] = {}
+            odd: list[tuple[int, dict[str, Any]]] = []  # work_ids not a list of strings: asked as written
+            for i, a in enumerate(self.final.recovery.get("actions") or []):
+                if not isinstance(a, dict):
+                    continue
+                ids = a.get("work_ids") or []
+                if type(ids) is list and all(type(w) is str for w in ids):
+                    for w in ids:
+                        named[w] = (i, a)
+                else:
+                    odd.append((i, a))
+            self.actions = (named, odd)
+        named, odd = self.actions
+        found = named.get(work_id) if type(work_id) is str else None
+        for i, a in odd:
+            if work_id in (a.get("work_ids") or []) and (found is None or i > found[0]):
+                found = (i, a)
+        return found[1] if found is not None else None
 
     # -- duplicate effects
     def duplicates(self, it: _Item, permitted: Counter[int]) -> None:
         delivery = self.meta.delivery
+        rows = self.h.rows
         for key, effs in it.effects.items():
             if len(effs) < 2:
                 continue
-            if delivery == "at-least-once" or self._rerun_by_operator(it, effs[0], effs[1]):
+            if delivery == "at-least-once" or self._rerun_by_operator(it, rows[effs[0]]["t"], rows[effs[1]]["t"]):
                 permitted[len(effs)] += 1
                 continue
             why = (f"the effect {key[:16]} of {it.work_id} was applied {len(effs)} times; "
                    f"declared delivery {delivery} allows once")
-            self.add("duplicate_effect", it.work_id, why, effs[:2], effs[2:])
+            recs = [self.h.record(e) for e in effs]
+            self.add("duplicate_effect", it.work_id, why, recs[:2], recs[2:])
 
-    def _rerun_by_operator(self, it: _Item, e1: Effect, e2: Effect) -> bool:
-        return any(op.name == "requeue" and op.maybe and op.t1 > e1.t and op.t0 < e2.t for op in it.ops)
+    def _rerun_by_operator(self, it: _Item, t1: float, t2: float) -> bool:
+        """Did an operator requeue run between two effects (at real times t1, t2)?"""
+        return any(op.name == "requeue" and op.maybe and op.t1 > t1 and op.t0 < t2 for op in it.ops)
 
     # -- lost and stuck work
     def lost(self, it: _Item, grants: list[Grant], reclaimed: Counter[str]) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -198,23 +198,78 @@ def from_dict(obj: Mapping[str, Any], line: int = 0, path: str = "<history>") ->
 
 
 # ------------------------------------------------------------------------------------ history
-@dataclass
-class History:
-    """A whole history: the meta record, every record in file order, the final record."""
+class OpRows(NamedTuple):
+    invokes: list[int]  # the row of every invoke, in order
+    completes: dict[int, int]  # operation id -> the row of its completion
+    others: list[int]  # the rows of effect and nemesis records, in order
 
-    meta: Meta
-    records: list[Record]
-    final: Final | None
-    path: str = "<history>"
+
+class History:
+    """A whole history: the meta record, every record in file order, the final record.
+
+    ``rows`` holds each record's JSON object, validated, in file order.  Record objects are built
+    from them when asked for (:meth:`record`, :attr:`records`), once each, so the same row always
+    gives the same object: the checker reads the rows and builds records only for the excerpts
+    it reports.
+    """
+
+    __slots__ = ("meta", "final", "path", "rows", "_lines", "_built", "_ops")
+
+    def __init__(self, meta: Meta, rows: list[dict[str, Any]], final: Final | None, path: str = "<history>",
+                 lines: list[int] | None = None, built: dict[int, Record] | None = None,
+                 ops: OpRows | None = None) -> None:
+        self.meta = meta
+        self.final = final
+        self.path = path
+        self.rows = rows
+        self._lines = lines  # the file line of each row; None: row i is line i + 1
+        self._built: dict[int, Record] = built if built is not None else {}
+        self._ops = ops
+
+    def op_rows(self) -> OpRows:
+        """Where the operations are: the invoke rows in order, the completion row of each
+        operation id, and the rows of every other record (effects, nemesis) in order."""
+        if self._ops is None:
+            invokes: list[int] = []
+            completes: dict[int, int] = {}
+            others: list[int] = []
+            for i, obj in enumerate(self.rows):
+                kind = obj["type"]
+                if kind == "invoke":
+                    invokes.append(i)
+                elif kind == "complete":
+                    completes[obj["id"]] = i
+                elif kind == "effect" or kind == "nemesis":
+                    others.append(i)
+            self._ops = OpRows(invokes, completes, others)
+        return self._ops
+
+    def line(self, i: int) -> int:
+        """The file line of row `i`."""
+        return i + 1 if self._lines is None else self._lines[i]
+
+    def record(self, i: int) -> Record:
+        """The record of row `i` (built on first use, the same object after that)."""
+        rec = self._built.get(i)
+        if rec is None:
+            rec = self._built[i] = from_dict(self.rows[i], self.line(i), self.path)
+        return rec
+
+    @property
+    def records(self) -> list[Record]:
+        """Every record, in file order."""
+        return [self.record(i) for i in range(len(self.rows))]
 
     @classmethod
     def of(cls, records: Iterable[Record | Mapping[str, Any]], path: str = "<history>") -> History:
         """A history from records or their JSON objects, validated like a file."""
-        return _validate([r if not isinstance(r, Mapping) else from_dict(r, i + 1, path)
-                          for i, r in enumerate(records)], path)
+        recs = [r if not isinstance(r, Mapping) else from_dict(r, i + 1, path) for i, r in enumerate(records)]
+        meta, final = _validate(recs, path)
+        return cls(meta, [to_dict(r) for r in recs], final, path, [r.line or i + 1 for i, r in enumerate(recs)],
+                   dict(enumerate(recs)))
 
 
-def _validate(records: list[Record], path: str) -> History:
+def _validate(records: list[Record], path: str) -> tuple[Meta, Final | None]:
     meta: Meta | None = None
     final: Final | None = None
     invokes: set[int] = set()
@@ -246,7 +301,7 @@ def _validate(records: list[Record], path: str) -> History:
             final = rec  # type: ignore[assignment]
     if meta is None:
         raise HistoryError(path, None, "empty history (no meta record)")
-    return History(meta=meta, records=records, final=final, path=path)
+    return meta, final
 
 
 def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES,
@@ -261,6 +316,8 @@ def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTE
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise HistoryError(name, None, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # grew after the size was taken
+        raise HistoryError(name, None, f"file is over the limit of {max_bytes} bytes")
     lines = data.split(b"\n")
     if lines and max(map(len, lines)) > max_line:
         n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
@@ -273,74 +330,120 @@ def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTE
 def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while building many objects that all stay alive (every
     record of a history): otherwise each of its passes walks everything built so far, and the
-    time grows with the square of the history.  Reference counting still frees what dies."""
+    time grows with the square of the history.  Reference counting still frees what dies.
+
+    On the way out, what was built moves straight to the oldest generation (``gc.freeze()`` then
+    ``gc.unfreeze()``, unless the process keeps objects frozen on purpose): the young
+    generations' next passes would otherwise walk all of it, a few tenths of a second for a
+    100,000-operation history, to find no cycle (parsed JSON has none)."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
 _NUMS = (int, float)
 
 
-def _read(lines: list[bytes], name: str) -> History:
-    """Parse and validate in one pass.  Invokes and completes (nearly every line) take a fast
-    path with the same checks from_dict makes; anything else, or anything odd, goes through
-    from_dict, which names the problem."""
+def _parse(lines: list[bytes], name: str) -> tuple[list[Any], list[int] | None]:
+    """Every line's JSON value, and each one's line number (None: value i is line i + 1).
+
+    All lines are parsed in one C-level pass; only when that fails (a blank line inside the
+    file, or a line that is not JSON) are they parsed one by one, to skip the blank lines and
+    name the bad one."""
+    if lines and not lines[-1]:
+        lines = lines[:-1]  # the newline ending the last line
     loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    records: list[Record] = []
-    append = records.append
-    invoked: set[int] = set()
-    completed: set[int] = set()
-    meta: Meta | None = None
-    final: Final | None = None
-    nums = _NUMS
-    n = 0
+    try:
+        return list(map(loads, lines)), None
+    except orjson.JSONDecodeError:
+        pass
+    values: list[Any] = []
+    numbers: list[int] = []
     for n, raw in enumerate(lines, start=1):
         try:
-            obj = loads(raw)
-        except decode_error as exc:
+            values.append(loads(raw))
+        except orjson.JSONDecodeError as exc:
             if not raw.strip():
                 continue
             raise HistoryError(name, n, f"not JSON ({exc})") from None
+        numbers.append(n)
+    return values, numbers
+
+
+def _read(lines: list[bytes], name: str) -> History:
+    """Parse and validate.  Invokes, completes and effects (nearly every line) take a fast path
+    with the same checks from_dict makes, and stay plain JSON objects (History builds records
+    from them when asked); anything else, or anything odd, goes through from_dict, which names
+    the problem."""
+    rows, numbers = _parse(lines, name)
+    built: dict[int, Record] = {}
+    invoked: dict[int, int] = {}  # operation id -> the row of its invoke
+    completes: dict[int, int] = {}  # operation id -> the row of its completion
+    others: list[int] = []
+    meta: Meta | None = None
+    final: Final | None = None
+    nums = _NUMS
+    outcomes = OUTCOMES
+    n = 0
+    for idx, obj in enumerate(rows):
+        n = idx + 1 if numbers is None else numbers[idx]
         if type(obj) is not dict:
             raise HistoryError(name, n, f"a record must be a JSON object, not {type(obj).__name__}")
         kind = obj.get("type")
         if final is not None:
             raise HistoryError(name, n, f"a {kind} record after the final record")
-        rec: Record
         if kind == "invoke":
-            i, p, o, a, t, now = (obj.get("id"), obj.get("process"), obj.get("op"), obj.get("args"), obj.get("t"),
-                                  obj.get("now"))
-            if (type(i) is int and type(p) is str and type(o) is str and type(a) is dict
-                    and type(t) in nums and (now is None or type(now) in nums)):
-                rec = Invoke(i, p, o, a, t, now, n)
-            else:
-                rec = from_dict(obj, n, name)
+            try:
+                i = obj["id"]
+                good = (type(i) is int and type(obj["process"]) is str and type(obj["op"]) is str
+                        and type(obj["args"]) is dict and type(obj["t"]) in nums
+                        and ((now := obj.get("now")) is None or type(now) in nums))
+            except KeyError:
+                i, good = None, False
+            if not good:
+                built[idx] = from_dict(obj, n, name)  # names what is wrong
             if meta is None:
                 break
             if i in invoked:
                 raise HistoryError(name, n, f"operation id {i} is invoked twice")
-            invoked.add(i)  # type: ignore[arg-type]
+            invoked[i] = idx  # type: ignore[index]
         elif kind == "complete":
-            i, p, o, oc, t = obj.get("id"), obj.get("process"), obj.get("op"), obj.get("outcome"), obj.get("t")
-            if type(i) is int and type(p) is str and type(o) is str and oc in OUTCOMES and type(t) in nums:
-                rec = Complete(i, p, o, oc, t, obj.get("result"), obj.get("error"), n)
-            else:
-                rec = from_dict(obj, n, name)
+            try:
+                i = obj["id"]
+                good = (type(i) is int and type(obj["process"]) is str and type(obj["op"]) is str
+                        and obj["outcome"] in outcomes and type(obj["t"]) in nums)
+            except KeyError:
+                i, good = None, False
+            if not good:
+                built[idx] = from_dict(obj, n, name)
             if meta is None:
                 break
             if i not in invoked:
                 raise HistoryError(name, n, f"complete of operation id {i} has no earlier invoke")
-            if i in completed:
+            if i in completes:
                 raise HistoryError(name, n, f"operation id {i} is completed twice")
-            completed.add(i)  # type: ignore[arg-type]
+            completes[i] = idx  # type: ignore[index]
+        elif kind == "effect":
+            try:
+                good = (type(obj["process"]) is str and type(obj["work_id"]) is str and type(obj["key"]) is str
+                        and type(obj["applied"]) is bool and type(obj["t"]) in nums
+                        and ((c := obj.get("count")) is None or type(c) is int))
+            except KeyError:
+                good = False
+            if not good:
+                built[idx] = from_dict(obj, n, name)
+            if meta is None:
+                break
+            others.append(idx)
         else:
-            rec = from_dict(obj, n, name)
+            rec = built[idx] = from_dict(obj, n, name)
             if kind == "meta":
                 if meta is not None:
                     raise HistoryError(name, n, "a second meta record (a history has exactly one, first)")
@@ -349,11 +452,12 @@ def _read(lines: list[bytes], name: str) -> History:
                 break
             elif kind == "final":
                 final = rec  # type: ignore[assignment]
-        append(rec)
+            elif kind == "nemesis":
+                others.append(idx)
     else:
         if meta is None:
             raise HistoryError(name, None, "empty history (no meta record)")
-        return History(meta=meta, records=records, final=final, path=name)
+        return History(meta, rows, final, name, numbers, built, OpRows(list(invoked.values()), completes, others))
     raise HistoryError(name, n, "the history does not start with a meta record")
 
 
