@@ -79,59 +79,9 @@ def test_certify_refuses_an_out_of_range_overlay_with_exit_2(capsys: pytest.Capt
     assert not (tmp_path / "out").exists()
 
 
-ACCEPTED = {
-    "at-the-minima": """
-        priority: {default: 0, min: 0, max: 0}
-        lease:
-          ttl: 1s
-          renew_interval: 0.5
-          grace: 0
-          by_source:
-            control: {ttl: 1s, renew_interval: 0.5, grace: 0}
-        waiting:
-          timeouts: {user: 1s, external: 1s}
-        retry:
-          policy: {max_attempts: 2, initial_backoff: 0, multiplier: 1, max_backoff: 0}
-        inbox: {max_nacks: 2, drain_max: 10}
-        outbox: {pending_max: 10}
-        idempotency: {retention: 1s}
-        eventlog: {first_seq: 1}
-        phases:
-          claim: {timeout: 1s}
-          execution: {timeout: 2s}
-        """,
-    "at-the-maxima": """
-        priority: {default: 3, min: -500, max: 500}
-        lease:
-          ttl: 1000d
-          renew_interval: 999d
-          grace: 1000d
-          by_source:
-            control: {ttl: 1000d, renew_interval: 999d, grace: 2000d}
-        waiting:
-          timeouts: {user: 3650d, external: 3650d}
-        retry:
-          policy: {max_attempts: 25, initial_backoff: 3650d, multiplier: 100, max_backoff: 3650d}
-        inbox: {max_nacks: 25, drain_max: 1000}
-        outbox: {pending_max: 1000}
-        idempotency: {retention: 3650d}
-        eventlog: {first_seq: 1000000}
-        phases:
-          claim: {timeout: 3650d}
-          execution: {timeout: 3650d}
-        """,
-    "priority-max-100": "priority: {max: 100}\n",
-    "long-lease": """
-        lease:
-          ttl: 3000d
-          renew_interval: 1000d
-          grace: 600d
-          by_source:
-            control: {ttl: 3000d, renew_interval: 1000d, grace: 600d}
-        phases:
-          execution: {timeout: 3650d}
-        """,
-}
+# overlays at the bounds validation allows, shared with tests/conformance/test_bounds_certify.py
+# (which certifies the reference against each)
+ACCEPTED = {p.stem: p.read_text(encoding="utf-8") for p in sorted((Path(__file__).parent / "bounds").glob("*.yaml"))}
 
 
 @pytest.mark.parametrize("name", sorted(ACCEPTED))
