@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -90,26 +91,30 @@ def _spec(files: list[str]) -> Spec:
         raise ChaosError(str(exc.problems[0]) if exc.problems else str(exc)) from None
 
 
+def writable_dir(option: str, path: str | None) -> None:
+    """``path`` (given as ``option``) is a directory this process can write, created if missing;
+    else one ChaosError line.  None: nothing to check."""
+    if path is None:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ChaosError(f"{option} {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ChaosError(f"{option} {path}: cannot create it ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ChaosError(f"{option} {path}: not writable")
+
+
 def _check_paths(args: argparse.Namespace) -> None:
     """The path options, checked before anything runs, so a bad one is a one-line exit 2."""
-    import os
-
     tmp = getattr(args, "tmp_dir", None)
     if tmp is not None:
         if not os.path.isdir(tmp):
             raise ChaosError(f"--tmp-dir {tmp}: {'not a directory' if os.path.exists(tmp) else 'no such directory'}")
         if not os.access(tmp, os.W_OK | os.X_OK):
             raise ChaosError(f"--tmp-dir {tmp}: not writable")
-    rdir = getattr(args, "replay_dir", None)
-    if rdir is not None:
-        if os.path.exists(rdir) and not os.path.isdir(rdir):
-            raise ChaosError(f"--replay-dir {rdir}: not a directory")
-        try:
-            os.makedirs(rdir, exist_ok=True)
-        except OSError as exc:
-            raise ChaosError(f"--replay-dir {rdir}: cannot create it ({exc.strerror})") from None
-        if not os.access(rdir, os.W_OK | os.X_OK):
-            raise ChaosError(f"--replay-dir {rdir}: not writable")
+    writable_dir("--replay-dir", getattr(args, "replay_dir", None))
     wl = getattr(args, "workload", None)
     if wl is not None and not os.path.isfile(wl):
         raise ChaosError(f"--workload {wl}: {'not a file' if os.path.exists(wl) else 'no such file'}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 from ledgercheck.conformance.reaper import descendants
+from ledgercheck.conformance.reaper import gone as _gone
 from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, default_spec
 
@@ -58,13 +59,6 @@ def kill_tree(pid: int, proc: psutil.Process | None = None) -> list[int]:
 def _proc_gone(p: psutil.Process) -> bool:
     try:
         return p.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
 

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from .commands import Progress, _spec
+from .commands import Progress, _spec, writable_dir
 from .points import ChaosError
 
 
@@ -65,16 +65,7 @@ class _Bar(Progress):
 
 
 def _check_out(path: str | None) -> None:
-    if path is None:
-        return
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ChaosError(f"--out {path}: not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise ChaosError(f"--out {path}: cannot create it ({exc.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ChaosError(f"--out {path}: not writable")
+    writable_dir("--out", path)
 
 
 def cmd_safety(args: argparse.Namespace) -> int:
