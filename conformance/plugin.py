@@ -33,7 +33,15 @@ from ledgercheck.spec import Spec, SpecError, load_spec
 from .clauses import ClauseCase, NoCheck, all_cases
 from .client import AdapterError, Client, connect
 from .clock import plain, scaled_document, scaled_spec
-from .harness import AdapterFailure, ClauseFailure, DriveBlocked, Harness, NotApplicable, find_exception
+from .harness import (
+    AdapterFailure,
+    ClauseFailure,
+    DriveBlocked,
+    Harness,
+    NotApplicable,
+    NotOffered,
+    find_exception,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -481,6 +489,12 @@ class ClauseItem(LedgerItem):
 
             self.user_properties.append(("ledger_not_claimed", True))
             pytest.skip(f"not claimed: {exc}")
+        except NotOffered as exc:
+            # the implementation answered unsupported for an operation this check needs: the clause
+            # is not offered (never passed, never failed); its profile is not certified for it
+            h.tolerated = []
+            self.user_properties.append(("ledger_not_offered", [exc.what]))
+            pytest.skip(terminal(f"not offered: {exc.what}" + (f" ({_short(exc.message, 200)})" if exc.message else "")))
         except DriveBlocked as exc:
             if not h.last_claim_fallback:
                 self.user_properties.append(("ledger_error", f"harness could not set the scenario up: {exc}"))
@@ -560,6 +574,9 @@ class StatefulItem(LedgerItem):
         base = sess.harness
         h = Harness(base.client, sess.spec, self.profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
                     wall_scale=sess.wall_scale, wall_tolerance=sess.wall_tolerance)
+        # an operation the implementation does not offer is noted and not asked again; the machine
+        # explores what it does offer (each clause's own tests say what is not offered)
+        h.note_unoffered = True
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
         db = example_database(getattr(self.config, "_ledger_example_store", None), sess.slug)
@@ -599,6 +616,8 @@ class StatefulItem(LedgerItem):
                 raise
         finally:
             self._note_advisories(h)
+            if h.not_offered:
+                self.user_properties.append(("ledger_not_offered", sorted(h.not_offered)))
 
 
 class ChaosItem(LedgerItem):
