@@ -134,6 +134,9 @@ class Harness:
         # stateful runs: an unsupported answer is noted and returned (the rule goes on), and the
         # variant is not asked again; clause tests raise NotOffered instead
         self.note_unoffered = False
+        # variants a clause test found not offered where the contract demanded a refusal (the
+        # test went on; it can no longer pass).  The plugin empties it before each test
+        self.unoffered_here: list[str] = []
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
 
     # ------------------------------------------------------------------ lifecycle
@@ -245,9 +248,8 @@ class Harness:
         self.coverage.add((op, before, out.ok))
         if not out.ok and not out.definite:
             raise AdapterFailure(op, out)
-        if not out.ok and out.code == "unsupported":
-            self._unsupported(op, args, exp, form, out)
-            return out
+        if not out.ok and out.code == "unsupported" and not (isinstance(exp, Refuse) and "unsupported" in exp.codes):
+            return self._unsupported(op, args, exp, form, out)
         self.offered.add(form)
         found = self.model.settle(op, exp, out)
         if found and self.focus is None and all(v.clause in self._should for v in found):
@@ -285,12 +287,21 @@ class Harness:
         return any(o == op and sel <= s for o, s in self.offered)
 
     def _unsupported(self, op: str, args: dict[str, Any], exp: Any, form: tuple[str, frozenset[tuple[str, Any]]],
-                     out: Outcome) -> None:
-        """An ``unsupported`` answer: the variant is not offered, so the check that needed it
-        cannot be made (NotOffered), unless the contract demands a refusal of a variant this
-        ledger has already answered otherwise: an implementation that offers an operation must
-        refuse a call of it with the code the contract names, and ``unsupported`` is then a
-        wrong refusal like any other.  Either way nothing may have changed."""
+                     out: Outcome) -> Outcome:
+        """An ``unsupported`` answer (docs/results.md, "Not offered"): the variant is not offered.
+
+        * Where the contract demands a refusal of a variant this ledger has already answered
+          otherwise, ``unsupported`` is a wrong refusal like any other: the clause fails (an
+          implementation that offers an operation must refuse a call of it with the code the
+          contract names).
+        * Either way nothing may have changed: the item the call named is read back.
+        * Where the contract demands a refusal, the call was refused and changed nothing, so the
+          scenario is intact: a clause test goes on (a bug further on still fails it) as if
+          refused with the code the contract names, and the variant is noted in
+          ``unoffered_here`` (the test can then no longer pass: it ends as not offered).
+        * Where the contract expects the call to succeed, the scenario cannot go on:
+          :class:`NotOffered`.
+        * A stateful run (``note_unoffered``) notes the variant and goes on with the answer."""
         label = variant_label(form)
         if isinstance(exp, Refuse) and "unsupported" not in exp.codes and self._offers(form):
             found = self.model.keep([Violation(exp.clause, f"refused with 'unsupported' but the contract says "
@@ -302,8 +313,13 @@ class Harness:
         if isinstance(wid, str) and wid in self.model.items:
             self.verify(wid, blame=exp.clause)
         self.not_offered.setdefault(label, out.message)
-        if not self.note_unoffered:
-            raise NotOffered(label, out.message)
+        if self.note_unoffered:
+            return out
+        if isinstance(exp, Refuse):
+            if label not in self.unoffered_here:
+                self.unoffered_here.append(label)
+            return Outcome.error(sorted(exp.codes)[0], f"(not offered: {out.message})")
+        raise NotOffered(label, out.message)
 
     def _resolve_receipts(self) -> None:
         """Recovery marked receipts the contract also lets stay pending: look at what the
@@ -336,6 +352,7 @@ class Harness:
                 # no event trail at all: the clauses about events fail in their own tests
                 # (through events_of); everything else is still judged on the snapshots
                 self.events_missing = ev.message
+                self.not_offered.setdefault("events", ev.message)
                 continue
             if not ev.ok:
                 found.append(Violation("core.event.append_only", f"events({wid}) failed with {ev.code}: {ev.message}"))

@@ -7,8 +7,10 @@ generated from the contract, not collected from files: one item per clause case
 id and in its report's user properties, so CI output names the broken clause.
 
 Capability handling: clauses of profiles the adapter does not claim are skipped as "not
-claimed" (never passed, never failed); a clause the adapter declares as a known bug becomes a
-strict expected failure; an adapter failure (timeout, crash, garbage) is an error; a clause
+claimed" (never passed, never failed); a clause test that meets an operation the
+implementation does not offer (it answered ``unsupported``) is skipped as "not offered", naming
+the operation (never passed, never failed; its profile is not certified); a clause the adapter
+declares as a known bug becomes a strict expected failure; an adapter failure (timeout, crash, garbage) is an error; a clause
 with no test is an error.
 """
 
@@ -480,21 +482,22 @@ class ClauseItem(LedgerItem):
 
     def runtest(self) -> None:
         h = self.sess.harness
+        h.unoffered_here = []
         try:
             h.fresh()
             h.focus = self.case.clause
             self.case.fn(h)
         except NotApplicable as exc:
             h.tolerated = []  # a scenario that does not apply vouches for nothing
-
+            if h.unoffered_here:  # it met an operation not offered before it found it did not apply
+                self._not_offered(h.unoffered_here, str(exc))
             self.user_properties.append(("ledger_not_claimed", True))
             pytest.skip(f"not claimed: {exc}")
         except NotOffered as exc:
             # the implementation answered unsupported for an operation this check needs: the clause
             # is not offered (never passed, never failed); its profile is not certified for it
             h.tolerated = []
-            self.user_properties.append(("ledger_not_offered", [exc.what]))
-            pytest.skip(terminal(f"not offered: {exc.what}" + (f" ({_short(exc.message, 200)})" if exc.message else "")))
+            self._not_offered([*h.unoffered_here, exc.what], exc.message)
         except DriveBlocked as exc:
             if not h.last_claim_fallback:
                 self.user_properties.append(("ledger_error", f"harness could not set the scenario up: {exc}"))
@@ -512,6 +515,13 @@ class ClauseItem(LedgerItem):
             raise
         finally:
             self._note_side_findings(h)
+        if h.unoffered_here:  # refusals answered unsupported: judged as far as they could be, no further
+            self._not_offered(h.unoffered_here, "")
+
+    def _not_offered(self, ops: list[str], message: str) -> None:
+        ops = list(dict.fromkeys(ops))
+        self.user_properties.append(("ledger_not_offered", ops))
+        pytest.skip(terminal(f"not offered: {', '.join(ops)}" + (f" ({_short(message, 200)})" if message else "")))
 
     def _note_side_findings(self, h: Harness) -> None:
         """Violations of the event trail's integrity that this test saw and set aside (so it
