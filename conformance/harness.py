@@ -349,8 +349,8 @@ class Harness:
             found += self.model.check_work(got.value, wid, blame)
             ev = self.raw("events", work_id=wid)
             if not ev.ok and ev.code == "unsupported":
-                # no event trail at all: the clauses about events fail in their own tests
-                # (through events_of); everything else is still judged on the snapshots
+                # no event trail at all: the clauses about events are not offered (their tests
+                # read events through events_of); everything else is still judged on the snapshots
                 self.events_missing = ev.message
                 self.not_offered.setdefault("events", ev.message)
                 continue
@@ -384,7 +384,8 @@ class Harness:
         return True
 
     def events_of(self, wid: str, clause: str) -> list[dict[str, Any]]:
-        """An item's events, for a check that needs them; no trail at all fails ``clause``."""
+        """An item's events, for a check of ``clause`` that needs them: an event trail that is not
+        offered (``unsupported``) is :class:`NotOffered`; another refusal fails ``clause``."""
         out = self.raw("events", work_id=wid)
         if not out.ok and out.code == "unsupported":
             self.not_offered.setdefault("events", out.message)

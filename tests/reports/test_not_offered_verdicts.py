@@ -140,7 +140,8 @@ def test_shards_with_not_offered_merge_to_the_whole(factory):
     merged = merge_results(parts)
     for key in ("clauses", "profiles", "verdict", "verdict_line", "findings"):
         assert merged[key] == whole[key], key
-    assert merged["profiles"]["verdicts"]["core"]["verdict"] == "failed"
+    assert merged["profiles"]["verdicts"]["core"]["verdict"] == "not_offered"
+    assert merged["profiles"]["verdicts"]["lease"]["verdict"] == "failed"
 
 
 def test_documents_that_misstate_not_offered_are_refused(factory):
