@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ledgercheck.spec import Spec
+from ledgercheck.spec.args import type_problem
 
 from .client import Client
 from .clock import QUANTUM, VIRTUAL_EPOCH, InjectedClock, WallClock, plain
@@ -53,6 +54,24 @@ class AdapterFailure(Exception):
 
 class NotApplicable(Exception):
     """The scenario needs an operation of a profile the adapter does not claim."""
+
+
+class NotOffered(Exception):
+    """The implementation does not offer an operation a check needs: it answered ``unsupported``.
+
+    ``what`` names the operation, with the argument that selects its variant when there is one
+    (``close_out as timeout``).  A clause test that meets it stops as *not offered*: never a
+    pass, never a failure of any clause (docs/results.md, "Not offered")."""
+
+    def __init__(self, what: str, message: str = "") -> None:
+        self.what = what
+        self.message = message
+        super().__init__(f"not offered: {what}" + (f" ({message})" if message else ""))
+
+
+# Argument types whose value selects a variant of an operation (close_out as done or as timeout):
+# an implementation may offer one variant and not another.
+SELECTOR_TYPES = frozenset({"status", "terminal_status", "waiting_kind", "error_class", "step_class", "source_system"})
 
 
 class DriveBlocked(Exception):
@@ -109,6 +128,15 @@ class Harness:
         self._should = frozenset(c.id for c in spec.clauses if c.level == "SHOULD")
         self.last_claim_fallback = False  # the last claim asked for a given item and got "the next" instead
         self.events_missing: str | None = None  # why the adapter has no event trail, once known
+        # operation variants the implementation answered with anything but unsupported, on this ledger
+        self.offered: set[tuple[str, frozenset[tuple[str, Any]]]] = set()
+        self.not_offered: dict[str, str] = {}  # variant label -> the implementation's message, for the run
+        # stateful runs: an unsupported answer is noted and returned (the rule goes on), and the
+        # variant is not asked again; clause tests raise NotOffered instead
+        self.note_unoffered = False
+        # variants a clause test found not offered where the contract demanded a refusal (the
+        # test went on; it can no longer pass).  The plugin empties it before each test
+        self.unoffered_here: list[str] = []
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
 
     # ------------------------------------------------------------------ lifecycle
@@ -135,6 +163,7 @@ class Harness:
         self.failed = False
         self.coverage.clear()
         self.tolerated = []
+        self.offered = set()
 
     def claims(self, op: str) -> bool:
         prof = self.spec.operations[op].profile
@@ -201,6 +230,9 @@ class Harness:
         wid0 = args.get("work_id")
         before = self.model.items[wid0]["status"] if isinstance(wid0, str) and wid0 in self.model.items else None
         exp = self.model.expect(op, args)
+        form = self.variant(op, args)
+        if self.note_unoffered and variant_label(form) in self.not_offered:
+            return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
         out = self.client.call(op, **args)
         if op == "claim" and args.get("work_id") is not None and not out.ok and out.code == "unsupported":
             # the implementation only hands out the next queued item (a queue's dequeue): claim
@@ -216,6 +248,9 @@ class Harness:
         self.coverage.add((op, before, out.ok))
         if not out.ok and not out.definite:
             raise AdapterFailure(op, out)
+        if not out.ok and out.code == "unsupported" and not (isinstance(exp, Refuse) and "unsupported" in exp.codes):
+            return self._unsupported(op, args, exp, form, out)
+        self.offered.add(form)
         found = self.model.settle(op, exp, out)
         if found and self.focus is None and all(v.clause in self._should for v in found):
             self.advisories += found  # the model has applied the answer; the run goes on
@@ -235,6 +270,56 @@ class Harness:
         if self.model.unresolved:
             self._resolve_receipts()
         return out
+
+    def variant(self, op: str, args: dict[str, Any]) -> tuple[str, frozenset[tuple[str, Any]]]:
+        """The operation and the valid values of its selecting arguments (``close_out`` with
+        ``status=timeout``): what an ``unsupported`` answer says is not offered."""
+        sel = []
+        for name, arg in self.spec.operations[op].args.items():
+            v = args.get(name)
+            if arg.type in SELECTOR_TYPES and isinstance(v, str) and type_problem(self.spec, arg.type, v) is None:
+                sel.append((name, v))
+        return op, frozenset(sel)
+
+    def _offers(self, form: tuple[str, frozenset[tuple[str, Any]]]) -> bool:
+        """Whether this ledger answered the same variant (or a narrower one) with anything but unsupported."""
+        op, sel = form
+        return any(o == op and sel <= s for o, s in self.offered)
+
+    def _unsupported(self, op: str, args: dict[str, Any], exp: Any, form: tuple[str, frozenset[tuple[str, Any]]],
+                     out: Outcome) -> Outcome:
+        """An ``unsupported`` answer (docs/results.md, "Not offered"): the variant is not offered.
+
+        * Where the contract demands a refusal of a variant this ledger has already answered
+          otherwise, ``unsupported`` is a wrong refusal like any other: the clause fails (an
+          implementation that offers an operation must refuse a call of it with the code the
+          contract names).
+        * Either way nothing may have changed: the item the call named is read back.
+        * Where the contract demands a refusal, the call was refused and changed nothing, so the
+          scenario is intact: a clause test goes on (a bug further on still fails it) as if
+          refused with the code the contract names, and the variant is noted in
+          ``unoffered_here`` (the test can then no longer pass: it ends as not offered).
+        * Where the contract expects the call to succeed, the scenario cannot go on:
+          :class:`NotOffered`.
+        * A stateful run (``note_unoffered``) notes the variant and goes on with the answer."""
+        label = variant_label(form)
+        if isinstance(exp, Refuse) and "unsupported" not in exp.codes and self._offers(form):
+            found = self.model.keep([Violation(exp.clause, f"refused with 'unsupported' but the contract says "
+                                               f"{'/'.join(sorted(exp.codes))} ({exp.why}); the implementation offers "
+                                               f"{label}: it answered it earlier on this ledger", op)])
+            if found:
+                self.fail(found)
+        wid = args.get("work_id")
+        if isinstance(wid, str) and wid in self.model.items:
+            self.verify(wid, blame=exp.clause)
+        self.not_offered.setdefault(label, out.message)
+        if self.note_unoffered:
+            return out
+        if isinstance(exp, Refuse):
+            if label not in self.unoffered_here:
+                self.unoffered_here.append(label)
+            return Outcome.error(sorted(exp.codes)[0], f"(not offered: {out.message})")
+        raise NotOffered(label, out.message)
 
     def _resolve_receipts(self) -> None:
         """Recovery marked receipts the contract also lets stay pending: look at what the
@@ -264,9 +349,10 @@ class Harness:
             found += self.model.check_work(got.value, wid, blame)
             ev = self.raw("events", work_id=wid)
             if not ev.ok and ev.code == "unsupported":
-                # no event trail at all: the clauses about events fail in their own tests
-                # (through events_of); everything else is still judged on the snapshots
+                # no event trail at all: the clauses about events are not offered (their tests
+                # read events through events_of); everything else is still judged on the snapshots
                 self.events_missing = ev.message
+                self.not_offered.setdefault("events", ev.message)
                 continue
             if not ev.ok:
                 found.append(Violation("core.event.append_only", f"events({wid}) failed with {ev.code}: {ev.message}"))
@@ -298,8 +384,12 @@ class Harness:
         return True
 
     def events_of(self, wid: str, clause: str) -> list[dict[str, Any]]:
-        """An item's events, for a check that needs them; no trail at all fails ``clause``."""
+        """An item's events, for a check of ``clause`` that needs them: an event trail that is not
+        offered (``unsupported``) is :class:`NotOffered`; another refusal fails ``clause``."""
         out = self.raw("events", work_id=wid)
+        if not out.ok and out.code == "unsupported":
+            self.not_offered.setdefault("events", out.message)
+            raise NotOffered("events", out.message)
         if not out.ok:
             self.fail([Violation(clause, f"the implementation offers no event trail ({out.code}: {out.message})")])
         return out.value
@@ -453,6 +543,16 @@ def outcome_summary(out: Outcome) -> dict[str, Any]:
     shape = "null" if v is None else "object" if isinstance(v, dict) else f"list of {len(v)}" if isinstance(v, list) \
         else type(v).__name__
     return {"ok": True, "result": shape}
+
+
+def variant_label(form: tuple[str, frozenset[tuple[str, Any]]]) -> str:
+    """``close_out``, ``close_out as timeout``, ``op (a=x, b=y)``: how results name a variant."""
+    op, sel = form
+    if not sel:
+        return op
+    if len(sel) == 1:
+        return f"{op} as {next(iter(sel))[1]}"
+    return f"{op} ({', '.join(f'{k}={v}' for k, v in sorted(sel))})"
 
 
 def _short(args: dict[str, Any]) -> str:

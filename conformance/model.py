@@ -209,6 +209,8 @@ class Model:
             if outcome.code in exp.also_refuse:
                 return []
             if outcome.code == "unsupported":
+                # the harness never gets here: it judges unsupported answers itself as "not offered"
+                # (Harness._unsupported, docs/results.md); a direct user of the model sees a refusal
                 return self.keep([Violation(exp.clause, f"operation not supported by the implementation ({outcome.message})", op)])
             clause = exp.refused_as.get(outcome.code, exp.clause)
             return self.keep([Violation(clause, f"refused with {outcome.code!r} ({outcome.message}) but should succeed: {exp.why}", op)])

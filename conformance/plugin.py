@@ -7,8 +7,10 @@ generated from the contract, not collected from files: one item per clause case
 id and in its report's user properties, so CI output names the broken clause.
 
 Capability handling: clauses of profiles the adapter does not claim are skipped as "not
-claimed" (never passed, never failed); a clause the adapter declares as a known bug becomes a
-strict expected failure; an adapter failure (timeout, crash, garbage) is an error; a clause
+claimed" (never passed, never failed); a clause test that meets an operation the
+implementation does not offer (it answered ``unsupported``) is skipped as "not offered", naming
+the operation (never passed, never failed; its profile is not certified); a clause the adapter
+declares as a known bug becomes a strict expected failure; an adapter failure (timeout, crash, garbage) is an error; a clause
 with no test is an error.
 """
 
@@ -33,7 +35,15 @@ from ledgercheck.spec import Spec, SpecError, load_spec
 from .clauses import ClauseCase, NoCheck, all_cases
 from .client import AdapterError, Client, connect
 from .clock import plain, scaled_document, scaled_spec
-from .harness import AdapterFailure, ClauseFailure, DriveBlocked, Harness, NotApplicable, find_exception
+from .harness import (
+    AdapterFailure,
+    ClauseFailure,
+    DriveBlocked,
+    Harness,
+    NotApplicable,
+    NotOffered,
+    find_exception,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -472,15 +482,22 @@ class ClauseItem(LedgerItem):
 
     def runtest(self) -> None:
         h = self.sess.harness
+        h.unoffered_here = []
         try:
             h.fresh()
             h.focus = self.case.clause
             self.case.fn(h)
         except NotApplicable as exc:
             h.tolerated = []  # a scenario that does not apply vouches for nothing
-
+            if h.unoffered_here:  # it met an operation not offered before it found it did not apply
+                self._not_offered(h.unoffered_here, str(exc))
             self.user_properties.append(("ledger_not_claimed", True))
             pytest.skip(f"not claimed: {exc}")
+        except NotOffered as exc:
+            # the implementation answered unsupported for an operation this check needs: the clause
+            # is not offered (never passed, never failed); its profile is not certified for it
+            h.tolerated = []
+            self._not_offered([*h.unoffered_here, exc.what], exc.message)
         except DriveBlocked as exc:
             if not h.last_claim_fallback:
                 self.user_properties.append(("ledger_error", f"harness could not set the scenario up: {exc}"))
@@ -498,6 +515,13 @@ class ClauseItem(LedgerItem):
             raise
         finally:
             self._note_side_findings(h)
+        if h.unoffered_here:  # refusals answered unsupported: judged as far as they could be, no further
+            self._not_offered(h.unoffered_here, "")
+
+    def _not_offered(self, ops: list[str], message: str) -> None:
+        ops = list(dict.fromkeys(ops))
+        self.user_properties.append(("ledger_not_offered", ops))
+        pytest.skip(terminal(f"not offered: {', '.join(ops)}" + (f" ({_short(message, 200)})" if message else "")))
 
     def _note_side_findings(self, h: Harness) -> None:
         """Violations of the event trail's integrity that this test saw and set aside (so it
@@ -560,6 +584,9 @@ class StatefulItem(LedgerItem):
         base = sess.harness
         h = Harness(base.client, sess.spec, self.profiles, contract_doc=sess.contract_doc, timeout_scale=sess.timeout_scale,
                     wall_scale=sess.wall_scale, wall_tolerance=sess.wall_tolerance)
+        # an operation the implementation does not offer is noted and not asked again; the machine
+        # explores what it does offer (each clause's own tests say what is not offered)
+        h.note_unoffered = True
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
         db = example_database(getattr(self.config, "_ledger_example_store", None), sess.slug)
@@ -599,6 +626,8 @@ class StatefulItem(LedgerItem):
                 raise
         finally:
             self._note_advisories(h)
+            if h.not_offered:
+                self.user_properties.append(("ledger_not_offered", sorted(h.not_offered)))
 
 
 class ChaosItem(LedgerItem):

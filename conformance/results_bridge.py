@@ -29,6 +29,7 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
                 "kind": props.get("ledger_kind", "clause"),
                 "outcome": "passed",
                 "not_claimed": bool(props.get("ledger_not_claimed", False)),
+                "not_offered": [],
                 "duration_s": 0.0,
                 "message": None,
                 "counterexample": props.get("ledger_counterexample"),
@@ -39,8 +40,13 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         e["not_claimed"] = e["not_claimed"] or bool(props.get("ledger_not_claimed", False))
         e["replay"] = props.get("ledger_replay", e["replay"])
         e["counterexample"] = props.get("ledger_counterexample", e["counterexample"])
+        e["not_offered"] = sorted(set(e["not_offered"]) | set(props.get("ledger_not_offered") or []))
         xfail = hasattr(rep, "wasxfail")
-        if rep.skipped:
+        if rep.skipped and props.get("ledger_not_offered") and not xfail:
+            # the implementation does not offer an operation the test needs (docs/results.md)
+            e["outcome"] = "not_offered"
+            e["message"] = _skip_reason(rep)
+        elif rep.skipped:
             e["outcome"] = "xfailed" if xfail else "skipped"
             e["message"] = _skip_reason(rep) if not xfail else f"known bug: {rep.wasxfail}"
         elif rep.failed and str(rep.longrepr or "").startswith("[XPASS(strict)]"):
@@ -63,7 +69,8 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
             nodeid = f"{rep.nodeid}::seen[{f['clause']}]"
             by_id[nodeid] = {
                 "nodeid": nodeid, "clause": f["clause"], "kind": "clause",
-                "outcome": "xfailed" if f.get("known_bug") else "failed", "not_claimed": False, "duration_s": 0.0,
+                "outcome": "xfailed" if f.get("known_bug") else "failed", "not_claimed": False, "not_offered": [],
+                "duration_s": 0.0,
                 "message": (f"known bug: {f['known_bug']}; " if f.get("known_bug") else "")
                 + f"seen while testing {e['nodeid']}: " + "; ".join(f["messages"]),
                 "counterexample": None, "replay": None,

@@ -17,7 +17,10 @@ of errors): the *previous run* of an adapter is its latest whole run before this
 *regressed* when it passed then and does not now, was *fixed* when it did not pass and now does;
 a clause is *flaky* when runs of one build (adapter name, version, artifact digest) against one
 contract gave it different outcomes.  Outcomes that judge nothing (``not_claimed``,
-``not_requested``) take part in none of these.
+``not_requested``) take part in none of these.  ``not_offered`` (an operation the clause needs is
+not offered) is an outcome like the others: pass -> not_offered regressed, not_offered -> pass was
+fixed, fail <-> not_offered is a change, neither; a "fail" stored by a run older than that outcome
+whose message says the operation was unsupported is read as ``not_offered`` (see ``judged``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from .results import utc_now
 
 __all__ = [
     "DEFAULT_PATH", "FORMAT", "VERSION", "Changes", "History", "HistoryError", "NOT_JUDGED", "beside",
-    "compare", "open_history", "record_run", "since_counts", "since_previous", "summary", "summary_text",
+    "compare", "judged", "open_history", "record_run", "since_counts", "since_previous", "summary", "summary_text",
 ]
 
 FORMAT = "ledgercheck-history"
@@ -207,8 +210,8 @@ class History:
         return self._rows("SELECT * FROM runs WHERE adapter = ? ORDER BY started_at, id", [adapter])
 
     def outcomes(self, run: int) -> dict[str, str]:
-        return {r["clause"]: r["outcome"] for r in
-                self._rows("SELECT clause, outcome FROM clause_outcomes WHERE run = ? ORDER BY clause", [run])}
+        return {r["clause"]: judged(r["outcome"], r["message"]) for r in
+                self._rows("SELECT clause, outcome, message FROM clause_outcomes WHERE run = ? ORDER BY clause", [run])}
 
     def outcome_counts(self, run: int) -> dict[str, int]:
         return {r["outcome"]: r["n"] for r in self._rows(
@@ -216,11 +219,27 @@ class History:
 
     def build_outcomes(self, run: Mapping[str, Any]) -> list[dict[str, Any]]:
         """(clause, outcome, run id) of every whole run of the same build and contract as ``run``."""
-        return self._rows(
-            "SELECT c.clause, c.outcome, r.run_id FROM clause_outcomes c JOIN runs r ON r.id = c.run "
+        rows = self._rows(
+            "SELECT c.clause, c.outcome, c.message, r.run_id FROM clause_outcomes c JOIN runs r ON r.id = c.run "
             "WHERE r.shard IS NULL AND r.adapter = ? AND r.adapter_version IS ? AND r.build_digest IS ? "
             "AND r.contract_digest = ? ORDER BY c.clause, r.started_at, r.id",
             [run["adapter"], run["adapter_version"], run["build_digest"], run["contract_digest"]])
+        return [{"clause": r["clause"], "outcome": judged(r["outcome"], r["message"]), "run_id": r["run_id"]} for r in rows]
+
+
+# What runs recorded before the not_offered outcome existed said of a clause whose check met an
+# operation the implementation does not offer: those "fail" outcomes are read as not_offered, so
+# a comparison with a later run shows no change where nothing changed.
+LEGACY_NOT_OFFERED = ("operation not supported by the implementation", "offers no event trail",
+                      "refused with 'unsupported' but the contract says")
+
+
+def judged(outcome: str, message: str | None) -> str:
+    """A stored clause outcome as comparisons read it (see LEGACY_NOT_OFFERED)."""
+    if outcome == "fail" and message and any(m in message for m in LEGACY_NOT_OFFERED) \
+            and "it answered it earlier on this ledger" not in message:
+        return "not_offered"
+    return outcome
 
 
 def _text(d: Any, key: str) -> str | None:
@@ -237,11 +256,14 @@ def _anomaly_kind(a: Any) -> str | None:
 
 
 def _anomalies(safety: Any) -> list[Any]:
-    """The anomalies a results document's ``safety`` section lists (none when it has none)."""
-    if not isinstance(safety, Mapping):
-        return []
-    found = safety.get("anomalies")
-    return list(found) if isinstance(found, list) else []
+    """The anomalies a results document's ``safety`` section lists (none when it has none): the
+    section is a list of campaigns (one object in documents written before it was)."""
+    campaigns = safety if isinstance(safety, list) else [safety]
+    out: list[Any] = []
+    for camp in campaigns:
+        found = camp.get("anomalies") if isinstance(camp, Mapping) else None
+        out += list(found) if isinstance(found, list) else []
+    return out
 
 
 @contextmanager

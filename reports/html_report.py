@@ -22,19 +22,21 @@ from .summary import (
     error_clauses,
     fmt_seconds,
     in_scope,
+    not_offered_clauses,
     verdict_parts,
     warning_clauses,
 )
 from .text import h, one_line
 from .verdicts import unattributed_failures, window_nodeid
 
-OUTCOME_LABEL = {"pass": "pass", "fail": "fail", "error": "error", "xfail": "expected failure",
+OUTCOME_LABEL = {"pass": "pass", "fail": "fail", "error": "error", "xfail": "expected failure", "not_offered": "not offered",
                  "not_claimed": "not claimed", "not_requested": "not requested"}
 TEST_LABEL = {"passed": "passed", "failed": "failed", "error": "error", "skipped": "skipped",
-              "xfailed": "expected failure", "xpassed": "unexpectedly passed"}
+              "xfailed": "expected failure", "xpassed": "unexpectedly passed", "not_offered": "not offered"}
 TEST_CLASS = {"passed": "o-pass", "failed": "o-fail", "error": "o-error", "skipped": "o-skipped",
-              "xfailed": "o-xfail", "xpassed": "o-fail"}
-VERDICT_LABEL = {"certified": "certified", "failed": "failed", "error": "error", "not_claimed": "not claimed",
+              "xfailed": "o-xfail", "xpassed": "o-fail", "not_offered": "o-not_offered"}
+VERDICT_LABEL = {"certified": "certified", "failed": "failed", "not_offered": "not offered", "error": "error",
+                 "not_claimed": "not claimed",
                  "not_requested": "not requested"}
 BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error", "INCOMPLETE": "v-incomplete"}
 
@@ -108,9 +110,11 @@ def _profiles(doc: Mapping[str, Any]) -> str:
         v = doc["profiles"]["verdicts"][p]
         parts = [f"{v['clauses']} clauses", f"{v['passed']} pass"]
         for key, label in (("failed", "fail"), ("errors", "error"), ("xfailed", "known bug"),
-                           ("not_claimed", "not claimed")):
-            if v[key]:
+                           ("not_offered", "not offered"), ("not_claimed", "not claimed")):
+            if v.get(key):
                 parts.append(f"{v[key]} {label}")
+        if v.get("lacks"):
+            parts.append(f"lacks {', '.join(v['lacks'])}")
         warn = f'<p class="req">{len(v["warnings"])} SHOULD clause(s) not met</p>' if v["warnings"] else ""
         req = f'<p class="req">requires {h(", ".join(requires.get(p, [])))}</p>' if requires.get(p) else ""
         cards.append(f'<div class="card v-{v["verdict"]}" data-profile="{h(p)}" data-verdict="{v["verdict"]}">'
@@ -192,7 +196,7 @@ def _evidence(doc: Mapping[str, Any], clause_id: str) -> list[dict[str, Any]]:
     out = []
     clause = next(c for c in doc["clauses"] if c["id"] == clause_id)
     # what explains the outcome: failures, errors and known bugs; skips only when they are the reason
-    shown = ("failed", "error", "xpassed", "xfailed") + (("skipped",) if clause["outcome"] == "error" else ())
+    shown = ("failed", "error", "xpassed", "xfailed", "not_offered") + (("skipped",) if clause["outcome"] == "error" else ())
     for t in doc["tests"]:
         if t["clause"] == clause_id and t["outcome"] in shown:
             out.append({"who": t["nodeid"], "outcome": t["outcome"], "message": t["message"],
@@ -238,10 +242,18 @@ def _problem(doc: Mapping[str, Any], c: Mapping[str, Any]) -> str:
 
 def _problems(doc: Mapping[str, Any]) -> str:
     groups = [("Could not be decided", error_clauses(doc)),
-              ("Failed", [c for c in blocking_clauses(doc) if c["outcome"] == "fail"]),
+              ("Failed: contract violations", [c for c in blocking_clauses(doc) if c["outcome"] == "fail"]),
               ("Known bugs (block certification)", [c for c in blocking_clauses(doc) if c["outcome"] == "xfail"]),
+              ("Not offered: the implementation does not offer an operation these need (not failures; "
+               "block certification)", not_offered_clauses(doc)),
               ("SHOULD clauses not met (do not block)", warning_clauses(doc))]
     body = []
+    unsafe = [f for f in doc.get("findings") or [] if f["severity"] == "unsafe"]
+    if unsafe:  # most severe first: what the safety campaign saw happen to the work itself
+        rows = "".join(f'<li>{_badge(f["words"], "o-fail")} {_code(f["what"])} ×{h(f["count"])} · blamed on '
+                       f'{", ".join(_code(c) for c in f["clauses"]) or "–"}</li>' for f in unsafe)
+        body.append(f'<div class="unsafe" id="unsafe"><h3>Safety anomalies ({sum(f["count"] for f in unsafe)})</h3>'
+                    f'<ul>{rows}</ul><p>The safety campaign\'s section of results.json holds each anomaly\'s proof.</p></div>')
     loose = unattributed_failures(doc)
     if loose:
         body.append(f"<h3>Failed without naming a clause ({len(loose)})</h3>")
@@ -267,12 +279,12 @@ def _clause_row(doc: Mapping[str, Any], c: Mapping[str, Any], tests: Sequence[tu
         if c["level"] != "MUST" else '<span class="must">MUST</span>'
     counts = [f"{c[k]} {label}" for k, label in (("passed", "passed"), ("failed", "failed"), ("errors", "error"),
                                                  ("xfailed", "expected failure"), ("xpassed", "unexpectedly passed"),
-                                                 ("skipped", "skipped")) if c[k]]
+                                                 ("not_offered", "not offered"), ("skipped", "skipped")) if c.get(k)]
     if c["tests"] and c["passed"] == c["tests"]:
         ev = h(f"{c['tests']} passed")
     else:
         ev = h(", ".join(counts) if counts else "no test")
-    if c["outcome"] in ("fail", "error", "xfail") and c["profile"] in in_scope(doc):
+    if c["outcome"] in ("fail", "error", "xfail", "not_offered") and c["profile"] in in_scope(doc):
         ev += f' · <a href="#f-{h(c["id"])}">details</a>'
     elif c["message"]:
         ev += f'<div>{h(one_line(c["message"], 160))}</div>'
@@ -297,7 +309,8 @@ def _matrix(doc: Mapping[str, Any]) -> str:
             tests.setdefault(cid, []).append((window_nodeid(w), outcome, w["duration_s"]))
     options = "".join(f'<option value="{v}">{h(label)}</option>' for v, label in (
         ("all", "all outcomes"), ("problems", "problems only"), ("pass", "pass"), ("fail", "fail"), ("error", "error"),
-        ("xfail", "expected failure"), ("not_claimed", "not claimed"), ("not_requested", "not requested")))
+        ("xfail", "expected failure"), ("not_offered", "not offered"), ("not_claimed", "not claimed"),
+        ("not_requested", "not requested")))
     controls = ('<div class="controls" id="matrix-controls" hidden>'
                 f'<label>Show <select id="filter-outcome">{options}</select></label>'
                 '<input id="filter-text" type="search" placeholder="filter by clause id or text" aria-label="filter">'

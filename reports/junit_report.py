@@ -5,6 +5,9 @@ of one clause stay apart.  A clause that could not be decided without any failin
 at all, or every test skipped) gets a testcase of its own with an ``error``, so a CI summary never
 shows green for a run whose verdict is ERROR.  A run that did not finish (INCOMPLETE) gets a first
 testsuite ``run`` whose one testcase is an ``error`` naming the tests left without an outcome.
+A test that met an operation the implementation does not offer is ``skipped`` (never a failure)
+with a message naming the operation and a property ``ledger_outcome=not_offered``; each suite's
+properties carry the findings by severity and what its profile lacks.
 """
 
 from __future__ import annotations
@@ -49,6 +52,13 @@ def _test_case(suite: ET.Element, t: Mapping[str, Any], profile: str, known: Map
     elif o == "xpassed":
         why = known.get(t["clause"], "")
         _mark(case, "failure", "xpassed", f"passed although declared a known bug: {why}", detail)
+    elif o == "not_offered":
+        # not a failure: the implementation does not offer what the check needs (blocks its profile)
+        ops = ", ".join(t.get("not_offered") or [])
+        _mark(case, "skipped", "not_offered", f"not offered: {ops}" + (f" ({msg})" if msg and ops not in msg else ""))
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="ledger_outcome", value="not_offered")
+        ET.SubElement(props, "property", name="ledger_not_offered", value=visible(ops))
     elif o == "xfailed":
         why = known.get(t["clause"]) or msg or "expected failure"
         _mark(case, "skipped", "xfail", f"known bug, blocks certification: {why}")
@@ -58,6 +68,17 @@ def _test_case(suite: ET.Element, t: Mapping[str, Any], profile: str, known: Map
             _mark(case, "skipped", "not_claimed", why)
         else:
             _mark(case, "skipped", "skipped", msg or "skipped")
+
+
+def _severity_properties(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The findings by severity (safety anomalies, contract violations, operations not offered) as properties."""
+    found = doc.get("findings") or []
+
+    def of(sev: str) -> list[Mapping[str, Any]]:
+        return [f for f in found if f["severity"] == sev]
+    return [("findings.unsafe", ", ".join(f"{f['what']}={f['count']}" for f in of("unsafe"))),
+            ("findings.violations", ", ".join(f["what"] for f in of("violation"))),
+            ("findings.not_offered", ", ".join(f["what"] for f in of("not_offered")))]
 
 
 def _totals(suite: ET.Element, totals: dict[str, Any]) -> None:
@@ -92,7 +113,9 @@ def render_junit(doc: Mapping[str, Any]) -> str:
         pv = doc["profiles"]["verdicts"][profile]
         suite = ET.SubElement(root, "testsuite", name=profile, timestamp=r["started_at"])
         props = ET.SubElement(suite, "properties")
-        for k, v in (("profile.verdict", pv["verdict"]), ("verdict", verdict_line(doc)), ("spec.name", s["name"]),
+        lacks = ", ".join(pv.get("lacks") or [])
+        for k, v in (("profile.verdict", pv["verdict"]), ("profile.lacks", lacks), ("verdict", verdict_line(doc)),
+                     *_severity_properties(doc), ("spec.name", s["name"]),
                      ("spec.version", s["version"]), ("spec.digest", s["digest"]), ("adapter.name", name),
                      ("adapter.version", version), ("adapter.address", a["address"]),
                      ("harness.version", doc["harness"]["version"]), ("run.id", r["id"]),

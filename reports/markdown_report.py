@@ -22,7 +22,7 @@ from .text import md_code, md_text
 from .verdicts import unattributed_failures
 
 ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️", "INCOMPLETE": "⏹️"}
-PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "error": "⚠️ error",
+PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "not_offered": "🚫 not offered", "error": "⚠️ error",
                 "not_claimed": "➖ not claimed", "not_requested": "➖ not requested"}
 MAX_ROWS = 25
 
@@ -86,8 +86,8 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
         f"{md_text(r['kind'])} run {md_code(r['id'])} in {md_text(fmt_seconds(r['duration_s']))} · "
         f"results.json sha256 {md_code(sha[:16])}",
         "",
-        "| Profile | Verdict | Pass | Fail | Error | Known bug | Not claimed |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| Profile | Verdict | Pass | Fail | Error | Known bug | Not offered | Not claimed |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
     ]
     inc = r.get("incomplete")
     if inc and inc["tests"]["unfinished"]:
@@ -96,14 +96,30 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
         out[4:4] = [f"Without an outcome: {', '.join(md_code(n, limit=120) for n in left[:5])}{more}", ""]
     for p in doc["profiles"]["defined"]:
         v = doc["profiles"]["verdicts"][p]
-        out.append(f"| {md_text(p)} | {PROFILE_ICON[v['verdict']]} | {v['passed']} | {v['failed']} | {v['errors']} "
-                   f"| {v['xfailed']} | {v['not_claimed']} |")
+        lacks = f" (lacks {md_code(', '.join(v['lacks']), table=True)})" if v.get("lacks") else ""
+        out.append(f"| {md_text(p)} | {PROFILE_ICON[v['verdict']]}{lacks} | {v['passed']} | {v['failed']} | {v['errors']} "
+                   f"| {v['xfailed']} | {v.get('not_offered', 0)} | {v['not_claimed']} |")
     if since is not None:
         out += _since(since)
-    for title, clauses in (("Undecided clauses", error_clauses(doc)), ("Failing clauses", blocking_clauses(doc)),
-                           ("SHOULD clauses not met (not blocking)", warning_clauses(doc))):
+    found = doc.get("findings") or []
+    unsafe = [f for f in found if f["severity"] == "unsafe"]
+    if unsafe:  # most severe first: what the safety campaign saw happen to the work
+        out += ["", f"**Safety anomalies** ({sum(f['count'] for f in unsafe)})", "", "| Anomaly | Count | Blamed on |",
+                "|---|--:|---|"]
+        out += [f"| {md_text(f['words'])} ({md_code(f['what'], table=True)}) | {f['count']} | "
+                f"{', '.join(md_code(c, table=True) for c in f['clauses']) or '–'} |" for f in unsafe]
+    for title, clauses in (("Undecided clauses", error_clauses(doc)), ("Contract violations", blocking_clauses(doc))):
         if clauses:
             out += ["", f"**{title}** ({len(clauses)})", "", *_clause_table(doc, clauses)]
+    lacking = [f for f in found if f["severity"] == "not_offered"]
+    if lacking:  # never failures: operations the implementation does not offer, and the clauses left unjudged
+        out += ["", f"**Not offered** ({len(lacking)} operation(s); not failures, but the profile is not certified)", "",
+                "| Operation | Clauses not judged |", "|---|---|"]
+        out += [f"| {md_code(f['what'], table=True)} | {', '.join(md_code(c, table=True) for c in f['clauses'][:MAX_ROWS])} |"
+                for f in lacking[:MAX_ROWS]]
+    clauses = warning_clauses(doc)
+    if clauses:
+        out += ["", f"**SHOULD clauses not met (not blocking)** ({len(clauses)})", "", *_clause_table(doc, clauses)]
     loose = unattributed_failures(doc)
     if loose:
         out += ["", f"**Failures not tied to a clause** ({len(loose)})", "", "| Test | Outcome | Why | Replay |",

@@ -193,6 +193,7 @@ def _tests(tests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         rec.setdefault("clause", None)
         rec.setdefault("kind", "clause")
         rec["not_claimed"] = bool(rec.get("not_claimed", False))
+        rec["not_offered"] = sorted({str(x) for x in rec.get("not_offered") or []})
         rec["duration_s"] = float(rec.get("duration_s") or 0.0)
         for key in ("message", "counterexample", "replay"):
             rec.setdefault(key, None)
@@ -347,6 +348,8 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
             raise ResultsError(f"{source}: tests[{i}] ({t['nodeid']}) names unknown clause {t['clause']!r}")
         if t["nodeid"] in seen:
             raise ResultsError(f"{source}: test {t['nodeid']} appears twice")
+        if t["outcome"] == "not_offered" and not t.get("not_offered"):
+            raise ResultsError(f"{source}: tests[{i}] ({t['nodeid']}): outcome not_offered names no operation")
         seen.add(t["nodeid"])
     keys: set[tuple[str, str, str, int, str]] = set()
     for w in doc["crash_windows"]:
@@ -391,7 +394,7 @@ def _compare_derived(doc: Mapping[str, Any], source: str) -> None:
             field = next(k for k in v if got[p].get(k) != v[k])
             raise ResultsError(f"{source}: profile {p}: recorded {field} {got[p].get(field)!r} does not follow "
                                f"from its clauses ({v[field]!r})")
-    for key in ("verdict", "certified_profiles", "exit_code"):
+    for key in ("verdict", "certified_profiles", "exit_code", "verdict_line", "findings"):
         if doc[key] != want[key]:
             raise ResultsError(f"{source}: recorded {key} {doc[key]!r} does not follow from the profile verdicts "
                                f"({want[key]!r})")

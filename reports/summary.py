@@ -6,21 +6,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from .text import one_line
-from .verdicts import anonymous_adapter, unattributed_failures
+from .verdicts import anonymous_adapter, in_scope, unattributed_failures
+from .verdicts import verdict_line as headline_of
 
 PROBLEM_OUTCOMES = ("fail", "error", "xfail")
-
-
-def in_scope(doc: Mapping[str, Any]) -> list[str]:
-    """Profiles that were requested and that the adapter claims, in contract order."""
-    prof = doc["profiles"]
-    return [p for p in prof["defined"] if p in prof["requested"] and p in prof["claimed"]]
 
 
 def blocking_clauses(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """MUST clauses that failed (or are declared known bugs) in profiles in scope."""
     scope = set(in_scope(doc))
     return [c for c in doc["clauses"] if c["profile"] in scope and c["level"] == "MUST" and c["outcome"] in ("fail", "xfail")]
+
+
+def not_offered_clauses(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """MUST clauses of profiles in scope not judged: an operation they need is not offered."""
+    scope = set(in_scope(doc))
+    return [c for c in doc["clauses"] if c["profile"] in scope and c["level"] == "MUST" and c["outcome"] == "not_offered"]
 
 
 def error_clauses(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -31,62 +32,35 @@ def error_clauses(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
 def warning_clauses(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """SHOULD clauses not met in profiles in scope: listed, never blocking."""
     scope = set(in_scope(doc))
-    return [c for c in doc["clauses"] if c["profile"] in scope and c["level"] != "MUST" and c["outcome"] in ("fail", "xfail")]
+    return [c for c in doc["clauses"] if c["profile"] in scope and c["level"] != "MUST"
+            and c["outcome"] in ("fail", "xfail", "not_offered")]
 
 
 def verdict_parts(doc: Mapping[str, Any]) -> tuple[str, str | None]:
-    """The verdict line as (text made only of contract names and counts, adapter-supplied detail or None)."""
-    verdict = doc["verdict"]
-    verd = doc["profiles"]["verdicts"]
-    if verdict == "INCOMPLETE":
-        return incomplete_line(doc["run"]["incomplete"]), None
-    if verdict == "CERTIFIED":
-        line = f"CERTIFIED for profiles {', '.join(doc['certified_profiles'])}"
-        warn = len(warning_clauses(doc))
-        if warn:
-            line += f" ({warn} SHOULD clause(s) not met)"
-        return line, None
-    if verdict == "NOT CERTIFIED":
-        if not in_scope(doc):
-            requested = ", ".join(doc["profiles"]["requested"]) or "none"
-            return f"NOT CERTIFIED: the adapter claims none of the requested profiles ({requested})", None
-        failed = [p for p in in_scope(doc) if verd[p]["verdict"] == "failed"]
-        blocking = blocking_clauses(doc)
-        known = sum(1 for c in blocking if c["outcome"] == "xfail")
-        line = f"NOT CERTIFIED: {len(blocking)} clause(s) failed in profiles {', '.join(failed)}"
-        if known:
-            line += f" ({known} declared as known bug(s))"
+    """The verdict line as (text made only of contract names and counts, adapter-supplied detail or None).
+
+    The text is the document's ``verdict_line`` (ledgercheck.reports.verdicts.headline, the one
+    wording every renderer and the published matrices use); an ERROR adds the adapter's detail."""
+    line = headline_of(doc)
+    if doc["verdict"] != "ERROR":
         return line, None
     if doc["run"].get("error"):
         return "ERROR", str(doc["run"]["error"])
     errs = error_clauses(doc)
     if errs:
-        profiles = [p for p in doc["profiles"]["defined"] if verd[p]["verdict"] == "error"]
-        line = f"ERROR: {len(errs)} clause(s) could not be decided in profiles {', '.join(profiles)}"
         return line, f"{errs[0]['id']}: {errs[0]['message']}"
     loose = unattributed_failures(doc)
     if loose:
         first = loose[0]
-        return (f"ERROR: {len(loose)} test(s) failed without naming a clause",
-                f"{first['nodeid']}: {first['message'] or first['outcome']}")
+        return line, f"{first['nodeid']}: {first['message'] or first['outcome']}"
     if anonymous_adapter(doc):
-        return "ERROR: the adapter did not identify itself (no name or version from its handshake)", None
+        return line, None
     return "ERROR", "unknown cause"
 
 
-def incomplete_line(inc: Mapping[str, Any]) -> str:
-    """``INCOMPLETE: <why>; ran 120 of 250 tests, 10 of 26 crash points (73 crash windows)``."""
-    t, w = inc["tests"], inc["crash_windows"]
-    covered = f"ran {t['finished']} of {t['planned']} tests"
-    if w["points_planned"]:
-        covered += f", {w['points_finished']} of {w['points_planned']} crash points ({w['finished']} crash windows"
-        covered += f" of {w['planned']})" if w.get("planned") is not None else ")"
-    return f"INCOMPLETE: {one_line(inc['message'], 200)}; {covered}"
-
-
 def verdict_line(doc: Mapping[str, Any]) -> str:
-    """``CERTIFIED for profiles core, lease`` / ``NOT CERTIFIED: N clause(s) failed in profiles ...`` /
-    ``ERROR: ...`` / ``INCOMPLETE: ...`` -- plain text; each renderer escapes it for its output."""
+    """The verdict line (ledgercheck.reports.verdicts.headline) with an ERROR's detail -- plain
+    text; each renderer escapes it for its output."""
     line, detail = verdict_parts(doc)
     if detail is None:
         return line

@@ -11,6 +11,7 @@ from .summary import (
     error_clauses,
     first_problem,
     fmt_seconds,
+    not_offered_clauses,
     verdict_line,
     warning_clauses,
 )
@@ -39,11 +40,26 @@ def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, An
         "errors": [brief(c) for c in error_clauses(doc)],
         "unattributed": [{"nodeid": x["nodeid"], "outcome": x["outcome"], "message": x["message"],
                           "replay": x["replay"]} for x in unattributed_failures(doc)],
+        "findings": doc.get("findings") or [],
         "failures": [brief(c) for c in blocking_clauses(doc)],
+        "not_offered": [brief(c) | {"lacks": c["lacks"]} for c in not_offered_clauses(doc)],
         "warnings": [brief(c) for c in warning_clauses(doc)],
         "crash_windows": {"total": len(windows), "failed": sum(1 for w in windows if w["verdict"] == "fail"),
                           "errors": sum(1 for w in windows if w["verdict"] == "error")},
     }
+
+
+def _clause_lines(doc: Mapping[str, Any], title: str, clauses: list[dict[str, Any]]) -> list[str]:
+    if not clauses:
+        return []
+    t = terminal
+    lines = ["", f"{title} ({len(clauses)}):"]
+    for c in clauses:
+        lines.append(f"  {c['id']:<34} {c['outcome']:<6} {t(one_line(c['message'] or '', 100))}")
+        p = first_problem(doc, c["id"])
+        if p and p["replay"]:
+            lines.append(f"  {'':<34} replay: {t(one_line(p['replay'], 160))}")
+    return lines
 
 
 def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
@@ -59,22 +75,25 @@ def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
         f"run       {r['kind']} {t(r['id'])}, {fmt_seconds(r['duration_s'])}, seed {r['seed']}, "
         f"timeout scale {r['timeout_scale']:g}",
         "",
-        f"{'profile':<14}{'verdict':<15}{'clauses':>8}{'pass':>6}{'fail':>6}{'error':>7}{'known':>7}{'n/c':>5}",
+        f"{'profile':<14}{'verdict':<15}{'clauses':>8}{'pass':>6}{'fail':>6}{'error':>7}{'known':>7}{'n/o':>5}{'n/c':>5}",
     ]
     for p in doc["profiles"]["defined"]:
         v = doc["profiles"]["verdicts"][p]
         lines.append(f"{p:<14}{v['verdict'].replace('_', ' '):<15}{v['clauses']:>8}{v['passed']:>6}{v['failed']:>6}"
-                     f"{v['errors']:>7}{v['xfailed']:>7}{v['not_claimed']:>5}")
-    for title, clauses in (("could not be decided", error_clauses(doc)), ("failed", blocking_clauses(doc)),
-                           ("SHOULD not met (not blocking)", warning_clauses(doc))):
-        if not clauses:
-            continue
-        lines += ["", f"{title} ({len(clauses)}):"]
-        for c in clauses:
-            lines.append(f"  {c['id']:<34} {c['outcome']:<6} {t(one_line(c['message'] or '', 100))}")
-            p = first_problem(doc, c["id"])
-            if p and p["replay"]:
-                lines.append(f"  {'':<34} replay: {t(one_line(p['replay'], 160))}")
+                     f"{v['errors']:>7}{v['xfailed']:>7}{v.get('not_offered', 0):>5}{v['not_claimed']:>5}")
+    unsafe = [f for f in doc.get("findings") or [] if f["severity"] == "unsafe"]
+    if unsafe:  # the most severe findings first: what happened to the work itself
+        lines += ["", f"UNSAFE: the safety campaign found ({sum(f['count'] for f in unsafe)}):"]
+        for f in unsafe:
+            lines.append(f"  {f['words']:<34} x{f['count']:<5} blamed on {', '.join(f['clauses']) or '-'}")
+    lines += _clause_lines(doc, "could not be decided", error_clauses(doc))
+    lines += _clause_lines(doc, "failed (contract violations)", blocking_clauses(doc))
+    lacking = [f for f in doc.get("findings") or [] if f["severity"] == "not_offered"]
+    if lacking:  # never failures: what the implementation does not offer, and what that leaves unjudged
+        lines += ["", f"not offered ({len(lacking)} operation(s), {len(not_offered_clauses(doc))} clause(s) not judged):"]
+        for f in lacking:
+            lines.append(f"  {t(f['what']):<34} {t(one_line(', '.join(f['clauses']), 110))}")
+    lines += _clause_lines(doc, "SHOULD not met (not blocking)", warning_clauses(doc))
     loose = unattributed_failures(doc)
     if loose:
         lines += ["", f"failed without naming a clause ({len(loose)}):"]

@@ -6,7 +6,7 @@
   var select = document.getElementById("filter-outcome");
   var text = document.getElementById("filter-text");
   var count = document.getElementById("filter-count");
-  var PROBLEMS = { fail: 1, error: 1, xfail: 1 };
+  var PROBLEMS = { fail: 1, error: 1, xfail: 1, not_offered: 1 };
 
   function apply() {
     var want = select.value, q = text.value.trim().toLowerCase(), shown = 0;

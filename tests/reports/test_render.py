@@ -56,10 +56,10 @@ def test_markdown_is_short_and_complete(realistic) -> None:
     assert len(lines) < 45
     assert lines[0] == "### ❌ ledgercheck: NOT CERTIFIED — `acme-ledger` `2.4.1`"
     assert f"**{verdict_line(realistic)}**" in md
-    profile_rows = [line for line in lines if re.match(r"\| [a-z]+ \| (✅|❌|⚠️|➖)", line)]
+    profile_rows = [line for line in lines if re.match(r"\| [a-z]+ \| (✅|❌|⚠️|➖|🚫)", line)]
     assert [r.split("|")[1].strip() for r in profile_rows] == realistic["profiles"]["defined"]
-    assert "| lease | ❌ failed | 11 | 1 | 0 | 0 | 0 |" in lines
-    assert "| inbox | ➖ not claimed | 0 | 0 | 0 | 0 | 7 |" in lines
+    assert "| lease | ❌ failed | 11 | 1 | 0 | 0 | 0 | 0 |" in lines
+    assert "| inbox | ➖ not claimed | 0 | 0 | 0 | 0 | 0 | 7 |" in lines
     for cid, replay in (("lease.fencing", "ledgercheck replay --adapter exec:./bin/acme-ledger --clause lease.fencing"),
                         ("recovery.matrix", "ledgercheck chaos replay --point after_submit_before_record")):
         row = next(line for line in lines if line.startswith(f"| `{cid}` |"))
