@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .budgets import PROFILES
+
 EXIT_CERTIFIED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
@@ -26,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--profile", default=None, metavar="NAMES", help="comma-separated profiles (default: every profile the adapter claims)")
     c.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
     c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: reports/out/<adapter>/<timestamp>)")
-    c.add_argument("--hypothesis-profile", default="ci", choices=["ci", "dev", "thorough"], help="stateful test budget")
+    c.add_argument("--hypothesis-profile", default="ci", choices=list(PROFILES), help="stateful test budget")
     c.add_argument("--seed", type=int, default=None, help="seed for the stateful tests (default: random, recorded)")
     c.add_argument("-n", "--workers", default=None, metavar="N", help="run on N processes (pytest-xdist), or 'auto'")
     c.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-call adapter timeout (before scaling)")

@@ -32,6 +32,7 @@ import pytest
 from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
 
+from .budgets import PROFILES
 from .clauses import ClauseCase, NoCheck, all_cases
 from .client import AdapterError, Client, connect
 from .clock import plain, scaled_document, scaled_spec
@@ -52,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ledger-spec", metavar="FILE", action="append", default=[], help="contract file (repeat for overlays); default: the shipped contract")
     g.addoption("--ledger-profile", metavar="NAMES", default=None, help="comma-separated profiles to test (default: all the adapter claims)")
     g.addoption("--ledger-only", action="store_true", help="run only the ledger suite, deselect other collected tests")
-    g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=["ci", "dev", "thorough"], help="stateful test budget (ci, dev, thorough)")
+    g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=list(PROFILES), help="stateful test budget (" + ", ".join(PROFILES) + ")")
     g.addoption("--ledger-seed", type=int, default=None, metavar="N", help="seed for the stateful tests (default: random, recorded in the results)")
     g.addoption("--ledger-stateful-only", action="store_true", help="run only the stateful model-based tests")
     g.addoption("--ledger-clauses-only", action="store_true", help="run only the clause tests")

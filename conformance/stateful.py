@@ -23,15 +23,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from ledgercheck.spec import Spec
 
+from .budgets import PROFILES
 from .clock import QUANTUM
 from .harness import DriveBlocked, Harness, NotApplicable
 from .model import Refuse
 
-PROFILES = {
-    "ci": {"max_examples": 40, "stateful_step_count": 50},
-    "dev": {"max_examples": 150, "stateful_step_count": 60},
-    "thorough": {"max_examples": 2000, "stateful_step_count": 100},
-}
 FULL_CHECK_EVERY = 25
 
 
@@ -52,8 +48,10 @@ def run_machine(machine: type[RuleBasedStateMachine], opts: settings, seed: int 
 def hypothesis_settings(profile: str, database: Any = None, **over: Any) -> settings:
     if profile not in PROFILES:
         raise ValueError(f"unknown hypothesis profile {profile!r} (choose from {', '.join(PROFILES)})")
-    opts: dict[str, Any] = {"phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)}
-    opts.update(PROFILES[profile])
+    budget = dict(PROFILES[profile])
+    shrink = (Phase.shrink,) if budget.pop("shrink", True) else ()
+    opts: dict[str, Any] = {"phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, *shrink)}
+    opts.update(budget)
     opts.update(over)
     return settings(deadline=None, database=database, suppress_health_check=list(HealthCheck), print_blob=False, **opts)
 
