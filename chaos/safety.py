@@ -60,6 +60,7 @@ from typing import Any
 from ledgercheck.conformance.client import AdapterError, Client, connect
 from ledgercheck.conformance.clock import VIRTUAL_EPOCH, plain, scaled_document
 from ledgercheck.conformance.model import Outcome
+from ledgercheck.conformance.reaper import gone
 from ledgercheck.spec import Spec, default_spec
 
 from . import nemesis
@@ -1188,7 +1189,7 @@ class _Campaign:
                     os.kill(proc.pid, 0)
                 except ProcessLookupError:
                     break
-                if _zombie_or_gone(proc.pid):
+                if gone(proc.pid):
                     break
                 time.sleep(0.01)
             else:
@@ -1216,15 +1217,6 @@ def _resolved(address: str) -> str:
     if len(eps) == 1 and ":" in eps[0].value and "[" not in eps[0].value:
         return f"python:{eps[0].value.strip()}"
     return address
-
-
-def _zombie_or_gone(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 # ------------------------------------------------------------------------------------ checking
