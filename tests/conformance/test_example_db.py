@@ -6,10 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 from ledgercheck.conformance.example_db import StoreError, check_store, example_database, parse_store
 from ledgercheck.fixtures.postgres import free_port
+from ledgercheck.fixtures.redis import RedisServer, RedisUnavailable
 
 BROKEN = "python:ledgercheck.fixtures.broken:NoEventOnClaim"
 CLAUSE = "core.event.one_per_transition"
@@ -32,37 +31,18 @@ def shard_of(nodeid: str, count: int) -> int:
 
 
 @pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
+def redis_url() -> Iterator[str]:
     """A redis-server on loopback, on a free port, in a temporary directory; stopped afterwards."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.fail("redis-server is missing: run sh scripts/install-test-deps.sh (Debian package redis-server)")
-    port = free_port()
-    data = tmp_path / "redis"
-    data.mkdir()
-    proc = subprocess.Popen([exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data), "--save", "",
-                             "--appendonly", "no", "--protected-mode", "yes"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"redis://127.0.0.1:{port}/0"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                check_store(parse_store(url))
-                break
-            except StoreError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    out = proc.stdout.read() if proc.stdout else ""
-                    pytest.fail(f"redis-server did not start on port {port}: {out[-800:]}")
-                time.sleep(0.05)
+        server = RedisServer().start()
+    except RedisUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        url = server.url()
+        check_store(parse_store(url))
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 # ---- parsing and checking -------------------------------------------------------------------------

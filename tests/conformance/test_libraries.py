@@ -5,8 +5,12 @@ ledgercheck.fixtures.publish``) run everything with the ``ci`` budget; here the 
 run with the ``smoke`` budget (these adapters run on a wall clock, where the ``ci`` budget costs
 minutes per library) and the suite runs without the one scenario that waits out the whole execution budget in real time (36 s at the
 wall-clock scale).  What must hold: the run completes, the harness reports no errors (no
-adapter crash, hang or garbage, no undecided clause among those run), and the verdict is the
-published one.
+adapter crash, hang or garbage, no undecided clause among those run), the verdict is the
+published one, and the run ends with a verdict line and the safety campaign's record.
+
+rq runs against a redis-server the module starts (loopback, a free port, a temporary directory),
+shared by the campaign's worker processes through ``LEDGERCHECK_REDIS_URL``; it also leaves out
+the stateful test, whose wall-clock waits take two minutes (the published certification runs it).
 """
 
 from __future__ import annotations
@@ -19,15 +23,32 @@ from pathlib import Path
 
 import pytest
 from ledgercheck.fixtures.postgres import PostgresServer
+from ledgercheck.fixtures.redis import RedisServer, RedisUnavailable
+from ledgercheck.reports.verdicts import verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate"]
+LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq"]
+KEYWORD = {"rq": "not execution and not stateful"}  # default: "not execution"
 
 
 @pytest.fixture(scope="module")
 def pg_dsn():
     with PostgresServer() as pg:
         yield pg.dsn()
+
+
+@pytest.fixture(scope="module")
+def servers(pg_dsn):
+    """The environment every library suite runs with: the PostgreSQL server, and a redis-server
+    started here (stopped, its directory removed, when the module is done)."""
+    try:
+        rs = RedisServer().start()
+    except RedisUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield {"LEDGERCHECK_PG_DSN": pg_dsn, "LEDGERCHECK_REDIS_URL": rs.url()}
+    finally:
+        rs.stop()
 
 
 def unsupported_is_the_reason(message: str) -> bool:
@@ -47,12 +68,12 @@ def test_unsupported_is_the_reason_tells_gaps_from_failures():
                                          " (x); the implementation offers close_out as done: it answered it earlier on this ledger")
 
 
-def _suite(library: str, dsn: str, tmp_path: Path, name: str, keyword: str) -> dict:
+def _suite(library: str, servers: dict[str, str], tmp_path: Path, name: str, keyword: str) -> dict:
     """One run of the suite against ``library`` (tests matching ``keyword``); its results."""
     out = tmp_path / f"{name}.json"
     work = tmp_path / name
     work.mkdir()
-    env = dict(os.environ, LEDGERCHECK_PG_DSN=dsn)
+    env = dict(os.environ, **servers)
     cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q", "--assert=plain",
            "--ledger-only", "--ledger-hypothesis-profile", "smoke", "--ledger-adapter", library, "--ledger-seed", "1", "--ledger-results", str(out),
            "--ledger-artifacts", str(tmp_path / "artifacts"), "-k", keyword]
@@ -66,8 +87,9 @@ def _failed(doc: dict) -> set[str]:
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_library_suite(library, pg_dsn, tmp_path):
-    doc = _suite(library, pg_dsn, tmp_path, "run", "not execution")
+def test_library_suite(library, servers, tmp_path):
+    keyword = KEYWORD.get(library, "not execution")
+    doc = _suite(library, servers, tmp_path, "run", keyword)
     errors = [t for t in doc["tests"] if t["outcome"] == "error"]
     assert not errors, f"{library}: harness errors: " + "; ".join(f"{t['nodeid']}: {t['message'][:200]}" for t in errors[:5])
     published = json.loads((ROOT / "docs" / "libraries" / library / "results.json").read_text(encoding="utf-8"))
@@ -81,6 +103,13 @@ def test_library_suite(library, pg_dsn, tmp_path):
     blamed_on_gaps = [(t["nodeid"], t["message"]) for t in doc["tests"]
                       if t["outcome"] == "failed" and unsupported_is_the_reason(t["message"] or "")]
     assert not blamed_on_gaps, f"{library}: failures that are only an unsupported operation: {blamed_on_gaps[:3]}"
+    # one line a stranger can read: the verdict first, then what it rests on
+    line = verdict_line(doc)
+    assert line.split(":")[0] in ("NOT CERTIFIED", "UNSAFE") and "contract violation" in line, line
+    # the safety campaign ran on the library's own ledger, held to what its handshake declares
+    [campaign] = doc["safety"]
+    assert campaign["verdict"] in ("pass", "fail") and campaign["ops"] > 0, campaign
+    assert campaign["declared"] == published["safety"][0]["declared"], (campaign["declared"], published["safety"][0])
     # the findings are the library's, not the harness's: a clause that fails here failed when published
     allowed = _failed(published) | {"retry.execution_timeout", "core.expire.timeout_reason"}
     new = _failed(doc) - allowed
@@ -88,5 +117,5 @@ def test_library_suite(library, pg_dsn, tmp_path):
         # these libraries run on a wall clock at 1/100 of the contract's timings, beside the rest of
         # the test run: when a clause's window was missed on a loaded machine the suite runs once
         # more, and a finding that is real fails again there
-        again = _failed(_suite(library, pg_dsn, tmp_path, "again", "not execution")) & new
+        again = _failed(_suite(library, servers, tmp_path, "again", keyword)) & new
         assert not again, f"{library}: newly failing {sorted(again)} (failed twice; published: docs/libraries/{library})"
