@@ -27,7 +27,7 @@ from ledgercheck.reports.verdicts import verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq"]
-KEYWORD: dict[str, str] = {}  # default: "not execution"
+KEYWORD = "not execution"  # every test but the one that waits out the execution budget
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,7 @@ def _failed(doc: dict) -> set[str]:
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_library_suite(library, servers, tmp_path):
-    keyword = KEYWORD.get(library, "not execution")
-    doc = _suite(library, servers, tmp_path, "run", keyword)
+    doc = _suite(library, servers, tmp_path, "run", KEYWORD)
     errors = [t for t in doc["tests"] if t["outcome"] == "error"]
     assert not errors, f"{library}: harness errors: " + "; ".join(f"{t['nodeid']}: {t['message'][:200]}" for t in errors[:5])
     published = json.loads((ROOT / "docs" / "libraries" / library / "results.json").read_text(encoding="utf-8"))
@@ -116,5 +115,5 @@ def test_library_suite(library, servers, tmp_path):
         # these libraries run on a wall clock at 1/100 of the contract's timings, beside the rest of
         # the test run: when a clause's window was missed on a loaded machine the suite runs once
         # more, and a finding that is real fails again there
-        again = _failed(_suite(library, servers, tmp_path, "again", keyword)) & new
+        again = _failed(_suite(library, servers, tmp_path, "again", KEYWORD)) & new
         assert not again, f"{library}: newly failing {sorted(again)} (failed twice; published: docs/libraries/{library})"
