@@ -409,7 +409,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 # event-trail integrity: seq numbering from first_seq without gaps, earlier events unchanged,
 # the snapshot equal to the fold of the implementation's own events
-SIDE_FINDING_CLAUSES = frozenset({"core.event.append_only", "eventlog.fold"})
+SIDE_FINDING_CLAUSES = frozenset({"trail.append_only", "eventlog.fold"})
 
 
 def _run_dir(config: pytest.Config) -> str:
