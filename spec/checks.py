@@ -562,7 +562,7 @@ def _profile_sets(c: _Ctx) -> None:
                           f"profile set {name!r} has {p!r} but not {r!r}, which {p!r} requires")
     if not any(set(s["profiles"]) == set(prof) for s in sets.values()):
         missing = {n: sorted(set(prof) - set(s["profiles"])) for n, s in sets.items()}
-        where = ("profile_sets", next(iter(sets))) if sets else ("profiles",)
+        where = ("profile_sets", next(iter(sets)), "profiles") if sets else ("profiles",)
         detail = "; ".join(f"{n} lacks {', '.join(m)}" for n, m in missing.items()) or "there are none"
         c.add(where, f"no profile set lists every profile, so the whole contract has no name ({detail})")
 
