@@ -50,7 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("ledgercheck", "work-ledger conformance (ledgercheck)")
     g.addoption("--ledger-adapter", metavar="ADDRESS", help="adapter to test: reference, python:MODULE:FACTORY, exec:COMMAND, or an installed name")
     g.addoption("--ledger-spec", metavar="FILE", action="append", default=[], help="contract file (repeat for overlays); default: the shipped contract")
-    g.addoption("--ledger-profile", metavar="NAMES", default=None, help="comma-separated profiles to test (default: all the adapter claims)")
+    g.addoption("--ledger-profile", metavar="NAMES", default=None,
+                help="comma-separated profiles or profile sets to test, 'full' for the whole contract (default: all the adapter claims)")
     g.addoption("--ledger-only", action="store_true", help="run only the ledger suite, deselect other collected tests")
     g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=["ci", "dev", "thorough"], help="stateful test budget (ci, dev, thorough)")
     g.addoption("--ledger-seed", type=int, default=None, metavar="N", help="seed for the stateful tests (default: random, recorded in the results)")
@@ -108,10 +109,11 @@ class LedgerSession:
         self.claimed = [p for p in self.client.profiles if p in self.spec.profiles]
         req = _opt(config, "ledger_profile")
         if req:
-            names = [p.strip() for p in req.split(",") if p.strip()]
-            unknown = [p for p in names if p not in self.spec.profiles]
+            names, unknown = self.spec.expand_profiles(p.strip() for p in req.split(",") if p.strip())
             if unknown:
-                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {', '.join(unknown)}; the contract has {', '.join(self.spec.profiles)}")
+                sets = "".join(f"; profile set {n} names {', '.join(s.profiles)}" for n, s in self.spec.profile_sets.items())
+                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {', '.join(unknown)}; the contract has "
+                                        f"{', '.join(self.spec.profiles)}{sets}")
             self.requested = list(self.spec.profile_closure(names))
         else:
             self.requested = list(self.spec.profile_closure(self.claimed)) if self.claimed else []

@@ -19,7 +19,7 @@ from ledgercheck.conformance.example_db import StoreError, check_store, example_
 from ledgercheck.fixtures.postgres import free_port
 
 BROKEN = "python:ledgercheck.fixtures.broken:NoEventOnClaim"
-CLAUSE = "core.event.one_per_transition"
+CLAUSE = "trail.one_per_transition"
 MACHINE = "ledgercheck::stateful::lifecycle"
 
 

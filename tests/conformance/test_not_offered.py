@@ -39,9 +39,9 @@ def test_operations_not_offered_are_never_failures(tmp_path, suite):
     doc = _run(suite, tmp_path, LACKS)
     assert not [t for t in doc["tests"] if t["outcome"] in ("failed", "error")], \
         [(t["nodeid"], t["message"]) for t in doc["tests"] if t["outcome"] in ("failed", "error")]
-    assert _clause(doc, "core.event.types")["outcome"] == "not_offered"
-    assert "events" in _clause(doc, "core.event.types")["lacks"]
-    assert "cancel" in _clause(doc, "core.cancel.immediate")["lacks"]
+    assert _clause(doc, "trail.types")["outcome"] == "not_offered"
+    assert "events" in _clause(doc, "trail.types")["lacks"]
+    assert "cancel" in _clause(doc, "cancel.immediate")["lacks"]
     assert "expire" in _clause(doc, "core.expire.timeout_reason")["lacks"]
     # the refusals it could not judge (cancel of finished work) leave terminal immutability unjudged, not failed
     assert _clause(doc, "core.terminal.immutable")["outcome"] == "not_offered"
@@ -55,10 +55,10 @@ def test_operations_not_offered_are_never_failures(tmp_path, suite):
     assert [f["severity"] for f in doc["findings"]] == ["not_offered"] * len(doc["findings"])
     # JUnit: skipped with the operation named, never a failure
     root = ET.fromstring(render_junit(doc))
-    cases = [c for c in root.iter("testcase") if c.get("name") == "core.event.types"]
+    cases = [c for c in root.iter("testcase") if c.get("name") == "trail.types"]
     assert cases and all(c.find("failure") is None and c.find("error") is None for c in cases)
     unoffered = [c for c in cases if c.find("skipped") is not None and c.find("skipped").get("type") == "not_offered"]
-    assert len(unoffered) == sum(1 for t in doc["tests"] if t["clause"] == "core.event.types" and t["outcome"] == "not_offered")
+    assert len(unoffered) == sum(1 for t in doc["tests"] if t["clause"] == "trail.types" and t["outcome"] == "not_offered")
     assert any("events" in c.find("skipped").get("message") for c in unoffered)
     for c in unoffered:
         assert {p.get("name"): p.get("value") for p in c.iter("property")}["ledger_outcome"] == "not_offered"
@@ -70,7 +70,7 @@ def test_a_real_bug_beside_the_gaps_still_fails_its_clause(tmp_path, suite):
     immutable = _clause(doc, "core.terminal.immutable")
     assert immutable["outcome"] == "fail", immutable
     assert "unsupported" not in (immutable["message"] or "")
-    assert _clause(doc, "core.event.types")["outcome"] == "not_offered"
+    assert _clause(doc, "trail.types")["outcome"] == "not_offered"
     assert doc["profiles"]["verdicts"]["core"]["verdict"] == "failed"
     # accepting a close-out of finished work breaks these, and nothing else fails
     failed = {c["id"] for c in doc["clauses"] if c["outcome"] == "fail"}

@@ -174,10 +174,10 @@ def test_failure_without_clause_is_an_error(factory) -> None:
     assert verdict_line(doc) == ("ERROR: 1 test(s) failed without naming a clause "
                                  "(first: ledger::stateful[messaging]: harness failure: RuntimeError: boom)")
     # a stateful run that names the clause it found violated fails that clause instead
-    tests[-1] = {**tests[-1], "clause": "core.event.types", "outcome": "failed"}
+    tests[-1] = {**tests[-1], "clause": "trail.types", "outcome": "failed"}
     doc = factory.build(tests=tests, windows=factory.windows(bad=()), adapter=factory.adapter(known_bugs={}))
     assert doc["verdict"] == "NOT CERTIFIED"
-    assert next(c for c in doc["clauses"] if c["id"] == "core.event.types")["outcome"] == "fail"
+    assert next(c for c in doc["clauses"] if c["id"] == "trail.types")["outcome"] == "fail"
 
 
 def test_timings(factory) -> None:

@@ -19,8 +19,8 @@ from ledgercheck.reports.summary import verdict_line
 from ledgercheck.reports.terminal import summary_text
 
 CLAIMS = ["core", "lease"]
-NOT_OFFERED = {"core.event.types": ["events"], "core.cancel.immediate": ["cancel"],
-               "core.event.one_per_transition": ["events"]}
+NOT_OFFERED = {"trail.types": ["events"], "cancel.immediate": ["cancel"],
+               "trail.one_per_transition": ["events"]}
 
 
 def _tests(factory, *, failing: tuple[str, ...] = (), not_offered: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
@@ -57,8 +57,8 @@ def test_certified(factory):
 def test_not_offered_blocks_certification_but_is_no_failure(factory):
     doc = _build(factory, _tests(factory, not_offered=NOT_OFFERED))
     c = {x["id"]: x for x in doc["clauses"]}
-    assert c["core.event.types"]["outcome"] == "not_offered" and c["core.event.types"]["lacks"] == ["events"]
-    assert c["core.event.types"]["not_offered"] == c["core.event.types"]["tests"]
+    assert c["trail.types"]["outcome"] == "not_offered" and c["trail.types"]["lacks"] == ["events"]
+    assert c["trail.types"]["not_offered"] == c["trail.types"]["tests"]
     core = doc["profiles"]["verdicts"]["core"]
     assert core == {**core, "verdict": "not_offered", "failed": 0, "not_offered": 3, "lacks": ["cancel", "events"]}
     assert doc["profiles"]["verdicts"]["lease"]["verdict"] == "certified"
