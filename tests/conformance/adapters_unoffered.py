@@ -13,14 +13,16 @@ from ledgercheck.reference.adapter import ReferenceAdapter
 
 
 class LacksEventsCancelExpire(ReferenceAdapter):
-    """Core without an event trail, cancellation or the expiry monitor: each answers unsupported.
-    Everything it does offer is the reference's, so nothing it answers breaks the contract."""
+    """Claims core, trail and cancel, but has no event trail, cancellation or expiry monitor: each
+    answers unsupported.  Everything it does offer is the reference's, so nothing it answers
+    breaks the contract."""
 
     COUNTS: dict[str, int] = {}  # operation -> calls that answered unsupported (this process)
+    PROFILES = ["core", "trail", "cancel"]
 
     def hello(self, protocol: str = "1.0") -> Handshake:
         hs = super().hello(protocol)
-        hs.update(name=f"unoffered-{type(self).__name__}", profiles=["core"])
+        hs.update(name=f"unoffered-{type(self).__name__}", profiles=list(self.PROFILES))
         return hs
 
     def _unsupported(self, op: str) -> Any:
@@ -35,6 +37,36 @@ class LacksEventsCancelExpire(ReferenceAdapter):
 
     def expire(self, *, now: float) -> Any:
         return self._unsupported("expire")
+
+
+class PlainQueueWithoutTrail(ReferenceAdapter):
+    """A plain job queue: no event trail and no cancellation (both answer unsupported), and it
+    claims core alone, which it offers in full.  ``ASKED`` counts the calls of the operations it
+    lacks: none may come, since no clause of core demands them."""
+
+    ASKED: dict[str, int] = {}
+    PROFILES = ["core"]
+
+    def hello(self, protocol: str = "1.0") -> Handshake:
+        hs = super().hello(protocol)
+        hs.update(name=f"unoffered-{type(self).__name__}", profiles=list(self.PROFILES))
+        return hs
+
+    def _unsupported(self, op: str) -> Any:
+        self.ASKED[op] = self.ASKED.get(op, 0) + 1
+        raise LedgerError("unsupported", f"this queue has no {op}")
+
+    def events(self, *, work_id: str) -> Any:
+        return self._unsupported("events")
+
+    def cancel(self, *, work_id: str, now: float, reason: str | None = None) -> Any:
+        return self._unsupported("cancel")
+
+
+class ClaimsTheTrailItLacks(PlainQueueWithoutTrail):
+    """The same queue, claiming the trail profile as well: the trail is not offered."""
+
+    PROFILES = ["core", "trail"]
 
 
 class LacksEventsAndReclosesFinishedWork(LacksEventsCancelExpire):
