@@ -107,6 +107,15 @@ def test_a_plain_queue_without_an_event_trail_certifies_core(tmp_path, suite, sp
     assert PlainQueueWithoutTrail.ASKED == {} and "events" not in h.not_offered
 
 
+def test_without_cancel_a_close_out_as_cancelled_is_a_forbidden_move(spec, harness_for):
+    """Core judges the guard of the cancelled close-out on a ledger that has no cancel profile:
+    accepting it fails core.transition.forbidden, and that clause alone."""
+    h = harness_for("python:adapters_unoffered:ClosesOutCancelledUnasked")
+    assert h.profiles == {"core"}
+    failed = clause_test_failures(h, spec, lambda case: spec.clause(case.clause).profile == "core")
+    assert set(failed) == {"core.transition.forbidden"} and set(failed["core.transition.forbidden"]) == {"core.transition.forbidden"}, failed
+
+
 def test_claiming_the_trail_it_lacks_is_not_offered_and_core_still_certified(tmp_path, suite):
     doc = _run(suite, tmp_path, CLAIMS_TRAIL, profiles="core,trail")
     verdicts = doc["profiles"]["verdicts"]
