@@ -104,6 +104,9 @@ def test_a_plain_queue_without_an_event_trail_certifies_core(tmp_path, suite, sp
     PlainQueueWithoutTrail.ASKED.clear()
     h = harness_for(PLAIN)
     assert clause_test_failures(h, spec, lambda case: spec.clause(case.clause).profile == "core") == {}
+    # and the stateful exploration of the lifecycle, on the profiles it claims
+    opts = hypothesis_settings("ci", max_examples=15, stateful_step_count=30, phases=(Phase.explicit, Phase.generate))
+    run_machine(make_machine(h, only="lifecycle"), opts, 1)
     assert PlainQueueWithoutTrail.ASKED == {} and "events" not in h.not_offered
 
 
