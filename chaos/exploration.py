@@ -32,7 +32,8 @@ from .scenario import T0, Harness, NotReached, WindowError, WindowResult
 from .workload import Workload, WorkloadError, default_workload
 
 Progress = Callable[[int, int | None, dict[str, Any]], None]
-REQUIRED_PROFILES = ("core", "lease", "idempotency", "recovery")
+# the workers read each item's event trail (a waiting step already taken, the fold of the end state)
+REQUIRED_PROFILES = ("core", "trail", "lease", "idempotency", "recovery")
 PROBE_CAP = 10_000  # occurrences tried at most for a point that cannot be counted
 FENCE_SKIP = ("after_waiting_set",)  # nothing is leased there, so nothing can be taken over
 

@@ -287,9 +287,13 @@ class Client:
         major = str(hs.get("protocol", "")).split(".")[0]
         if major != PROTOCOL_VERSION.split(".")[0]:
             raise AdapterError(f"adapter {self.address}: speaks protocol {hs.get('protocol')!r}, the harness speaks {PROTOCOL_VERSION}")
-        unknown = [p for p in hs.get("profiles", []) if p not in self.spec.profiles]
+        claims = hs.get("profiles", [])
+        known, unknown = self.spec.expand_profiles(p for p in claims if isinstance(p, str))
+        unknown += tuple(p for p in claims if not isinstance(p, str))
         if unknown:
             raise AdapterError(f"adapter {self.address}: claims unknown profile(s) {', '.join(map(str, unknown))}")
+        if any(p in self.spec.profile_sets for p in claims):
+            hs["profiles"] = list(known)  # a profile set stands for its members
         self.handshake = hs
 
     def _call(self, op: str, args: dict[str, Any]) -> Outcome:  # pragma: no cover - abstract

@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("certify", help="run the conformance suite against an adapter and write a compliance report")
     c.add_argument("--adapter", default="reference", metavar="ADDRESS",
                    help="reference (default), python:MODULE:FACTORY, exec:COMMAND, or an installed adapter name")
-    c.add_argument("--profile", default=None, metavar="NAMES", help="comma-separated profiles (default: every profile the adapter claims)")
+    c.add_argument("--profile", default=None, metavar="NAMES", help="comma-separated profiles or profile sets, 'full' for the whole contract (default: every profile the adapter claims)")
     c.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
     c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: reports/out/<adapter>/<timestamp>)")
     c.add_argument("--hypothesis-profile", default="ci", choices=list(PROFILES), help="stateful test budget")

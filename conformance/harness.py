@@ -339,7 +339,8 @@ class Harness:
         return "after: " + " -> ".join(self.recent)
 
     def verify(self, *wids: str, blame: str | None = None) -> None:
-        """Read each item back and compare snapshot, events and (eventlog) fold with the model."""
+        """Read each item back and compare snapshot, events (trail) and fold (eventlog) with the
+        model.  Without the trail profile the events are not read: nothing is judged on them."""
         found: list[Violation] = []
         for wid in wids:
             got = self.raw("get", work_id=wid)
@@ -347,6 +348,8 @@ class Harness:
                 found.append(Violation("core.not_found", f"get({wid}) failed with {got.code}: {got.message}"))
                 continue
             found += self.model.check_work(got.value, wid, blame)
+            if not self.claims("events"):
+                continue
             ev = self.raw("events", work_id=wid)
             if not ev.ok and ev.code == "unsupported":
                 # no event trail at all: the clauses about events are not offered (their tests
@@ -355,7 +358,7 @@ class Harness:
                 self.not_offered.setdefault("events", ev.message)
                 continue
             if not ev.ok:
-                found.append(Violation("core.event.append_only", f"events({wid}) failed with {ev.code}: {ev.message}"))
+                found.append(Violation("trail.append_only", f"events({wid}) failed with {ev.code}: {ev.message}"))
                 continue
             found += self.model.check_events(wid, ev.value)
             if "eventlog" in self.profiles:
@@ -379,9 +382,16 @@ class Harness:
             snaps[wid] = got.value
         self.tolerated += found
         for wid, snap in snaps.items():
-            ev = self.raw("events", work_id=wid)
-            self.model.adopt(wid, snap, ev.value if ev.ok and isinstance(ev.value, list) else self.model.events.get(wid, []))
+            ev = self.raw("events", work_id=wid) if self.claims("events") else None
+            self.model.adopt(wid, snap, ev.value if ev is not None and ev.ok and isinstance(ev.value, list)
+                             else self.model.events.get(wid, []))
         return True
+
+    def trail_of(self, wid: str, clause: str) -> list[dict[str, Any]] | None:
+        """An item's events for a check whose clause belongs to another profile than the trail:
+        None when the adapter does not claim the trail profile (that part of the check is
+        skipped, never failed), else :meth:`events_of`."""
+        return self.events_of(wid, clause) if self.claims("events") else None
 
     def events_of(self, wid: str, clause: str) -> list[dict[str, Any]]:
         """An item's events, for a check of ``clause`` that needs them: an event trail that is not

@@ -116,7 +116,7 @@ FIELD_OWNER = {
     "attempt": "retry.exhausted", "started_at": "retry.execution_timeout", "owner": "lease.acquire",
     "lease_token": "lease.acquire", "lease_version": "lease.version.monotonic", "lease_expires_at": "lease.acquire",
     "waiting_kind": "waiting.requires_ref", "waiting_ref": "waiting.requires_ref", "waiting_deadline": "waiting.deadline",
-    "next_retry_at": "retry.bounds", "error_class": "retry.schedule", "cancel_requested": "core.cancel.intent_first",
+    "next_retry_at": "retry.bounds", "error_class": "retry.schedule", "cancel_requested": "cancel.intent_first",
     "quarantined": "recovery.quarantine.visible",
 }
 
@@ -297,24 +297,24 @@ class Model:
         out: list[Violation] = []
         exp = self.events.get(wid, [])
         if not isinstance(actual, list):
-            return [Violation("core.event.append_only", f"{wid}: events are not a list")]
+            return [Violation("trail.append_only", f"{wid}: events are not a list")]
         before = self._events_before.get(wid, len(exp))
         n = min(len(exp), len(actual))
         for i in range(n):
             e, a = exp[i], actual[i]
             if not isinstance(a, Mapping):
-                out.append(Violation("core.event.append_only", f"{wid}: event {i} is not an object"))
+                out.append(Violation("trail.append_only", f"{wid}: event {i} is not an object"))
                 continue
             old = i < before
             seq = self.spec.first_seq + i
             if a.get("seq") != seq:
-                out.append(Violation("core.event.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
+                out.append(Violation("trail.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
             if a.get("type") != e["type"]:
-                clause = "core.event.append_only" if old else "core.event.types"
+                clause = "trail.append_only" if old else "trail.types"
                 out.append(Violation(clause, f"{wid}: event {seq} is {a.get('type')!r}, the contract says {e['type']!r}"))
                 continue
             if a.get("from_status") != e["from_status"] or a.get("to_status") != e["to_status"]:
-                clause = "core.event.append_only" if old else "core.event.one_per_transition"
+                clause = "trail.append_only" if old else "trail.one_per_transition"
                 out.append(Violation(clause, f"{wid}: {e['type']} event {seq} records {a.get('from_status')!r} -> {a.get('to_status')!r}, expected {e['from_status']!r} -> {e['to_status']!r}"))
             data = a.get("data")
             if not isinstance(data, Mapping):
@@ -328,19 +328,19 @@ class Model:
                     if not old and self._allowed_other(wid, fname, kind if kind != "none" else "exact", data.get(fname)):
                         e["data"][fname] = copy.deepcopy(data.get(fname))
                         continue
-                    clause = "core.event.append_only" if old else "eventlog.event_data"
+                    clause = "trail.append_only" if old else "eventlog.event_data"
                     out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{fname} = {data.get(fname)!r}, expected {e['data'].get(fname)!r}"))
         if len(actual) != len(exp):
             extra = actual[len(exp):] if len(actual) > len(exp) else []
             missing = exp[len(actual):] if len(exp) > len(actual) else []
             if len(actual) < before:
-                out.append(Violation("core.event.append_only", f"{wid}: {before - len(actual)} earlier event(s) disappeared"))
+                out.append(Violation("trail.append_only", f"{wid}: {before - len(actual)} earlier event(s) disappeared"))
             elif missing:
                 names = ", ".join(m["type"] for m in missing)
-                out.append(Violation("core.event.one_per_transition", f"{wid}: missing event(s): {names}"))
+                out.append(Violation("trail.one_per_transition", f"{wid}: missing event(s): {names}"))
             else:
                 names = ", ".join(str(x.get("type")) if isinstance(x, Mapping) else "?" for x in extra)
-                out.append(Violation("core.event.one_per_transition", f"{wid}: unexpected extra event(s): {names}"))
+                out.append(Violation("trail.one_per_transition", f"{wid}: unexpected extra event(s): {names}"))
         return out
 
     def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:
@@ -644,7 +644,10 @@ class Model:
             edge = self.spec.edge(it0["status"], dst)
             if edge is not None and "close_out" in edge.ops and edge.guard == "cancel_requested" and not it0["cancel_requested"]:
                 codes = {"invalid_transition"} | ({"stale_lease"} if self._lease_problem(it0, a.get("token"), a["now"]) else set())
-                return Refuse(frozenset(codes), "core.cancel.intent_first", f"{wid0}: close-out as {dst} needs a recorded cancel request")
+                # without the cancel profile no request can be recorded: the guarded move is one
+                # the table does not allow (core.transition.forbidden)
+                clause = "cancel.intent_first" if self.claimed("cancel.intent_first") else "core.transition.forbidden"
+                return Refuse(frozenset(codes), clause, f"{wid0}: close-out as {dst} needs a recorded cancel request")
         it, refuse = self._lease_guard("close_out", a, dst)
         if refuse:
             return refuse
@@ -678,14 +681,14 @@ class Model:
                 if not it["cancel_requested"]:
                     new["cancel_requested"] = True
                     self._append(wid, op.intent_event, None, None, now, new)
-                self._commit(wid, new, {"status": "core.cancel.intent_first", "cancel_requested": "core.cancel.intent_first"}, "core.cancel.intent_first")
-                return self._check_returned(new, res, {}, "core.cancel.intent_first")
-            return Accept(intent, "core.cancel.intent_first", f"cancelling running work {wid} records the intent")
+                self._commit(wid, new, {"status": "cancel.intent_first", "cancel_requested": "cancel.intent_first"}, "cancel.intent_first")
+                return self._check_returned(new, res, {}, "cancel.intent_first")
+            return Accept(intent, "cancel.intent_first", f"cancelling running work {wid} records the intent")
         targets = self.spec.targets("cancel", it["status"])
         if not targets:
             return self._refuse_transition(it, "cancelled", "cancel")
         dst = targets[0]
-        clause = "waiting.cancel" if it["status"] in self._wait_kinds.values() else "core.cancel.immediate"
+        clause = "waiting.cancel" if it["status"] in self._wait_kinds.values() else "cancel.immediate"
 
         def h(res: Any) -> list[Violation]:
             new = dict(it)

@@ -51,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("ledgercheck", "work-ledger conformance (ledgercheck)")
     g.addoption("--ledger-adapter", metavar="ADDRESS", help="adapter to test: reference, python:MODULE:FACTORY, exec:COMMAND, or an installed name")
     g.addoption("--ledger-spec", metavar="FILE", action="append", default=[], help="contract file (repeat for overlays); default: the shipped contract")
-    g.addoption("--ledger-profile", metavar="NAMES", default=None, help="comma-separated profiles to test (default: all the adapter claims)")
+    g.addoption("--ledger-profile", metavar="NAMES", default=None,
+                help="comma-separated profiles or profile sets to test, 'full' for the whole contract (default: all the adapter claims)")
     g.addoption("--ledger-only", action="store_true", help="run only the ledger suite, deselect other collected tests")
     g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=list(PROFILES), help="stateful test budget (" + ", ".join(PROFILES) + ")")
     g.addoption("--ledger-seed", type=int, default=None, metavar="N", help="seed for the stateful tests (default: random, recorded in the results)")
@@ -109,10 +110,11 @@ class LedgerSession:
         self.claimed = [p for p in self.client.profiles if p in self.spec.profiles]
         req = _opt(config, "ledger_profile")
         if req:
-            names = [p.strip() for p in req.split(",") if p.strip()]
-            unknown = [p for p in names if p not in self.spec.profiles]
+            names, unknown = self.spec.expand_profiles(p.strip() for p in req.split(",") if p.strip())
             if unknown:
-                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {', '.join(unknown)}; the contract has {', '.join(self.spec.profiles)}")
+                sets = "".join(f"; profile set {n} names {', '.join(s.profiles)}" for n, s in self.spec.profile_sets.items())
+                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {', '.join(unknown)}; the contract has "
+                                        f"{', '.join(self.spec.profiles)}{sets}")
             self.requested = list(self.spec.profile_closure(names))
         else:
             self.requested = list(self.spec.profile_closure(self.claimed)) if self.claimed else []
@@ -410,7 +412,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 # event-trail integrity: seq numbering from first_seq without gaps, earlier events unchanged,
 # the snapshot equal to the fold of the implementation's own events
-SIDE_FINDING_CLAUSES = frozenset({"core.event.append_only", "eventlog.fold"})
+SIDE_FINDING_CLAUSES = frozenset({"trail.append_only", "eventlog.fold"})
 
 
 def _run_dir(config: pytest.Config) -> str:

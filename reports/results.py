@@ -296,6 +296,8 @@ def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, A
         "tests": _tests(tests),
         "crash_windows": _windows(crash_windows, spec, a.get("crash_points") or ()),
     }
+    if spec.profile_sets:  # named sets ("full" is the whole contract), for the verdict line
+        doc["profiles"]["sets"] = {n: list(s.profiles) for n, s in spec.profile_sets.items()}
     campaigns = [copy.deepcopy(dict(c)) for c in safety]
     if campaigns:  # the safety campaigns' records, as evidence beside the tests that carried them
         doc["safety"] = campaigns
@@ -337,6 +339,11 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         bad = [p for p in doc["profiles"][key] if p not in defined]
         if bad:
             raise ResultsError(f"{source}: profiles.{key} names undefined profile(s) {', '.join(bad)}")
+    for name, members in (doc["profiles"].get("sets") or {}).items():
+        bad = [p for p in members if p not in defined]
+        if bad or name in defined:
+            raise ResultsError(f"{source}: profiles.sets.{name} " + (f"names undefined profile(s) {', '.join(bad)}"
+                                                                      if bad else "has the name of a profile"))
     inc = doc["run"].get("incomplete")
     if inc:
         for part, done, planned in (("tests", "finished", "planned"), ("crash_windows", "points_finished", "points_planned")):
@@ -684,7 +691,8 @@ def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "environment": copy.deepcopy(first["environment"]),
         "profiles": {"defined": list(defined), "requires": copy.deepcopy(first["profiles"]["requires"]),
                      "requested": [p for p in defined if p in requested],
-                     "claimed": list(first["profiles"]["claimed"]), "verdicts": {}},
+                     "claimed": list(first["profiles"]["claimed"]), "verdicts": {},
+                     **({"sets": copy.deepcopy(first["profiles"]["sets"])} if "sets" in first["profiles"] else {})},
         "clauses": [{k: c[k] for k in ("id", "profile", "level", "statement", "source")} for c in first["clauses"]],
         "tests": [copy.deepcopy(t) for d in docs for t in d["tests"]],
         "crash_windows": [copy.deepcopy(w) for d in docs for w in d["crash_windows"]],

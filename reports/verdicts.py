@@ -205,6 +205,12 @@ def overall(doc: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -
     return "CERTIFIED", in_scope
 
 
+def whole_set(doc: Mapping[str, Any]) -> str | None:
+    """The name of the recorded profile set that lists every defined profile (the whole contract)."""
+    every = set(doc["profiles"]["defined"])
+    return next((n for n, m in (doc["profiles"].get("sets") or {}).items() if set(m) == every), None)
+
+
 def in_scope(doc: Mapping[str, Any]) -> list[str]:
     """Profiles that were requested and that the adapter claims, in contract order."""
     prof = doc["profiles"]
@@ -307,6 +313,9 @@ def headline(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]], found
         return "; ".join([line, *tail])
     if verdict == "CERTIFIED":
         line = f"CERTIFIED for profiles {', '.join(certified)}"
+        whole = whole_set(doc)
+        if whole is not None and set(certified) == set(doc["profiles"]["defined"]):
+            line += f" (the whole contract: {whole})"
         if warnings:
             line += f" ({len(warnings)} SHOULD clause(s) not met)"
         return line

@@ -540,6 +540,31 @@ def _profiles_and_clauses(c: _Ctx) -> None:
     for name in prof:
         if name not in used_profiles:
             c.add(("profiles", name), f"profile {name!r} has no clauses, so nothing could certify it")
+    _profile_sets(c)
+
+
+def _profile_sets(c: _Ctx) -> None:
+    """Each set names known profiles and what they require, no set shadows a profile, and one
+    set lists every profile: the whole contract has a name."""
+    prof = c.doc["profiles"]
+    sets = c.doc.get("profile_sets") or {}
+    for name, s in sets.items():
+        if name in prof:
+            c.add(("profile_sets", name), f"profile set {name!r} has the name of a profile")
+        members = s["profiles"]
+        for i, p in enumerate(members):
+            if p not in prof:
+                c.add(("profile_sets", name, "profiles", i), f"profile set {name!r} names unknown profile {p!r}")
+                continue
+            for r in prof[p]["requires"]:
+                if r in prof and r not in members:
+                    c.add(("profile_sets", name, "profiles", i),
+                          f"profile set {name!r} has {p!r} but not {r!r}, which {p!r} requires")
+    if not any(set(s["profiles"]) == set(prof) for s in sets.values()):
+        missing = {n: sorted(set(prof) - set(s["profiles"])) for n, s in sets.items()}
+        where = ("profile_sets", next(iter(sets)), "profiles") if sets else ("profiles",)
+        detail = "; ".join(f"{n} lacks {', '.join(m)}" for n, m in missing.items()) or "there are none"
+        c.add(where, f"no profile set lists every profile, so the whole contract has no name ({detail})")
 
 
 def _prefix(profile: str) -> str:

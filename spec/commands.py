@@ -79,6 +79,7 @@ def spec_summary(spec: Spec) -> dict[str, Any]:
         "waiting_timeouts": dict(spec.waiting_timeouts),
         "retry": spec.retry_default.as_dict(),
         "profiles": {n: list(p.requires) for n, p in spec.profiles.items()},
+        "profile_sets": {n: list(s.profiles) for n, s in spec.profile_sets.items()},
         "clauses": [{"id": c.id, "level": c.level, "profile": c.profile, "source": c.source,
                      "statement": c.statement} for c in spec.clauses],
     }
@@ -117,6 +118,12 @@ def render_text(spec: Spec) -> str:
     out.append("Waiting budgets: " + ", ".join(f"{k} {v:g}s" for k, v in spec.waiting_timeouts.items()))
     rp = spec.retry_default
     out.append(f"Retry: {rp.max_attempts} attempts, {rp.initial_backoff:g}s x{rp.multiplier:g}, cap {rp.max_backoff:g}s, jitter {rp.jitter}")
+    out += ["", "Profiles (requires):"]
+    for n, p in spec.profiles.items():
+        out.append(f"  {n:<11} {', '.join(p.requires) or '-'}")
+    for n, s in spec.profile_sets.items():
+        whole = "  (the whole contract)" if n == spec.whole_set else ""
+        out.append(f"  set {n}: {', '.join(s.profiles)}{whole}")
     out += ["", f"Clauses ({len(spec.clauses)}):"]
     for c in spec.clauses:
         out.append(f"  {c.id:<34} {c.level:<6} {c.profile:<11} {c.statement}")

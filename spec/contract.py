@@ -137,6 +137,15 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class ProfileSet:
+    """A named set of profiles (``profile_sets`` of the manifest); one set is the whole contract."""
+
+    name: str
+    description: str
+    profiles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class CrashPoint:
     name: str
     journal: str
@@ -242,6 +251,7 @@ class Spec:
     clauses: tuple[Clause, ...]
     files: Mapping[str, str] = field(default_factory=dict)  # display path -> sha256 of the file
     document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
+    profile_sets: Mapping[str, ProfileSet] = field(default_factory=dict)
 
     # ---- identity -------------------------------------------------------------------------
     @functools.cached_property
@@ -363,6 +373,26 @@ class Spec:
             return self.clauses
         want = set(profiles)
         return tuple(c for c in self.clauses if c.profile in want)
+
+    @property
+    def whole_set(self) -> str | None:
+        """The name of the profile set that lists every profile (the whole contract), if any."""
+        every = set(self.profiles)
+        return next((n for n, s in self.profile_sets.items() if set(s.profiles) == every), None)
+
+    def expand_profiles(self, names: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Profile names with every set name replaced by its members, in contract order, and
+        the names that are neither a profile nor a set (in the order given)."""
+        want: set[str] = set()
+        unknown: list[str] = []
+        for n in names:
+            if n in self.profiles:
+                want.add(n)
+            elif n in self.profile_sets:
+                want.update(self.profile_sets[n].profiles)
+            elif n not in unknown:
+                unknown.append(n)
+        return tuple(p for p in self.profiles if p in want), tuple(unknown)
 
     def profile_closure(self, names: Iterable[str]) -> tuple[str, ...]:
         """The named profiles plus everything they require, in contract order."""

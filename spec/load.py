@@ -39,6 +39,7 @@ from .contract import (
     MatrixEntry,
     Operation,
     Profile,
+    ProfileSet,
     RetryPolicy,
     Spec,
     Status,
@@ -651,4 +652,6 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"]) for c in doc["clauses"]),
         files=frozen_map(files or {}),
         document=frozen_map(doc),
+        profile_sets=frozen_map({n: ProfileSet(n, s["description"], tuple(s["profiles"]))
+                                 for n, s in (doc.get("profile_sets") or {}).items()}),
     )

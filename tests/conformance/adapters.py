@@ -130,8 +130,8 @@ class CompletesByMark(ReferenceAdapter):
 
 class SeqGapAfterRefusedCloseOut(ReferenceAdapter):
     """Advances an item's event counter before validating a close-out: the next event after a
-    refused close-out skips a seq (core.event.append_only).  The cancel clause tests see it
-    while judging their own clause; the finding must still reach core.event.append_only."""
+    refused close-out skips a seq (trail.append_only).  The cancel clause tests see it
+    while judging their own clause; the finding must still reach trail.append_only."""
 
     def reset(self, config: dict[str, Any] | None = None) -> None:
         super().reset(config)
@@ -158,7 +158,7 @@ class SeqGapAfterRefusedCloseOut(ReferenceAdapter):
 class DeclaresSeqGap(SeqGapAfterRefusedCloseOut):
     def hello(self, protocol: str = "1.0") -> Handshake:
         hs = super().hello(protocol)
-        hs["known_bugs"] = {"core.event.append_only": "seq burnt by refused close-outs; fix scheduled"}
+        hs["known_bugs"] = {"trail.append_only": "seq burnt by refused close-outs; fix scheduled"}
         return hs
 
 

@@ -27,7 +27,7 @@ def test_smoke_still_finds_a_broken_ledger(harness_for):
         run_machine(make_machine(h, only="lifecycle"), hypothesis_settings("smoke"), 0)
     failure = find_exception(info.value, ClauseFailure)
     assert failure is not None, repr(info.value)[:300]
-    assert "core.event.one_per_transition" in failure.clauses, failure.clauses
+    assert "trail.one_per_transition" in failure.clauses, failure.clauses
 
 
 def test_cli_lists_the_budgets(cli):

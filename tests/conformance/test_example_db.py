@@ -18,7 +18,7 @@ from ledgercheck.fixtures.postgres import free_port
 from ledgercheck.fixtures.redis import RedisServer, RedisUnavailable
 
 BROKEN = "python:ledgercheck.fixtures.broken:NoEventOnClaim"
-CLAUSE = "core.event.one_per_transition"
+CLAUSE = "trail.one_per_transition"
 MACHINE = "ledgercheck::stateful::lifecycle"
 
 

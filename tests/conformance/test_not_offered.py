@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from adapters_unoffered import LacksEventsCancelExpire
+from adapters_unoffered import LacksEventsCancelExpire, PlainQueueWithoutTrail
 from clause_runs import clause_test_failures
 from hypothesis import Phase
 from ledgercheck.conformance.harness import ClauseFailure, NotOffered, find_exception
@@ -20,12 +20,15 @@ from ledgercheck.reports.results import load_results
 
 LACKS = "python:adapters_unoffered:LacksEventsCancelExpire"
 BUGGY = "python:adapters_unoffered:LacksEventsAndReclosesFinishedWork"
+PLAIN = "python:adapters_unoffered:PlainQueueWithoutTrail"
+CLAIMS_TRAIL = "python:adapters_unoffered:ClaimsTheTrailItLacks"
+ITS_CLAIMS = "core,trail,cancel"  # what LACKS and BUGGY claim
 
 
-def _run(suite, tmp_path: Path, address: str, *extra: str) -> dict:
+def _run(suite, tmp_path: Path, address: str, *extra: str, profiles: str = ITS_CLAIMS) -> dict:
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "results.json"
-    proc = suite(tmp_path, "--ledger-adapter", address, "--ledger-profile", "core", "--ledger-clauses-only",
+    proc = suite(tmp_path, "--ledger-adapter", address, "--ledger-profile", profiles, "--ledger-clauses-only",
                  "--ledger-results", str(out), *extra)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return load_results(str(out))
@@ -39,26 +42,28 @@ def test_operations_not_offered_are_never_failures(tmp_path, suite):
     doc = _run(suite, tmp_path, LACKS)
     assert not [t for t in doc["tests"] if t["outcome"] in ("failed", "error")], \
         [(t["nodeid"], t["message"]) for t in doc["tests"] if t["outcome"] in ("failed", "error")]
-    assert _clause(doc, "core.event.types")["outcome"] == "not_offered"
-    assert "events" in _clause(doc, "core.event.types")["lacks"]
-    assert "cancel" in _clause(doc, "core.cancel.immediate")["lacks"]
+    assert _clause(doc, "trail.types")["outcome"] == "not_offered"
+    assert "events" in _clause(doc, "trail.types")["lacks"]
+    assert "cancel" in _clause(doc, "cancel.immediate")["lacks"]
     assert "expire" in _clause(doc, "core.expire.timeout_reason")["lacks"]
     # the refusals it could not judge (cancel of finished work) leave terminal immutability unjudged, not failed
     assert _clause(doc, "core.terminal.immutable")["outcome"] == "not_offered"
     assert _clause(doc, "core.claim.empty")["outcome"] == "pass"  # what needs none of them is judged as usual
-    core = doc["profiles"]["verdicts"]["core"]
-    assert core["verdict"] == "not_offered" and core["failed"] == 0
-    assert {"events", "cancel", "expire"} <= set(core["lacks"])
+    verdicts = doc["profiles"]["verdicts"]
+    for p in ("core", "trail", "cancel"):
+        assert verdicts[p]["verdict"] == "not_offered" and verdicts[p]["failed"] == 0, (p, verdicts[p])
+    assert verdicts["core"]["lacks"] == ["cancel", "expire"]  # the cancel of finished work, the monitor
+    assert "events" in verdicts["trail"]["lacks"] and "cancel" in verdicts["cancel"]["lacks"]
     assert doc["verdict"] == "NOT CERTIFIED" and doc["exit_code"] == 1
     assert doc["verdict_line"].startswith("NOT CERTIFIED: lacks: ") and "event trail" in doc["verdict_line"]
     assert "violation" not in doc["verdict_line"]
     assert [f["severity"] for f in doc["findings"]] == ["not_offered"] * len(doc["findings"])
     # JUnit: skipped with the operation named, never a failure
     root = ET.fromstring(render_junit(doc))
-    cases = [c for c in root.iter("testcase") if c.get("name") == "core.event.types"]
+    cases = [c for c in root.iter("testcase") if c.get("name") == "trail.types"]
     assert cases and all(c.find("failure") is None and c.find("error") is None for c in cases)
     unoffered = [c for c in cases if c.find("skipped") is not None and c.find("skipped").get("type") == "not_offered"]
-    assert len(unoffered) == sum(1 for t in doc["tests"] if t["clause"] == "core.event.types" and t["outcome"] == "not_offered")
+    assert len(unoffered) == sum(1 for t in doc["tests"] if t["clause"] == "trail.types" and t["outcome"] == "not_offered")
     assert any("events" in c.find("skipped").get("message") for c in unoffered)
     for c in unoffered:
         assert {p.get("name"): p.get("value") for p in c.iter("property")}["ledger_outcome"] == "not_offered"
@@ -70,14 +75,16 @@ def test_a_real_bug_beside_the_gaps_still_fails_its_clause(tmp_path, suite):
     immutable = _clause(doc, "core.terminal.immutable")
     assert immutable["outcome"] == "fail", immutable
     assert "unsupported" not in (immutable["message"] or "")
-    assert _clause(doc, "core.event.types")["outcome"] == "not_offered"
+    assert _clause(doc, "trail.types")["outcome"] == "not_offered"
     assert doc["profiles"]["verdicts"]["core"]["verdict"] == "failed"
+    assert doc["profiles"]["verdicts"]["trail"]["verdict"] == "not_offered"
     # accepting a close-out of finished work breaks these, and nothing else fails
     failed = {c["id"] for c in doc["clauses"] if c["outcome"] == "fail"}
     assert failed <= {"core.terminal.immutable", "core.status.terminal", "core.transition.forbidden",
                       "core.transition.corruption"}, failed
     assert doc["verdict_line"].startswith(f"NOT CERTIFIED: {len(failed)} contract violations (")
-    assert doc["verdict_line"].endswith("; lacks: cancel, event trail, expire")
+    lacks = doc["verdict_line"].split("; lacks: ")[1]
+    assert set(lacks.split(", ")) == {"cancel", "event trail", "expire"}, doc["verdict_line"]
     sev = [f["severity"] for f in doc["findings"]]
     assert sev == sorted(sev, key=["unsafe", "violation", "not_offered", "warning"].index) and sev[0] == "violation"
     for c in doc["clauses"]:  # no failure stands on an unsupported answer
@@ -85,8 +92,44 @@ def test_a_real_bug_beside_the_gaps_still_fails_its_clause(tmp_path, suite):
             assert "unsupported" not in (c["message"] or ""), c
 
 
+def test_a_plain_queue_without_an_event_trail_certifies_core(tmp_path, suite, spec, harness_for):
+    """No trail and no cancellation, claimed honestly as core alone: core is certified, and no
+    check asked for the operations it lacks (operations of an unclaimed profile are never demanded)."""
+    doc = _run(suite, tmp_path, PLAIN, profiles="core")
+    assert doc["verdict"] == "CERTIFIED" and doc["verdict_line"] == "CERTIFIED for profiles core", doc["verdict_line"]
+    assert doc["profiles"]["claimed"] == ["core"] and doc["findings"] == []
+    assert {c["outcome"] for c in doc["clauses"] if c["profile"] == "core"} == {"pass"}
+    assert not [t for t in doc["tests"] if t["outcome"] == "not_offered"]
+    # the same clause tests in process: the queue is never asked for events or cancel
+    PlainQueueWithoutTrail.ASKED.clear()
+    h = harness_for(PLAIN)
+    assert clause_test_failures(h, spec, lambda case: spec.clause(case.clause).profile == "core") == {}
+    # and the stateful exploration of the lifecycle, on the profiles it claims
+    opts = hypothesis_settings("ci", max_examples=15, stateful_step_count=30, phases=(Phase.explicit, Phase.generate))
+    run_machine(make_machine(h, only="lifecycle"), opts, 1)
+    assert PlainQueueWithoutTrail.ASKED == {} and "events" not in h.not_offered
+
+
+def test_without_cancel_a_close_out_as_cancelled_is_a_forbidden_move(spec, harness_for):
+    """Core judges the guard of the cancelled close-out on a ledger that has no cancel profile:
+    accepting it fails core.transition.forbidden, and that clause alone."""
+    h = harness_for("python:adapters_unoffered:ClosesOutCancelledUnasked")
+    assert h.profiles == {"core"}
+    failed = clause_test_failures(h, spec, lambda case: spec.clause(case.clause).profile == "core")
+    assert set(failed) == {"core.transition.forbidden"} and set(failed["core.transition.forbidden"]) == {"core.transition.forbidden"}, failed
+
+
+def test_claiming_the_trail_it_lacks_is_not_offered_and_core_still_certified(tmp_path, suite):
+    doc = _run(suite, tmp_path, CLAIMS_TRAIL, profiles="core,trail")
+    verdicts = doc["profiles"]["verdicts"]
+    assert verdicts["core"]["verdict"] == "certified", verdicts["core"]
+    assert verdicts["trail"]["verdict"] == "not_offered" and verdicts["trail"]["lacks"] == ["events"]
+    assert verdicts["trail"]["failed"] == 0 and {c["outcome"] for c in doc["clauses"] if c["profile"] == "trail"} == {"not_offered"}
+    assert doc["verdict"] == "NOT CERTIFIED" and doc["verdict_line"] == "NOT CERTIFIED: lacks: event trail", doc["verdict_line"]
+
+
 def test_the_reference_is_still_certified_by_the_same_run(tmp_path, suite):
-    doc = _run(suite, tmp_path, "reference")
+    doc = _run(suite, tmp_path, "reference", profiles="core")
     assert doc["verdict"] == "CERTIFIED", doc["verdict_line"]
     assert doc["verdict_line"] == "CERTIFIED for profiles core" and doc["findings"] == []
 

@@ -49,9 +49,9 @@ def test_declared_bug_that_is_absent_is_reported(tmp_path, suite, cli):
 
 
 def test_an_adapter_that_crashes_gives_errors_not_passes(tmp_path, suite, cli):
-    doc, out = _results(suite, tmp_path, "--ledger-adapter", "python:adapters:CancelExplodes", "--ledger-profile", "core",
-                        "--ledger-clauses-only", "-k", "core.cancel")
-    assert _clause(doc, "core.cancel.immediate")["outcome"] == "error"
+    doc, out = _results(suite, tmp_path, "--ledger-adapter", "python:adapters:CancelExplodes", "--ledger-profile", "cancel",
+                        "--ledger-clauses-only", "-k", "cancel.immediate")
+    assert _clause(doc, "cancel.immediate")["outcome"] == "error"
     assert doc["verdict"] == "ERROR" and doc["exit_code"] == 2
     assert "ADAPTER ERROR" in out
 
@@ -102,8 +102,8 @@ def test_bad_adapter_address_is_one_line_and_exit_2(tmp_path, suite, cli):
 
 def test_hostile_adapter_strings_are_escaped(tmp_path, suite, cli):
     out = tmp_path / "bundle"
-    proc = cli("certify", "--adapter", "python:adapters:HostileStrings", "--profile", "core", "--no-chaos",
-                           "-k", "core.cancel.immediate", "--out", str(out))
+    proc = cli("certify", "--adapter", "python:adapters:HostileStrings", "--profile", "cancel", "--no-chaos",
+                           "-k", "cancel.immediate", "--out", str(out))
     assert proc.returncode in (1, 2), proc.stderr
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "<script>alert('x')</script>" not in html and "&lt;script&gt;" in html
@@ -132,22 +132,22 @@ def test_a_violation_seen_while_judging_another_clause_fails_its_own_clause(tmp_
     """A clause test sets aside a divergence that belongs to another clause (so it can judge its
     own); the divergence is still a finding: a failure of its own clause and a failed run."""
     doc, out = _results(suite, tmp_path / "plain", "--ledger-adapter", "python:adapters:SeqGapAfterRefusedCloseOut",
-                        "--ledger-profile", "core", "--ledger-clauses-only", "-k", "core.cancel")
-    seen = [t for t in doc["tests"] if t["nodeid"].endswith("::seen[core.event.append_only]")]
-    assert seen and all(t["outcome"] == "failed" and t["clause"] == "core.event.append_only" for t in seen), doc["tests"]
-    assert "seen while testing ledgercheck::core::core.cancel" in seen[0]["message"] and "expected" in seen[0]["message"]
-    assert _clause(doc, "core.event.append_only")["outcome"] == "fail" and doc["verdict"] != "CERTIFIED"
-    assert all(c["outcome"] == "pass" for c in doc["clauses"] if c["id"].startswith("core.cancel."))
-    assert "violations seen while testing other clauses" in out and "FAILED core.event.append_only" in out
+                        "--ledger-profile", "cancel,trail", "--ledger-clauses-only", "-k", "cancel.immediate or cancel.intent_first")
+    seen = [t for t in doc["tests"] if t["nodeid"].endswith("::seen[trail.append_only]")]
+    assert seen and all(t["outcome"] == "failed" and t["clause"] == "trail.append_only" for t in seen), doc["tests"]
+    assert "seen while testing ledgercheck::cancel::cancel." in seen[0]["message"] and "expected" in seen[0]["message"]
+    assert _clause(doc, "trail.append_only")["outcome"] == "fail" and doc["verdict"] != "CERTIFIED"
+    assert all(c["outcome"] == "pass" for c in doc["clauses"] if c["id"].startswith("cancel."))
+    assert "violations seen while testing other clauses" in out and "FAILED trail.append_only" in out
     # declared as a known bug: an expected failure, and pytest's exit status follows the tests
     doc, out = _results(suite, tmp_path / "declared", "--ledger-adapter", "python:adapters:DeclaresSeqGap",
-                        "--ledger-profile", "core", "--ledger-clauses-only", "-k", "core.cancel")
-    seen = [t for t in doc["tests"] if t["nodeid"].endswith("::seen[core.event.append_only]")]
+                        "--ledger-profile", "cancel,trail", "--ledger-clauses-only", "-k", "cancel.immediate or cancel.intent_first")
+    seen = [t for t in doc["tests"] if t["nodeid"].endswith("::seen[trail.append_only]")]
     assert seen and all(t["outcome"] == "xfailed" for t in seen)
-    assert _clause(doc, "core.event.append_only")["outcome"] in ("xfail", "error")
+    assert _clause(doc, "trail.append_only")["outcome"] in ("xfail", "error")
     # the reference sees nothing of the kind
-    doc, out = _results(suite, tmp_path / "ref", "--ledger-adapter", "reference", "--ledger-profile", "core",
-                        "--ledger-clauses-only", "-k", "core.cancel")
+    doc, out = _results(suite, tmp_path / "ref", "--ledger-adapter", "reference", "--ledger-profile", "cancel,trail",
+                        "--ledger-clauses-only", "-k", "cancel.immediate or cancel.intent_first")
     assert not [t for t in doc["tests"] if "::seen[" in t["nodeid"]] and "violations seen" not in out
 
 

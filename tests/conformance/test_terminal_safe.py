@@ -19,7 +19,7 @@ def test_certify_shows_adapter_control_bytes_escaped(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run(
         [sys.executable, "-m", "ledgercheck", "certify", "--adapter", "python:adapters_terminal:ControlBytes",
-         "--profile", "core", "--no-chaos", "-k", "core.cancel.immediate", "--out", str(tmp_path / "out"),
+         "--profile", "cancel", "--no-chaos", "-k", "cancel.immediate", "--out", str(tmp_path / "out"),
          "--artifacts", str(tmp_path / "art")],
         cwd=tmp_path, env=env, capture_output=True, timeout=600)
     assert proc.returncode in (1, 2), proc.stderr[-2000:]

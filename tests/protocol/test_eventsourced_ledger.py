@@ -3,7 +3,7 @@
 It was written from the docs and the contract alone (never from the reference, the model or
 the other independent ledgers).  Its only durable record of a work item is an append-only
 SQLite event table; snapshots are folds of the events, caught up by every process that shares
-the database.  It claims all nine profiles and makes, wherever the contract leaves a choice
+the database.  It claims the whole contract (profile set full) and makes, wherever the contract leaves a choice
 open, a choice other than the obvious one (listed in its module docstring); the suite must
 certify it.
 

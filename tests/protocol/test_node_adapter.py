@@ -1,7 +1,7 @@
 """The Node.js example adapter (fixtures/node/ledger-adapter.js), checked by the model.
 
 Long random operation sequences, valid and invalid, go through the wire to the adapter; the
-model (``Model(spec, profiles=["core"])``) judges every answer, and every item an operation
+model (``Model(spec, profiles=["core", "trail", "cancel"])``) judges every answer, and every item an operation
 touched is read back (snapshot and events) and compared.  The same walk runs against the
 reference ledger, so a disagreement there would point at the walk, not the adapter.  With
 ``LEDGER_ADAPTER_BUG`` set, the adapter carries a deliberate defect and the model must name
@@ -35,7 +35,7 @@ class Walk:
     def __init__(self, client: Client, spec: Spec, contract: dict[str, Any], seed: int = 0) -> None:
         self.client = client
         self.spec = spec
-        self.model = Model(spec, profiles=["core"])
+        self.model = Model(spec, profiles=["core", "trail", "cancel"])
         self.rng = random.Random(seed)
         self.now = T0
         self.log: list[str] = []
@@ -178,7 +178,7 @@ def _node_with_bug(node_address: str, spec: Spec, bug: str) -> WireClient:
 def test_handshake(node: WireClient) -> None:
     hs = node.handshake
     assert hs["name"] == "node-example-ledger" and hs["protocol"] == "1.0"
-    assert node.profiles == ["core"] and node.clock == "injected" and node.crash_points == []
+    assert node.profiles == ["core", "trail", "cancel"] and node.clock == "injected" and node.crash_points == []
     assert hs["artifact_sha256"] == hashlib.sha256(NODE_ADAPTER.read_bytes()).hexdigest()
 
 
@@ -246,7 +246,7 @@ def test_lifecycle_cases(node: WireClient, spec: Spec, contract: dict[str, Any])
 
 BUGS = [
     ("done_to_running", "core.transition.corruption"),
-    ("cancel_no_event", "core.event.one_per_transition"),
+    ("cancel_no_event", "trail.one_per_transition"),
     ("requeue_keeps_result", "core.requeue.terminal"),
 ]
 

@@ -1,7 +1,7 @@
 """A second, independent ledger in another language: fixtures/node/full-ledger.js.
 
 It was written from the docs and the contract alone (never from the reference or the model),
-claims all nine profiles, keeps its state in a file across processes, and can switch on
+claims all eleven profiles, keeps its state in a file across processes, and can switch on
 readings of the contract that differ from the reference's where the contract leaves the
 choice open (NODELEDGER_CHOICES).  The suite must certify it with every such choice switched
 on: a harness that demanded the reference's choice would be raising a false alarm.

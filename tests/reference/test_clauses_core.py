@@ -73,7 +73,7 @@ def test_core_transition_allowed(kit: Any, spec: Any, src: str, dst: str, op: st
     assert transitions[0]["type"] == spec.operations[op].event_for(dst)
 
 
-def test_core_event_types(kit: Any, spec: Any) -> None:
+def test_trail_types(kit: Any, spec: Any) -> None:
     """Each operation appends the type the contract assigns, including the non-transition events."""
     w = kit.running(now=T0)
     kit.led.renew(work_id=w["work_id"], token=w["lease_token"], now=T0 + 1)
@@ -184,7 +184,7 @@ def test_core_scheduler_run_identity(kit: Any) -> None:
     assert kit.led.create(source_system="scheduler", source_id="nightly", source_run_id="2026-01-01", now=T0)["created"] is False
 
 
-def test_core_event_one_per_transition(kit: Any, spec: Any) -> None:
+def test_trail_one_per_transition(kit: Any, spec: Any) -> None:
     w = kit.running(now=T0)
     wid, tok = w["work_id"], w["lease_token"]
     kit.led.renew(work_id=wid, token=tok, now=T0 + 1)
@@ -201,7 +201,7 @@ def test_core_event_one_per_transition(kit: Any, spec: Any) -> None:
     assert sum(1 for e in evs if e["to_status"] is None) == 1  # the renewal
 
 
-def test_core_event_append_only(kit: Any, spec: Any) -> None:
+def test_trail_append_only(kit: Any, spec: Any) -> None:
     w = kit.running(now=T0)
     trail = kit.events(w)
     kit.led.renew(work_id=w["work_id"], token=w["lease_token"], now=T0 + 1)
@@ -267,7 +267,7 @@ def test_core_close_out_explicit(kit: Any, spec: Any) -> None:
 
 
 @pytest.mark.parametrize("status", ["queued", "retry_scheduled", "waiting_user", "waiting_external"])
-def test_core_cancel_immediate(kit: Any, spec: Any, status: str) -> None:
+def test_cancel_immediate(kit: Any, spec: Any, status: str) -> None:
     w = kit.reach(status, now=T0)
     n = len(kit.events(w))
     c = kit.led.cancel(work_id=w["work_id"], reason="user asked", now=T0 + 1)
@@ -277,7 +277,7 @@ def test_core_cancel_immediate(kit: Any, spec: Any, status: str) -> None:
     assert len(evs) == n + 1 and (evs[-1]["type"], evs[-1]["from_status"], evs[-1]["to_status"]) == ("cancelled", status, "cancelled")
 
 
-def test_core_cancel_intent_first(kit: Any) -> None:
+def test_cancel_intent_first(kit: Any) -> None:
     w = kit.running(now=T0)
     wid, tok = w["work_id"], w["lease_token"]
     kit.refused("invalid_transition", kit.led.close_out, work_id=wid, token=tok, status="cancelled", now=T0)

@@ -17,7 +17,7 @@ import pytest
 from ledgercheck.reports.results import build_results
 from ledgercheck.spec import Spec, default_spec
 
-ADAPTER_CLAIMS = ["core", "lease", "waiting", "retry", "idempotency", "eventlog", "recovery"]
+ADAPTER_CLAIMS = ["core", "trail", "cancel", "lease", "waiting", "retry", "idempotency", "eventlog", "recovery"]
 FAILING = "lease.fencing"
 KNOWN_BUG = "retry.cap"
 SHOULD_FAILING = "core.claim.order"

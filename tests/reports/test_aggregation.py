@@ -37,11 +37,11 @@ def test_clause_outcome_rules(evidence: list[Evidence], requested: bool, claimed
 def test_all_claimed_pass_is_certified(factory) -> None:
     doc = factory.certified()
     assert doc["verdict"] == "CERTIFIED" and doc["exit_code"] == 0
-    assert doc["certified_profiles"] == ["core", "lease", "waiting", "retry", "idempotency", "eventlog", "recovery"]
+    assert doc["certified_profiles"] == ["core", "trail", "cancel", "lease", "waiting", "retry", "idempotency", "eventlog", "recovery"]
     verd = doc["profiles"]["verdicts"]
     assert verd["inbox"]["verdict"] == verd["outbox"]["verdict"] == "not_claimed"
     assert verd["inbox"]["not_claimed"] == verd["inbox"]["clauses"] == 7
-    assert verdict_line(doc) == "CERTIFIED for profiles core, lease, waiting, retry, idempotency, eventlog, recovery"
+    assert verdict_line(doc) == "CERTIFIED for profiles core, trail, cancel, lease, waiting, retry, idempotency, eventlog, recovery"
     passed = [c for c in doc["clauses"] if c["profile"] not in ("inbox", "outbox")]
     assert all(c["outcome"] == "pass" and c["passed"] == c["tests"] > 0 for c in passed)
 
@@ -174,10 +174,10 @@ def test_failure_without_clause_is_an_error(factory) -> None:
     assert verdict_line(doc) == ("ERROR: 1 test(s) failed without naming a clause "
                                  "(first: ledger::stateful[messaging]: harness failure: RuntimeError: boom)")
     # a stateful run that names the clause it found violated fails that clause instead
-    tests[-1] = {**tests[-1], "clause": "core.event.types", "outcome": "failed"}
+    tests[-1] = {**tests[-1], "clause": "trail.types", "outcome": "failed"}
     doc = factory.build(tests=tests, windows=factory.windows(bad=()), adapter=factory.adapter(known_bugs={}))
     assert doc["verdict"] == "NOT CERTIFIED"
-    assert next(c for c in doc["clauses"] if c["id"] == "core.event.types")["outcome"] == "fail"
+    assert next(c for c in doc["clauses"] if c["id"] == "trail.types")["outcome"] == "fail"
 
 
 def test_timings(factory) -> None:

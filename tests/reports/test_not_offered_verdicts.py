@@ -18,9 +18,9 @@ from ledgercheck.reports.results import ResultsError, build_results, merge_resul
 from ledgercheck.reports.summary import verdict_line
 from ledgercheck.reports.terminal import summary_text
 
-CLAIMS = ["core", "lease"]
-NOT_OFFERED = {"core.event.types": ["events"], "core.cancel.immediate": ["cancel"],
-               "core.event.one_per_transition": ["events"]}
+CLAIMS = ["core", "trail", "cancel", "lease"]
+NOT_OFFERED = {"trail.types": ["events"], "cancel.immediate": ["cancel"],
+               "trail.one_per_transition": ["events"]}
 
 
 def _tests(factory, *, failing: tuple[str, ...] = (), not_offered: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
@@ -50,17 +50,20 @@ def _build(factory, tests, *, safety=(), run=None, known_bugs=None) -> dict[str,
 
 def test_certified(factory):
     doc = _build(factory, _tests(factory), safety=[_campaign({})])
-    assert doc["verdict"] == "CERTIFIED" and doc["verdict_line"] == "CERTIFIED for profiles core, lease"
+    assert doc["verdict"] == "CERTIFIED" and doc["verdict_line"] == "CERTIFIED for profiles core, trail, cancel, lease"
     assert doc["findings"] == []
 
 
 def test_not_offered_blocks_certification_but_is_no_failure(factory):
     doc = _build(factory, _tests(factory, not_offered=NOT_OFFERED))
     c = {x["id"]: x for x in doc["clauses"]}
-    assert c["core.event.types"]["outcome"] == "not_offered" and c["core.event.types"]["lacks"] == ["events"]
-    assert c["core.event.types"]["not_offered"] == c["core.event.types"]["tests"]
-    core = doc["profiles"]["verdicts"]["core"]
-    assert core == {**core, "verdict": "not_offered", "failed": 0, "not_offered": 3, "lacks": ["cancel", "events"]}
+    assert c["trail.types"]["outcome"] == "not_offered" and c["trail.types"]["lacks"] == ["events"]
+    assert c["trail.types"]["not_offered"] == c["trail.types"]["tests"]
+    verdicts = doc["profiles"]["verdicts"]
+    assert verdicts["core"]["verdict"] == "certified"  # the trail and cancellation are profiles of their own
+    trail, cancel = verdicts["trail"], verdicts["cancel"]
+    assert trail == {**trail, "verdict": "not_offered", "failed": 0, "not_offered": 2, "lacks": ["events"]}
+    assert cancel == {**cancel, "verdict": "not_offered", "failed": 0, "not_offered": 1, "lacks": ["cancel"]}
     assert doc["profiles"]["verdicts"]["lease"]["verdict"] == "certified"
     assert doc["verdict"] == "NOT CERTIFIED" and doc["exit_code"] == 1
     # no safety campaign ran: it cannot say SAFE
@@ -82,7 +85,8 @@ def test_contract_violations_come_before_what_is_lacking(factory):
                                    "lacks: event trail, cancel")
     assert [f["severity"] for f in doc["findings"]] == ["violation", "violation", "not_offered", "not_offered"]
     assert doc["profiles"]["verdicts"]["core"]["verdict"] == "failed"
-    assert doc["profiles"]["verdicts"]["core"]["lacks"] == ["cancel", "events"]
+    assert doc["profiles"]["verdicts"]["core"]["lacks"] == []  # what is lacking is the trail's and cancel's
+    assert doc["profiles"]["verdicts"]["trail"]["lacks"] == ["events"]
 
 
 def test_unsafe_comes_first(factory):
@@ -114,13 +118,16 @@ def test_every_renderer_shows_the_same_line_and_the_severity_order(factory):
     assert text.index("UNSAFE: the safety campaign found") < text.index("(contract violations)") < text.index("not offered (")
     md = render_markdown(doc)
     assert md.index("**Safety anomalies**") < md.index("**Contract violations**") < md.index("**Not offered**")
-    assert "❌ failed (lacks `cancel, events`)" in md
+    assert "❌ failed" in md and "not offered (lacks `events`)" in md
     html = render_html(doc)
     assert html.index('id="unsafe"') < html.index("Failed: contract violations") < html.index("Not offered:")
     root = ET.fromstring(render_junit(doc))
-    props = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties")}
+    suites = {x.get("name"): {p.get("name"): p.get("value") for p in x.find("properties")}
+              for x in root.iter("testsuite") if x.find("properties") is not None}
+    props = suites["core"]
     assert props["verdict"] == line and props["findings.unsafe"] == "lost_work=2"
-    assert props["findings.violations"] == "core.terminal.immutable" and props["profile.lacks"] == "cancel, events"
+    assert props["findings.violations"] == "core.terminal.immutable" and props["profile.lacks"] == ""
+    assert suites["trail"]["profile.lacks"] == "events" and suites["cancel"]["profile.lacks"] == "cancel"
     skipped = [c for c in root.iter("testcase") if c.find("skipped") is not None
                and c.find("skipped").get("type") == "not_offered"]
     assert len(skipped) == sum(1 for t in doc["tests"] if t["outcome"] == "not_offered")
@@ -140,7 +147,7 @@ def test_shards_with_not_offered_merge_to_the_whole(factory):
     merged = merge_results(parts)
     for key in ("clauses", "profiles", "verdict", "verdict_line", "findings"):
         assert merged[key] == whole[key], key
-    assert merged["profiles"]["verdicts"]["core"]["verdict"] == "not_offered"
+    assert merged["profiles"]["verdicts"]["trail"]["verdict"] == "not_offered"
     assert merged["profiles"]["verdicts"]["lease"]["verdict"] == "failed"
 
 
@@ -154,7 +161,7 @@ def test_documents_that_misstate_not_offered_are_refused(factory):
         validate_results(bad)
     bad = copy.deepcopy(doc)
     bad.pop("integrity")
-    bad["verdict_line"] = "CERTIFIED for profiles core, lease"
+    bad["verdict_line"] = "CERTIFIED for profiles core, trail, cancel, lease"
     with pytest.raises(ResultsError, match="verdict_line"):
         validate_results(bad)
     bad = copy.deepcopy(doc)

@@ -197,12 +197,33 @@ def test_scanner_decision_agrees_with_the_matrix(spec: Spec) -> None:
 
 def test_profile_closure(spec: Spec) -> None:
     assert spec.profile_closure(["recovery"]) == ("core", "lease", "idempotency", "recovery")
-    assert spec.profile_closure(["waiting"]) == ("core", "lease", "waiting")
+    assert spec.profile_closure(["waiting"]) == ("core", "cancel", "lease", "waiting")
+    assert spec.profile_closure(["eventlog"]) == ("core", "trail", "eventlog")
+    assert spec.profile_closure(["trail", "cancel"]) == ("core", "trail", "cancel")
     assert spec.profile_closure(["inbox", "outbox"]) == ("inbox", "outbox")
     assert spec.profile_closure([]) == ()
     assert set(spec.profile_closure(spec.profiles)) == set(spec.profiles)
     with pytest.raises(KeyError):
         spec.profile_closure(["billing"])
+
+
+def test_the_whole_contract_is_one_named_set(spec: Spec) -> None:
+    assert spec.whole_set == "full"
+    assert spec.profile_sets["full"].profiles == tuple(spec.profiles)
+    assert spec.expand_profiles(["full"]) == (tuple(spec.profiles), ())
+    assert spec.expand_profiles(["trail", "core", "billing", "full-ish"]) == (("core", "trail"), ("billing", "full-ish"))
+
+
+def test_a_plain_queue_profile_keeps_out_the_trail_and_cancellation(spec: Spec) -> None:
+    """core asks for no operation of trail or cancel, and each seed invariant is in some profile."""
+    core_ops = {n for n, o in spec.operations.items() if o.profile == "core"}
+    assert "events" not in core_ops and "cancel" not in core_ops
+    assert spec.operations["events"].profile == "trail" and spec.operations["cancel"].profile == "cancel"
+    assert {c.id for c in spec.clauses_for(["trail"])} == {"trail.one_per_transition", "trail.types", "trail.append_only"}
+    assert {c.id for c in spec.clauses_for(["cancel"])} == {"cancel.immediate", "cancel.intent_first"}
+    text = " ".join(c.statement for c in spec.clauses)
+    for n in range(1, 7):
+        assert f"(invariant {n})" in text, n
 
 
 def test_clauses_by_id_and_profile(spec: Spec) -> None:
