@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledgercheck.conformance.model import fold
-from ledgercheck.spec import Allowance, Spec
+from ledgercheck.spec import Allowance, Spec, rules
 
-from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, QUARANTINE, STAGES, leased_status
+from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, STAGES, leased_status
 from .workload import Item, Workload
 
 CLAUSE_ORDER = (
@@ -134,12 +134,9 @@ def expected_decision(spec: Spec, item: Item, alt: Alt, attempt: int | None) -> 
     if alt.status != leased_status(spec):
         return "none", False
     classes = {s.step_id: s.step_class for s in item.steps if s.is_effect}
-    open_ = [(state, classes[sid]) for sid, state in alt.journal.items() if state != "completed"]
-    d = spec.scanner_decision(open_, any(state == "completed" for state in alt.journal.values()))
-    policy = spec.retry_policy_for(item.source_system, None)
-    if spec.decisions[d].get("requeue") and attempt is not None and attempt >= policy.max_attempts:
-        return QUARANTINE, True
-    return d, False
+    d = rules.recovery_decision(spec, {"source_system": item.source_system, "attempt": attempt},
+                                [(state, classes[sid]) for sid, state in alt.journal.items()], item.retry_policy)
+    return d.name, d.by_attempts
 
 
 # ---------------------------------------------------------------------------------- fold
@@ -276,7 +273,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
                                f"(decision {v.get('decision')})"))
     if item is not None and d_exp != "none":
         pw0 = ((obs.post.get(item.key) or {}).get("work") or {})
-        acted = (pw0.get("status") == spec.initial_status if spec.decisions.get(d_exp, {}).get("requeue")
+        acted = (pw0.get("status") == spec.initial_status if rules.requeues(spec, d_exp)
                  else bool(pw0.get("quarantined")))
         if wid not in by_wid and obs.scan_killed and acted:
             d_obs = d_exp  # the killed scan committed its decision; the next one rightly found nothing
@@ -296,10 +293,10 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
         post = obs.post.get(item.key) or {}
         pw = post.get("work") or {}
         dec = spec.decisions.get(d_exp, {})
-        if d_exp != "none" and dec.get("requeue") and pw.get("status") != spec.initial_status:
+        if rules.requeues(spec, d_exp) and pw.get("status") != spec.initial_status:
             V.append(Violation(d_rule, f"{where}: {item.key} decided {d_exp}, but recovery left it "
                                f"{pw.get('status')} instead of requeuing it"))
-        if d_exp == QUARANTINE:
+        if rules.quarantines(spec, d_exp):
             if not pw.get("quarantined"):
                 V.append(Violation("recovery.quarantine.visible", f"{where}: {item.key} decided quarantine, "
                                    f"but it is not marked quarantined ({pw.get('status')})"))
@@ -330,7 +327,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
                                + ", ".join(f"{f} {a.get(f)!r} -> {b.get(f)!r}" for f in changed)))
 
     # -- the end state -------------------------------------------------------------------------------
-    expect_q = item is not None and d_exp == QUARANTINE
+    expect_q = item is not None and rules.quarantines(spec, d_exp)
     listed = set(obs.quarantined_listed)
     for it in workload.items:
         e = obs.final.get(it.key) or {}
