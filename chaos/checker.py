@@ -25,6 +25,7 @@ CLAUSE_ORDER = (
     "recovery.effects_allowed", "recovery.fencing_after_takeover", "eventlog.fold",
 )
 ZERO = Allowance("zero", 0, 0)
+AT_MOST_ONCE = Allowance("at_most_once", 0, 1, quarantined=True)
 TIME_TOLERANCE = 1e-6
 
 
@@ -114,8 +115,12 @@ def alternatives(spec: Spec, item: Item, ctx: Mapping[str, Any]) -> list[Alt]:
     return alts
 
 
-def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined: bool) -> Allowance:
-    """The allowed number of applied effects of step ``j`` after recovery and completion."""
+def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined: bool,
+                   by_attempts: bool = False) -> Allowance:
+    """The allowed number of applied effects of step ``j`` after recovery and completion.
+    ``by_attempts``: the item was quarantined because its attempts were used up, so the crashed
+    step never runs again: it has what it had at the kill (none when its receipt was not begun,
+    at most one when it was pending; a completed step keeps its row's allowance)."""
     cls_ = item.steps[j].step_class or ""
     row = spec.matrix[cls_]
     if alt is None:
@@ -123,6 +128,11 @@ def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined:
     if alt.stage == "closed" or (j in alt.completed and j != alt.crashed):
         return spec.allowances[row[COMPLETED_POINT].effects]
     if j == alt.crashed:
+        journal = spec.crash_points[alt.point].journal if alt.point else "none"
+        if quarantined and by_attempts and journal == "none":
+            return ZERO
+        if quarantined and by_attempts and journal == "pending":
+            return next((a for a in spec.allowances.values() if a.quarantined), AT_MOST_ONCE)
         return spec.allowances[row[alt.point or FRESH_POINT].effects]
     if quarantined:
         return ZERO
@@ -355,7 +365,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
         for j in it.effect_steps():
             s = it.steps[j]
             allow = step_allowance(spec, it, j, alt if (item is not None and it.key == item.key) else None,
-                                   bool(w.get("quarantined")) and q_here)
+                                   bool(w.get("quarantined")) and q_here, by_attempts)
             key = spec.effect_key(work_id=obs.ids[it.key], step_id=s.step_id, tool=s.tool)
             n = obs.applied.get(key, 0)
             late = obs.stale_applied.get(key, 0)
@@ -377,7 +387,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
     observed = None
     if item is not None and alt is not None and alt.crashed is not None:
         fw = (obs.final.get(item.key) or {}).get("work") or {}
-        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")))
+        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")), by_attempts)
         s = item.steps[alt.crashed]
         key = spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool)
         # what the world saw: a stale worker's application counts (the sink is the ground truth)
