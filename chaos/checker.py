@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledgercheck.conformance.model import fold
-from ledgercheck.spec import Allowance, Spec
+from ledgercheck.spec import Allowance, Spec, rules
 
-from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, QUARANTINE, STAGES, leased_status
+from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, STAGES, leased_status
 from .workload import Item, Workload
 
 CLAUSE_ORDER = (
@@ -25,6 +25,7 @@ CLAUSE_ORDER = (
     "recovery.effects_allowed", "recovery.fencing_after_takeover", "eventlog.fold",
 )
 ZERO = Allowance("zero", 0, 0)
+AT_MOST_ONCE = Allowance("at_most_once", 0, 1, quarantined=True)
 TIME_TOLERANCE = 1e-6
 
 
@@ -114,8 +115,12 @@ def alternatives(spec: Spec, item: Item, ctx: Mapping[str, Any]) -> list[Alt]:
     return alts
 
 
-def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined: bool) -> Allowance:
-    """The allowed number of applied effects of step ``j`` after recovery and completion."""
+def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined: bool,
+                   by_attempts: bool = False) -> Allowance:
+    """The allowed number of applied effects of step ``j`` after recovery and completion.
+    ``by_attempts``: the item was quarantined because its attempts were used up, so the crashed
+    step never runs again: it has what it had at the kill (none when its receipt was not begun,
+    at most one when it was pending; a completed step keeps its row's allowance)."""
     cls_ = item.steps[j].step_class or ""
     row = spec.matrix[cls_]
     if alt is None:
@@ -123,6 +128,11 @@ def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined:
     if alt.stage == "closed" or (j in alt.completed and j != alt.crashed):
         return spec.allowances[row[COMPLETED_POINT].effects]
     if j == alt.crashed:
+        journal = spec.crash_points[alt.point].journal if alt.point else "none"
+        if quarantined and by_attempts and journal == "none":
+            return ZERO
+        if quarantined and by_attempts and journal == "pending":
+            return next((a for a in spec.allowances.values() if a.quarantined), AT_MOST_ONCE)
         return spec.allowances[row[alt.point or FRESH_POINT].effects]
     if quarantined:
         return ZERO
@@ -134,12 +144,9 @@ def expected_decision(spec: Spec, item: Item, alt: Alt, attempt: int | None) -> 
     if alt.status != leased_status(spec):
         return "none", False
     classes = {s.step_id: s.step_class for s in item.steps if s.is_effect}
-    open_ = [(state, classes[sid]) for sid, state in alt.journal.items() if state != "completed"]
-    d = spec.scanner_decision(open_, any(state == "completed" for state in alt.journal.values()))
-    policy = spec.retry_policy_for(item.source_system, None)
-    if spec.decisions[d].get("requeue") and attempt is not None and attempt >= policy.max_attempts:
-        return QUARANTINE, True
-    return d, False
+    d = rules.recovery_decision(spec, {"source_system": item.source_system, "attempt": attempt},
+                                [(state, classes[sid]) for sid, state in alt.journal.items()], item.retry_policy)
+    return d.name, d.by_attempts
 
 
 # ---------------------------------------------------------------------------------- fold
@@ -276,7 +283,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
                                f"(decision {v.get('decision')})"))
     if item is not None and d_exp != "none":
         pw0 = ((obs.post.get(item.key) or {}).get("work") or {})
-        acted = (pw0.get("status") == spec.initial_status if spec.decisions.get(d_exp, {}).get("requeue")
+        acted = (pw0.get("status") == spec.initial_status if rules.requeues(spec, d_exp)
                  else bool(pw0.get("quarantined")))
         if wid not in by_wid and obs.scan_killed and acted:
             d_obs = d_exp  # the killed scan committed its decision; the next one rightly found nothing
@@ -296,10 +303,10 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
         post = obs.post.get(item.key) or {}
         pw = post.get("work") or {}
         dec = spec.decisions.get(d_exp, {})
-        if d_exp != "none" and dec.get("requeue") and pw.get("status") != spec.initial_status:
+        if rules.requeues(spec, d_exp) and pw.get("status") != spec.initial_status:
             V.append(Violation(d_rule, f"{where}: {item.key} decided {d_exp}, but recovery left it "
                                f"{pw.get('status')} instead of requeuing it"))
-        if d_exp == QUARANTINE:
+        if rules.quarantines(spec, d_exp):
             if not pw.get("quarantined"):
                 V.append(Violation("recovery.quarantine.visible", f"{where}: {item.key} decided quarantine, "
                                    f"but it is not marked quarantined ({pw.get('status')})"))
@@ -330,7 +337,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
                                + ", ".join(f"{f} {a.get(f)!r} -> {b.get(f)!r}" for f in changed)))
 
     # -- the end state -------------------------------------------------------------------------------
-    expect_q = item is not None and d_exp == QUARANTINE
+    expect_q = item is not None and rules.quarantines(spec, d_exp)
     listed = set(obs.quarantined_listed)
     for it in workload.items:
         e = obs.final.get(it.key) or {}
@@ -358,7 +365,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
         for j in it.effect_steps():
             s = it.steps[j]
             allow = step_allowance(spec, it, j, alt if (item is not None and it.key == item.key) else None,
-                                   bool(w.get("quarantined")) and q_here)
+                                   bool(w.get("quarantined")) and q_here, by_attempts)
             key = spec.effect_key(work_id=obs.ids[it.key], step_id=s.step_id, tool=s.tool)
             n = obs.applied.get(key, 0)
             late = obs.stale_applied.get(key, 0)
@@ -380,7 +387,7 @@ def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: I
     observed = None
     if item is not None and alt is not None and alt.crashed is not None:
         fw = (obs.final.get(item.key) or {}).get("work") or {}
-        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")))
+        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")), by_attempts)
         s = item.steps[alt.crashed]
         key = spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool)
         # what the world saw: a stale worker's application counts (the sink is the ground truth)

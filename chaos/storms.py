@@ -28,17 +28,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 
 from .checker import Violation, fold_problems, storm_step_allowed
 from .exploration import check_adapter
 from .limits import HARD_MAX_WORKERS, MAX_WORKERS, is_number, storm_problem
-from .points import DONE, QUARANTINE, ChaosError
+from .points import DONE, ChaosError
 from .pool import WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
 from .replays import FORMAT, VERSION, _contract, default_replay_dir, replay_command, write_replay
 from .scenario import T0
 from .sink import EffectSink
-from .workload import ItemIndex, Workload, generate_workload
+from .workload import Item, ItemIndex, Workload, generate_workload
 
 StormProgress = Callable[[int, int | None, dict[str, Any]], None]
 MAX_VIOLATIONS = 50
@@ -120,6 +120,7 @@ class Storm:
         self.slots: list[_Slot] = []
         self.run = _Run()
         self.n_logs = 0
+        self._by_source: dict[tuple[Any, ...], Item] | None = None
 
     def close(self) -> None:
         for s in self.slots:
@@ -191,6 +192,12 @@ class Storm:
             s.idle = False
             s.h.send({"cmd": "go", "now": self.now})
 
+    def _item_of(self, work: Mapping[str, Any]) -> Item | None:
+        """The workload item a ledger record was created for (by its source triple)."""
+        if self._by_source is None:
+            self._by_source = {(it.source_system, it.source_id, it.source_run_id): it for it in self.workload.items}
+        return self._by_source.get((work.get("source_system"), work.get("source_id"), work.get("source_run_id")))
+
     def _check_barrier(self, rep: Mapping[str, Any]) -> None:
         spec = self.spec
         V = self.run.violations
@@ -202,11 +209,11 @@ class Storm:
         for wid, e in before.items():
             w, recs = e["work"], e["receipts"]
             open_ = [(r["state"], r["step_class"]) for r in recs if r["state"] != "completed"]
-            d = spec.scanner_decision(open_, any(r["state"] == "completed" for r in recs))
-            rule = "recovery.matrix"
-            policy = spec.retry_policy_for(w["source_system"], None)
-            if spec.decisions[d].get("requeue") and w["attempt"] >= policy.max_attempts:
-                d, rule = QUARANTINE, "recovery.attempts_exhausted"
+            own = self._item_of(w)
+            dec_ = rules.recovery_decision(spec, w, [(r["state"], r["step_class"]) for r in recs],
+                                           own.retry_policy if own is not None else None)
+            d = dec_.name
+            rule = "recovery.attempts_exhausted" if dec_.by_attempts else "recovery.matrix"
             if wid not in got:
                 V.append(Violation("recovery.scan", f"{when}: {wid} was leased by a killed worker and not reported"))
                 continue
@@ -215,12 +222,11 @@ class Storm:
                                    f"({', '.join(f'{a} {b}' for a, b in open_) or 'no open receipts'}) calls for {d!r}"))
             a = after.get(wid) or {}
             aw = a.get("work") or {}
-            dec = spec.decisions.get(d, {})
-            if dec.get("requeue") and aw.get("status") != spec.initial_status:
+            if rules.requeues(spec, d) and aw.get("status") != spec.initial_status:
                 V.append(Violation(rule, f"{when}: {wid} decided {d}, but it is {aw.get('status')} after recovery"))
-            if d == QUARANTINE and not aw.get("quarantined"):
-                V.append(Violation("recovery.quarantine.visible", f"{when}: {wid} decided quarantine but is not quarantined"))
-            want = dec.get("receipt_state") or "pending"
+            if rules.quarantines(spec, d) and not aw.get("quarantined"):
+                V.append(Violation("recovery.quarantine.visible", f"{when}: {wid} decided {d} but is not quarantined"))
+            want = rules.receipt_marking(spec, d) or "pending"
             states = {r["key"]: r["state"] for r in a.get("receipts") or []}
             for r in recs:
                 # attempts turned a requeue into quarantine: marking a receipt whose own class did
@@ -345,7 +351,6 @@ class Storm:
         finally:
             sink.close()
         V = self.run.violations
-        by_source = {(it.source_system, it.source_id, it.source_run_id): it for it in self.workload.items}
         listed = set(dump["quarantined"])
         final: dict[str, int] = {}
         steps = 0
@@ -353,7 +358,7 @@ class Storm:
             wid = w["work_id"]
             status = "quarantined" if w.get("quarantined") else w["status"]
             final[status] = final.get(status, 0) + 1
-            it = by_source.get((w["source_system"], w["source_id"], w.get("source_run_id")))
+            it = self._item_of(w)
             if it is None:
                 V.append(Violation("recovery.no_loss", f"{wid} is not an item of the workload"))
                 continue

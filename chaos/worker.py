@@ -298,9 +298,10 @@ class Worker:
     def setup(self, workload: Workload) -> dict[str, str]:
         ids = {}
         for it in workload.items:
+            own = {"retry_policy": dict(it.retry_policy)} if it.retry_policy else {}
             res = self.op("create", source_system=it.source_system, source_id=it.source_id,
                           source_run_id=it.source_run_id, priority=it.priority, payload=dict(it.payload) or None,
-                          now=self.now)
+                          now=self.now, **own)
             ids[it.key] = res["work"]["work_id"]
         return ids
 

@@ -63,6 +63,7 @@ class Item:
     source_run_id: str | None = None
     priority: int | None = None
     payload: Mapping[str, Any] = field(default_factory=dict)
+    retry_policy: Mapping[str, Any] | None = None  # the item's own policy, given at create
 
     def effect_steps(self) -> list[int]:
         return [i for i, s in enumerate(self.steps) if s.is_effect]
@@ -70,7 +71,7 @@ class Item:
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "source_system": self.source_system, "source_id": self.source_id,
                 "source_run_id": self.source_run_id, "priority": self.priority, "payload": dict(self.payload),
-                "steps": [s.to_dict() for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps]} | ({"retry_policy": dict(self.retry_policy)} if self.retry_policy else {})
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,11 @@ def parse_item(ri: Any, where: str, spec: Spec | None = None) -> Item:
     payload = ri.get("payload") or {}
     if not isinstance(payload, Mapping):
         raise WorkloadError(f"{where}: 'payload' must be an object")
-    return Item(ri["key"], ri["source_system"], ri["source_id"], tuple(steps), run, prio, dict(payload))
+    policy = ri.get("retry_policy")
+    if policy is not None and not isinstance(policy, Mapping):
+        raise WorkloadError(f"{where}: 'retry_policy' must be an object")
+    return Item(ri["key"], ri["source_system"], ri["source_id"], tuple(steps), run, prio, dict(payload),
+                dict(policy) if policy else None)
 
 
 def _step(rs: Any, where: str, spec: Spec | None, ids: set[str]) -> Step:

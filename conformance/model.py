@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 from ledgercheck.spec.args import arg_problem, is_num
 
 TOLERANCE = 1e-6
@@ -642,26 +642,24 @@ class Model:
         if wid0 in self.items:
             it0 = self.items[wid0]
             edge = self.spec.edge(it0["status"], dst)
-            if edge is not None and "close_out" in edge.ops and edge.guard == "cancel_requested" and not it0["cancel_requested"]:
+            if edge is not None and "close_out" in edge.ops and not rules.guard_holds(self.spec, it0, dst):
                 codes = {"invalid_transition"} | ({"stale_lease"} if self._lease_problem(it0, a.get("token"), a["now"]) else set())
                 # without the cancel profile no request can be recorded: the guarded move is one
                 # the table does not allow (core.transition.forbidden)
                 clause = "cancel.intent_first" if self.claimed("cancel.intent_first") else "core.transition.forbidden"
-                return Refuse(frozenset(codes), clause, f"{wid0}: close-out as {dst} needs a recorded cancel request")
+                return Refuse(frozenset(codes), clause, f"{wid0}: close-out as {dst} needs {edge.guard} first")
         it, refuse = self._lease_guard("close_out", a, dst)
         if refuse:
             return refuse
         wid, now = it["work_id"], a["now"]
 
         def h(res: Any) -> list[Violation]:
-            new = dict(it)
-            new.update(status=dst, result=copy.deepcopy(a.get("result")), finished_at=now, status_reason=a.get("reason"))
-            self._release(new)
+            new = rules.apply_effects(self.spec, "close_out", it, now=now,
+                                      args={"result": copy.deepcopy(a.get("result")), "reason": a.get("reason")}, dst=dst)
             default = "core.close_out.explicit" if dst == "done" else "core.transition.allowed"
             blame = {"owner": "lease.fencing", "lease_token": "lease.fencing", "lease_expires_at": "lease.fencing"}
             self._begin(wid)
-            if it["error_class"] is not None:
-                self._open(wid, "error_class", None)  # a close-out may clear an earlier attempt's error class
+            self._open_effects(wid, "close_out", it)
             self._append(wid, self.spec.operations["close_out"].event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, default)
             return self._check_returned(new, res, blame, default)
@@ -679,7 +677,7 @@ class Model:
                 new = dict(it)
                 self._begin(wid)
                 if not it["cancel_requested"]:
-                    new["cancel_requested"] = True
+                    new = rules.apply_effects(self.spec, "cancel", it, "intent", now=now)
                     self._append(wid, op.intent_event, None, None, now, new)
                 self._commit(wid, new, {"status": "cancel.intent_first", "cancel_requested": "cancel.intent_first"}, "cancel.intent_first")
                 return self._check_returned(new, res, {}, "cancel.intent_first")
@@ -691,12 +689,9 @@ class Model:
         clause = "waiting.cancel" if it["status"] in self._wait_kinds.values() else "cancel.immediate"
 
         def h(res: Any) -> list[Violation]:
-            new = dict(it)
-            new.update(status=dst, waiting_kind=None, waiting_ref=None, waiting_deadline=None, next_retry_at=None,
-                       finished_at=now, status_reason=a.get("reason"))
+            new = rules.apply_effects(self.spec, "cancel", it, now=now, args={"reason": a.get("reason")}, dst=dst)
             self._begin(wid)
-            if it["next_retry_at"] is not None:
-                self._open(wid, "next_retry_at", it["next_retry_at"])  # cancelling clears the wait fields only
+            self._open_effects(wid, "cancel", it)
             self._append(wid, op.event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, {}, clause)
             return self._check_returned(new, res, {}, clause)
@@ -714,24 +709,21 @@ class Model:
         dst = targets[0]
 
         def h(res: Any) -> list[Violation]:
-            new = dict(it)
-            self._requeue_fields(new, dst, a.get("reason"))
+            new = rules.apply_effects(self.spec, "requeue", it, now=now, args={"reason": a.get("reason")}, dst=dst)
             self._begin(wid)
-            for f in ("waiting_kind", "waiting_ref", "waiting_deadline"):
-                if it[f] is not None:
-                    # a wait that timed out may have kept its description (expire); requeue,
-                    # which starts the work over, may clear it with the run's other fields
-                    self._open(wid, f, None)
-            self._append(wid, "requeued", it["status"], dst, now, new)
+            self._open_effects(wid, "requeue", it)
+            self._append(wid, self.spec.operations["requeue"].event_for(dst), it["status"], dst, now, new)
             blame = {"quarantined": "recovery.quarantine.visible"}
             self._commit(wid, new, blame, "core.requeue.terminal")
             return self._check_returned(new, res, blame, "core.requeue.terminal")
 
         return Accept(h, "core.requeue.terminal", f"{wid} is terminal and may be requeued")
 
-    def _requeue_fields(self, new: dict[str, Any], dst: str, reason: str | None) -> None:
-        new.update(status=dst, finished_at=None, result=None, error_class=None, next_retry_at=None,
-                   cancel_requested=False, quarantined=False, started_at=None, status_reason=reason)
+    def _open_effects(self, wid: str, op: str, before: Mapping[str, Any], step: str = "move") -> None:
+        """Leave open what the contract leaves open after a step of ``op`` (its may_keep and
+        may_clear effects); call after ``_begin``."""
+        for f, other in rules.open_fields(self.spec, op, before, step).items():
+            self._open(wid, f, other)
 
     def _expiries(self, now: float) -> tuple[dict[str, tuple[str, set[str]]], set[str]]:
         """Items the monitor must mark timeout (id -> (from status, acceptable reasons)) and
@@ -786,7 +778,8 @@ class Model:
                     elif self.spec.statuses[it["status"]].leased:
                         out.append(self._early_expiry(it, got[wid].get("reason"), now))
                     else:
-                        out.append(Violation(self._forbidden_blame(it["status"], "timeout", "expire"), f"expire moved {wid}, which is {it['status']}"))
+                        to = next((t.dst for t in self.spec.edges_of("expire")), None)
+                        out.append(Violation(self._forbidden_blame(it["status"], to, "expire"), f"expire moved {wid}, which is {it['status']}"))
             for wid, (src, why) in sure.items():
                 if wid not in got:
                     it = self.items[wid]
@@ -806,17 +799,14 @@ class Model:
                 # on the record's status_reason (fixed_reason below), a reason given must agree
                 if m.get("reason") is not None and m.get("reason") not in ok_reasons:
                     out.append(Violation("core.expire.timeout_reason", f"{wid}: timeout reason {m.get('reason')!r}, expected {'/'.join(sorted(ok_reasons))}"))
-                if m.get("from_status") != it["status"] or m.get("to_status") != "timeout":
+                dst = self.spec.targets("expire", it["status"])[0]
+                if m.get("from_status") != it["status"] or m.get("to_status") != dst:
                     out.append(Violation("core.running.renew_or_leave", f"{wid}: move reported as {m.get('from_status')} -> {m.get('to_status')}"))
-                new = dict(it)
-                self._release(new)
-                new.update(status="timeout", status_reason=m.get("reason") if m.get("reason") in ok_reasons else sorted(ok_reasons)[0],
-                           waiting_kind=None, waiting_ref=None, waiting_deadline=None, finished_at=now)
+                reason = m.get("reason") if m.get("reason") in ok_reasons else sorted(ok_reasons)[0]
+                new = rules.apply_effects(self.spec, "expire", it, now=now, args={"reason": reason}, dst=dst)
                 self._begin(wid)
-                for f in ("waiting_kind", "waiting_ref", "waiting_deadline"):
-                    if it[f] is not None:
-                        self._open(wid, f, it[f])  # a wait that timed out may keep its description
-                self._append(wid, self.spec.operations["expire"].event_for("timeout"), it["status"], "timeout", now, new)
+                self._open_effects(wid, "expire", it)
+                self._append(wid, self.spec.operations["expire"].event_for(dst), it["status"], dst, now, new)
                 clause = "waiting.timeout" if it["status"] in self._wait_kinds.values() else "lease.expiry.release"
                 # a lease the timeout should have released: that clause's, whichever phase ran out
                 released = {f: "lease.expiry.release" for f in ("owner", "lease_token", "lease_expires_at")
@@ -1425,40 +1415,32 @@ class Model:
         return Accept(h, "eventlog.read", "reading always works")
 
     # ------------------------------------------------------------------ recovery
-    def recovery_plan(self, now: float) -> tuple[dict[str, tuple[str, str]], set[str]]:
-        """Victims of a recovery scan at ``now``: id -> (decision, why), and boundary items."""
-        sure: dict[str, tuple[str, str]] = {}
+    def _journal(self, wid: str) -> list[tuple[str, str]]:
+        """(state, step_class) of an item's receipts, in journal order."""
+        return [(r["state"], r["step_class"]) for r in (self.receipts[k] for k in self.receipt_order) if r["work_id"] == wid]
+
+    def _decision(self, wid: str) -> rules.Decision:
+        return rules.recovery_decision(self.spec, self.items[wid], self._journal(wid), self.policies.get(wid))
+
+    def recovery_plan(self, now: float) -> tuple[dict[str, rules.Decision], set[str]]:
+        """Victims of a recovery scan at ``now``: id -> decision, and boundary items."""
+        sure: dict[str, rules.Decision] = {}
         maybe: set[str] = set()
-        hb = self.spec.timeout_reasons["heartbeat"]
         for wid, it in self.items.items():
-            st = self.spec.statuses[it["status"]]
-            stale = False
-            if st.leased and it["lease_expires_at"] is not None and self.spec.targets("recover", it["status"]):
-                limit = it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace
-                if self._ambiguous(now, limit):
-                    maybe.add(wid)
-                    continue
-                stale = now > limit
-            elif it["status"] in self.spec.terminal_statuses and it["status_reason"] == hb and not it["quarantined"] \
-                    and self.spec.targets("recover", it["status"]) \
-                    and (self.events.get(wid) or [{}])[-1].get("type") == self.spec.operations["expire"].event_for("timeout"):
-                stale = True
-            if not stale:
+            lapse = rules.lease_lapse(self.spec, it)
+            if lapse is not None and self._ambiguous(now, lapse):
+                maybe.add(wid)
                 continue
-            recs = [self.receipts[k] for k in self.receipt_order if self.receipts[k]["work_id"] == wid]
-            open_ = [(r["state"], r["step_class"]) for r in recs if r["state"] != "completed"]
-            decision = self.spec.scanner_decision(open_, any(r["state"] == "completed" for r in recs))
-            why = "journal: " + (", ".join(f"{s} {c}" for s, c in open_) or ("completed receipts" if recs else "empty"))
-            policy = self.spec.retry_policy_for(it["source_system"], self.policies.get(wid))
-            if self.spec.decisions[decision].get("requeue") and it["attempt"] >= policy.max_attempts:
-                decision, why = "quarantine", f"attempts exhausted ({it['attempt']}/{policy.max_attempts})"
-            sure[wid] = (decision, why)
+            last = (self.events.get(wid) or [{}])[-1].get("type")
+            if rules.stale_for_recovery(self.spec, it, now, last):
+                sure[wid] = self._decision(wid)
         return sure, maybe
 
     def _op_recover(self, a: dict[str, Any]) -> Expectation:
         now = a["now"]
         sure, maybe = self.recovery_plan(now)
-        hb = self.spec.timeout_reasons["heartbeat"]
+        spec = self.spec
+        op = spec.operations["recover"]
 
         def h(res: Any) -> list[Violation]:
             if not isinstance(res, list) or not all(isinstance(v, Mapping) for v in res):
@@ -1473,58 +1455,52 @@ class Model:
                     out.append(Violation("recovery.waiting_untouched", f"recovery took waiting work {wid!r}"))
                 else:
                     out.append(Violation("recovery.scan", f"recovery took {wid!r}, which is not stale ({it['status'] if it else 'unknown'})"))
-            for wid, (_decision, why) in sure.items():
+            for wid, d in sure.items():
                 if wid not in got:
-                    out.append(Violation("recovery.scan", f"stale {wid!r} was not reported ({why})"))
+                    out.append(Violation("recovery.scan", f"stale {wid!r} was not reported ({d.why})"))
             for wid, v in got.items():
                 if wid not in self.items or (wid not in sure and wid not in maybe):
                     continue
                 it = self.items[wid]
-                if wid in sure:
-                    decision, why = sure[wid]
-                else:
-                    recs = [self.receipts[k] for k in self.receipt_order if self.receipts[k]["work_id"] == wid]
-                    open_ = [(r["state"], r["step_class"]) for r in recs if r["state"] != "completed"]
-                    decision, why = self.spec.scanner_decision(open_, any(r["state"] == "completed" for r in recs)), "boundary"
+                d = sure[wid] if wid in sure else self._decision(wid)
+                decision = d.name
                 if v.get("decision") != decision:
-                    clause = "recovery.attempts_exhausted" if why.startswith("attempts exhausted") else "recovery.matrix"
-                    out.append(Violation(clause, f"{wid}: decision {v.get('decision')!r}, the matrix says {decision!r} ({why})"))
+                    clause = "recovery.attempts_exhausted" if d.by_attempts else "recovery.matrix"
+                    out.append(Violation(clause, f"{wid}: decision {v.get('decision')!r}, the matrix says {decision!r} "
+                                                 f"({d.why if wid in sure else 'boundary'})"))
                 self._begin(wid)
                 cur = dict(it)
                 if self.spec.statuses[cur["status"]].leased:
-                    new = dict(cur)
-                    self._release(new)
-                    new.update(status="timeout", status_reason=hb, finished_at=now)
-                    self._append(wid, self.spec.operations["recover"].event_for("timeout"), cur["status"], "timeout", now, new)
+                    mid = spec.targets("recover", cur["status"])[0]
+                    new = rules.apply_effects(spec, "recover", cur, "release", now=now, dst=mid)
+                    self._append(wid, op.event_for(mid), cur["status"], mid, now, new)
                     cur = new
-                rstate = self.spec.decisions[decision].get("receipt_state")
+                rstate = rules.receipt_marking(spec, decision)
                 if rstate:
                     for k in self.receipt_order:
                         r = self.receipts[k]
                         if r["work_id"] == wid and r["state"] == "pending":
                             r["state"] = rstate
                             r["marked_by_recovery"] = True
-                            if self.spec.receipt_decision("pending", r["step_class"]) != decision:
+                            if spec.receipt_decision("pending", r["step_class"]) != decision:
                                 # a receipt that alone would not have called for this decision
                                 # (a pure step beside a reconciled one) may also stay pending
                                 r["may_be"] = "pending"
                                 self.unresolved.add(wid)
                         elif (r["work_id"] == wid and r["state"] not in ("completed", rstate)
-                              and (r["state"], rstate) in self.spec.receipt_transitions):
+                              and (r["state"], rstate) in spec.receipt_transitions):
                             # an earlier scan's marking (unknown): the contract lets this scan
                             # move it on to the decision's state or leave it
                             r["may_be"] = rstate
                             self.unresolved.add(wid)
-                if self.spec.decisions[decision].get("requeue"):
-                    dst = self.spec.targets("recover", cur["status"])[0]
-                    new = dict(cur)
-                    self._requeue_fields(new, dst, f"recovered: {decision}")
-                    self._append(wid, self.spec.operations["recover"].event_for(dst), cur["status"], dst, now, new)
+                if rules.requeues(spec, decision):
+                    dst = spec.targets("recover", cur["status"])[0]
+                    new = rules.apply_effects(spec, "recover", cur, "requeue", now=now, args={"decision": decision}, dst=dst)
+                    self._append(wid, op.event_for(dst), cur["status"], dst, now, new)
                     cur = new
-                elif decision == "quarantine":
-                    new = dict(cur)
-                    new["quarantined"] = True
-                    self._append(wid, self.spec.operations["recover"].intent_event, None, None, now, new)
+                elif rules.quarantines(spec, decision):
+                    new = rules.apply_effects(spec, "recover", cur, "quarantine", now=now)
+                    self._append(wid, op.intent_event, None, None, now, new)
                     cur = new
                 self._commit(wid, cur, {"quarantined": "recovery.quarantine.visible", "status": "recovery.matrix"}, "recovery.scan")
             return out

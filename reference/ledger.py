@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ledgercheck.conformance.protocol import LedgerError
-from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec import Spec, default_spec, rules
 
 from .argcheck import Problem, compile_all
 from .journal import JournalOps
@@ -561,8 +561,8 @@ class Ledger(RecoveryOps, JournalOps):
             edge = self._edges[(src, dst)]
             if edge.guard is not None and not rec.snap[edge.guard]:
                 raise LedgerError("invalid_transition", f"close_out: {work_id}: closing out as {dst} needs {edge.guard} first")
-            new = self._write(cur, rec, {"status": dst, "result": result, "finished_at": now, "status_reason": reason, **_RELEASE},
-                              now, self._ev[("close_out", dst)], src, dst)
+            changes = rules.effect_changes(self.spec, "close_out", now=now, args={"result": result, "reason": reason}, dst=dst)
+            new = self._write(cur, rec, changes, now, self._ev[("close_out", dst)], src, dst)
         if self.pointer is not None:
             self.write_pointer()
         return new
@@ -577,16 +577,13 @@ class Ledger(RecoveryOps, JournalOps):
             if src in op.intent_from:
                 if rec.snap["cancel_requested"]:
                     return rec.snap
-                return self._write(cur, rec, {"cancel_requested": True}, now, op.intent_event, None, None)
+                return self._write(cur, rec, rules.effect_changes(self.spec, "cancel", "intent", now=now), now, op.intent_event, None, None)
             dst = self._dst("cancel", rec)
-            return self._write(cur, rec, {"status": dst, "waiting_kind": None, "waiting_ref": None, "waiting_deadline": None,
-                                          "next_retry_at": None, "finished_at": now, "status_reason": reason},
+            return self._write(cur, rec, rules.effect_changes(self.spec, "cancel", now=now, args={"reason": reason}, dst=dst),
                                now, op.event_for(dst), src, dst)
 
-    @staticmethod
-    def _requeue_changes(dst: str, reason: str | None) -> dict[str, Any]:
-        return {"status": dst, "finished_at": None, "result": None, "error_class": None, "next_retry_at": None,
-                "cancel_requested": False, "quarantined": False, "started_at": None, "status_reason": reason}
+    def _requeue_changes(self, dst: str, reason: str | None, now: float) -> dict[str, Any]:
+        return rules.effect_changes(self.spec, "requeue", now=now, args={"reason": reason}, dst=dst)
 
     def requeue(self, *, work_id: str, now: float, reason: str | None = None) -> dict[str, Any]:
         self._check("requeue", {"work_id": work_id, "now": now, "reason": reason})
@@ -595,7 +592,7 @@ class Ledger(RecoveryOps, JournalOps):
             rec = self._get(cur, work_id)
             src = rec.snap["status"]
             dst = self._dst("requeue", rec)
-            return self._write(cur, rec, self._requeue_changes(dst, reason), now, self._ev[("requeue", dst)], src, dst)
+            return self._write(cur, rec, self._requeue_changes(dst, reason, now), now, self._ev[("requeue", dst)], src, dst)
 
     def _timeouts(self, cur: sqlite3.Cursor, now: float) -> list[tuple[Rec, str]]:
         """Records the monitor must mark timeout now, with the phase that ran out."""
@@ -627,8 +624,7 @@ class Ledger(RecoveryOps, JournalOps):
                 if not dsts:
                     continue
                 dst = dsts[0]
-                self._write(cur, rec, {"status": dst, "status_reason": reason, "waiting_kind": None, "waiting_ref": None,
-                                       "waiting_deadline": None, "finished_at": now, **_RELEASE},
+                self._write(cur, rec, rules.effect_changes(self.spec, "expire", now=now, args={"reason": reason}, dst=dst),
                             now, op.event_for(dst), src, dst)
                 moves.append({"work_id": rec.snap["work_id"], "from_status": src, "to_status": dst, "reason": reason})
         if moves and self.pointer is not None:

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4C444743  # "LDGC"
@@ -209,8 +209,14 @@ def claim_filter(spec: Spec) -> str:
 
 
 def recover_filter(spec: Spec) -> str:
-    """Terminal records a recovery scan still has to classify (marked timeout for a lapsed lease)."""
-    return f"status_reason = {lit(spec.timeout_reasons['heartbeat'])} AND quarantined = 0 AND {one_of('status', spec.terminal_statuses)}"
+    """Records a recovery scan may still have to classify because the monitor marked them
+    (``stale.monitor_marked``; ``rules.stale_for_recovery`` decides on each)."""
+    rule = spec.stale.monitor_marked
+    statuses = rules.marked_statuses(spec)
+    if rule is None or not statuses:
+        return "0"
+    unless = "".join(f" AND {f} = 0" for f in rule.unless)
+    return f"status_reason = {lit(rule.reason)}{unless} AND {one_of('status', statuses)}"
 
 
 def rule_indexes(spec: Spec) -> dict[str, str]:

@@ -9,11 +9,12 @@ the scanner rule, and timings make sense.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .contract import parse_duration
-from .load import Positions, Problem
+from .problems import Positions, Problem
 
 ARG_TYPES = {
     "string", "nonempty_string", "time", "duration", "object", "any", "boolean", "positive_int",
@@ -493,6 +494,103 @@ def _recovery(c: _Ctx) -> None:
     for name, a in allow.items():
         if a.get("max") is not None and a["max"] < a["min"]:
             c.add(("effect_allowances", name), f"allowance {name!r} has max below min")
+
+
+@check
+def _recovery_rules(c: _Ctx) -> None:
+    d = c.doc
+    for name, v in d["decisions"].items():
+        if v["requeue"] and v.get("quarantine"):
+            c.add(("decisions", name, "quarantine"), f"decision {name!r} both requeues and quarantines the item")
+    dec = d["attempts_exhausted"]["decision"]
+    if dec not in d["decisions"]:
+        c.add(("attempts_exhausted", "decision"), f"unknown decision {dec!r}")
+    elif d["decisions"][dec]["requeue"] or not d["decisions"][dec].get("quarantine"):
+        c.add(("attempts_exhausted", "decision"), f"decision {dec!r} does not quarantine the item, so a crash loop would not end")
+    marked = d["stale"].get("monitor_marked")
+    if not marked:
+        return
+    base = ("stale", "monitor_marked")
+    by = d["operations"].get(marked["by"])
+    if by is None or by["kind"] != "monitor" or not by.get("event"):
+        c.add(base + ("by",), f"{marked['by']!r} is not a monitor operation that appends an event")
+    if marked["reason"] not in d["timeout_reasons"]:
+        c.add(base + ("reason",), f"unknown timeout reason {marked['reason']!r}")
+    for i, f in enumerate(marked.get("unless", ())):
+        if d["work_fields"].get(f, {}).get("type") != "boolean":
+            c.add(base + ("unless", i), f"{f!r} is not a boolean work field")
+
+
+# The effect steps the kit's operations act on (the reference ledger and the harness model
+# write every snapshot change of these operations from them), and what operations work out
+# themselves for an effect's ``arg:`` besides their arguments.
+REQUIRED_EFFECTS = {"close_out": ("move",), "cancel": ("move", "intent"), "requeue": ("move",), "expire": ("move",),
+                    "recover": ("release", "requeue", "quarantine")}
+WORKED_OUT = {"expire": ("reason",), "recover": ("decision",)}
+_NOT_WRITTEN = ("work_id", "status")  # the id never changes; the status is the edge's target
+
+
+def _like_cycle(ops: Mapping[str, Any], start: str) -> bool:
+    seen = {start}
+    at = start
+    while True:
+        op, _, step = at.partition(".")
+        like = ops.get(op, {}).get("effects", {}).get(step, {}).get("like")
+        if not like:
+            return False
+        if like in seen:
+            return True
+        seen.add(like)
+        at = like
+
+
+@check
+def _effects(c: _Ctx) -> None:
+    d = c.doc
+    ops, fields = d["operations"], d["work_fields"]
+    for name, steps in REQUIRED_EFFECTS.items():
+        if name in ops:
+            for step in steps:
+                if step not in ops[name].get("effects", {}):
+                    c.add(("operations", name), f"operation {name!r} has no effects.{step}: what it writes is not said")
+    for name, o in ops.items():
+        inputs = set(o.get("args", {})) | set(WORKED_OUT.get(name, ()))
+        for step, s in o.get("effects", {}).items():
+            base = ("operations", name, "effects", step)
+            if step == "intent" and not o.get("intent_event"):
+                c.add(base, f"operation {name!r} has an intent step but no intent_event")
+            like = s.get("like")
+            if like:
+                lop, _, lstep = like.partition(".")
+                if lstep not in ops.get(lop, {}).get("effects", {}):
+                    c.add(base + ("like",), f"{like!r} is not an effect step of the contract")
+                elif _like_cycle(ops, f"{name}.{step}"):
+                    c.add(base + ("like",), f"effect steps are like each other in a cycle through {like!r}")
+            named = [(("set", f), f) for f in s.get("set", {})]
+            named += [((key, i), f) for key in ("clear", "may_keep", "may_clear") for i, f in enumerate(s.get(key, ()))]
+            for sub, f in named:
+                if f not in fields:
+                    c.add(base + sub, f"unknown work field {f!r}")
+                elif f in _NOT_WRITTEN:
+                    c.add(base + sub, f"an effect cannot write {f!r}")
+            for f in set(s.get("set", {})) & set(s.get("clear", ())):
+                c.add(base + ("set", f), f"{f!r} is both set and cleared")
+            for f, v in s.get("set", {}).items():
+                if isinstance(v, str) and v != "now":
+                    kind, _, param = v.partition(":")
+                    wanted = [param] if kind == "arg" else re.findall(r"\{([a-z][a-z0-9_]*)\}", param) if kind == "text" else []
+                    for w in wanted:
+                        if w not in inputs:
+                            c.add(base + ("set", f), f"{name!r} has no argument or worked-out value {w!r}")
+                    if kind == "reason" and param not in d["timeout_reasons"]:
+                        c.add(base + ("set", f), f"unknown timeout reason {param!r}")
+            written = set(s.get("set", {})) | set(s.get("clear", ()))
+            for i, f in enumerate(s.get("may_keep", ())):
+                if f in fields and not like and f not in written:
+                    c.add(base + ("may_keep", i), f"{f!r} may be kept, but the step does not write it")
+            for i, f in enumerate(s.get("may_clear", ())):
+                if f in written:
+                    c.add(base + ("may_clear", i), f"{f!r} may be cleared, but the step writes it anyway")
 
 
 @check

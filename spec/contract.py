@@ -170,6 +170,41 @@ class Allowance:
         return count >= self.min and (self.max is None or count <= self.max)
 
 
+@dataclass(frozen=True)
+class EffectValue:
+    """One value an effect writes: ``kind`` is const (``param`` is the value), now, arg (the
+    operation's input named ``param``) or text (``param`` is a template over the inputs)."""
+
+    kind: str
+    param: Any = None
+
+
+@dataclass(frozen=True)
+class EffectStep:
+    """What one step of an operation writes on a snapshot (``effects`` in the contract), with
+    ``like`` already resolved: ``writes`` field -> value in contract order (clears are const
+    None), and the fields whose value after the step the contract leaves open."""
+
+    writes: tuple[tuple[str, EffectValue], ...]
+    may_keep: tuple[str, ...] = ()
+    may_clear: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MonitorMarked:
+    by: str
+    reason: str  # the timeout reason's text (not its name)
+    unless: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StaleRule:
+    """Which items a recovery scan must classify (``stale`` in the contract)."""
+
+    lease_lapsed: bool
+    monitor_marked: MonitorMarked | None
+
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
@@ -249,6 +284,9 @@ class Spec:
     matrix: Mapping[str, Mapping[str, MatrixEntry]]
     scanner: Mapping[str, str]
     clauses: tuple[Clause, ...]
+    attempts_exhausted: str = "quarantine"  # the decision a requeueing one becomes at the attempt limit
+    stale: StaleRule = StaleRule(True, None)
+    effects: Mapping[str, Mapping[str, EffectStep]] = field(default_factory=dict)  # operation -> step -> effect
     files: Mapping[str, str] = field(default_factory=dict)  # display path -> sha256 of the file
     document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
     profile_sets: Mapping[str, ProfileSet] = field(default_factory=dict)

@@ -22,101 +22,42 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from .checks import semantic_problems
 from .contract import (
     Allowance,
     Arg,
     Clause,
     CrashPoint,
+    EffectStep,
+    EffectValue,
     EventType,
     LeaseTimings,
     MatrixEntry,
+    MonitorMarked,
     Operation,
     Profile,
     ProfileSet,
     RetryPolicy,
     Spec,
+    StaleRule,
     Status,
     Transition,
     WorkField,
     frozen_map,
     parse_duration,
 )
+from .problems import Positions, Problem, SpecError
 from .yamlpos import Pos, YamlLoadError, loads_yaml, one_line, read_text
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MANIFEST = HERE / "contract" / "ledger.yaml"
 SCHEMA_PATH = HERE / "schema" / "ledger-spec.schema.json"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One finding: where (``pos``, or ``file`` when there is no line) and what."""
-
-    pos: Pos | None
-    message: str
-    file: str = ""
-    check: str = field(default="", compare=False)  # the semantic check that found it, if any
-
-    def __str__(self) -> str:
-        where = str(self.pos) if self.pos else (self.file or "<spec>")
-        return f"{where}: {one_line(self.message)}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.pos.file if self.pos else (self.file or None),
-            "line": self.pos.line if self.pos else None,
-            "col": self.pos.col if self.pos else None,
-            "message": one_line(self.message),
-        }
-
-
-class SpecError(Exception):
-    """The contract could not be loaded; ``problems`` holds one entry per finding."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
-
-
-class Positions:
-    """Source positions of a merged document, by path."""
-
-    def __init__(self) -> None:
-        self.by_path: dict[tuple[Any, ...], Pos] = {}
-        self.file_of_root: dict[Any, str] = {}
-        self.last_write: dict[tuple[Any, ...], Pos] = {}  # mapping path -> key position in the last file that changed it
-        self.file_order: dict[str, int] = {}  # display name -> order in which the file was read
-
-    def at(self, path: Sequence[Any]) -> Pos | None:
-        """Where ``path`` was written, or else its nearest enclosing value."""
-        p = tuple(path)
-        while True:
-            if p in self.by_path:
-                return self.by_path[p]
-            if not p:
-                return None
-            p = p[:-1]
-
-    def newest(self, paths: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
-        """Of several paths that together make a problem, the one written by the file read last
-        (the first of them on a tie): an overlay's change is blamed before the base it changed."""
-        def rank(item: tuple[int, Sequence[Any]]) -> tuple[int, int]:
-            where = self.at(item[1])
-            return (self.file_order.get(where.file, -1) if where else -1, -item[0])
-
-        return tuple(max(enumerate(paths), key=rank)[1])
-
-    def latest(self, path: Sequence[Any]) -> Pos | None:
-        """Where the last file that changed the mapping at ``path`` wrote it; for problems about
-        the mapping as a whole (a missing entry, a property of all entries together)."""
-        return self.last_write.get(tuple(path)) or self.at(path)
 
 
 def _display(path: Path) -> str:
@@ -475,8 +416,6 @@ def schema_problems(doc: Mapping[str, Any], pos: Positions) -> list[Problem]:
 
 def load_spec(paths: Sequence[str | Path] | None = None) -> Spec:
     """Load, merge and validate a contract; raise SpecError listing every problem found."""
-    from .checks import semantic_problems
-
     doc, pos, files = merged_document(paths)
     problems = schema_problems(doc, pos)
     if problems:
@@ -524,8 +463,6 @@ def _spec_from_document(doc: Mapping[str, Any]) -> Spec:
     pos = Positions()
     problems = schema_problems(doc, pos)
     if not problems:
-        from .checks import semantic_problems
-
         problems = semantic_problems(doc, pos)
     if problems:
         raise SpecError(problems)
@@ -560,6 +497,47 @@ def _policy(d: Mapping[str, Any]) -> RetryPolicy:
         max_backoff=parse_duration(d["max_backoff"]),
         jitter=str(d["jitter"]),
     )
+
+
+def effect_value(raw: Any, timeout_reasons: Mapping[str, str]) -> EffectValue:
+    """An effect's value as the contract writes it (see ``effects`` in lifecycle.yaml)."""
+    if raw == "now":
+        return EffectValue("now")
+    if isinstance(raw, str):
+        kind, _, param = raw.partition(":")
+        if kind == "reason":
+            return EffectValue("const", timeout_reasons[param])
+        return EffectValue(kind, param)
+    return EffectValue("const", raw)
+
+
+def _effect_steps(doc: Mapping[str, Any]) -> dict[str, dict[str, EffectStep]]:
+    """Every operation's effect steps with ``like`` resolved (the checks refused cycles)."""
+    ops = doc["operations"]
+    reasons = doc["timeout_reasons"]
+
+    def raw(op: str, step: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str], list[str]]:
+        s = ops[op]["effects"][step]
+        writes: dict[str, Any] = {}
+        keep: list[str] = []
+        clear: list[str] = []
+        if s.get("like"):
+            base_op, _, base_step = s["like"].partition(".")
+            writes, keep, clear = raw(base_op, base_step, seen + (f"{op}.{step}",))
+        for f in s.get("clear", ()):
+            writes[f] = None
+        writes.update(s.get("set", {}))
+        keep = keep + [f for f in s.get("may_keep", ()) if f not in keep]
+        clear = clear + [f for f in s.get("may_clear", ()) if f not in clear]
+        return writes, keep, clear
+
+    out: dict[str, dict[str, EffectStep]] = {}
+    for op, o in ops.items():
+        for step in o.get("effects", {}):
+            writes, keep, clear = raw(op, step)
+            out.setdefault(op, {})[step] = EffectStep(
+                tuple((f, effect_value(v, reasons)) for f, v in writes.items()), tuple(keep), tuple(clear))
+    return out
 
 
 def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -> Spec:
@@ -650,6 +628,13 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         ),
         scanner=frozen_map(doc["scanner"]),
         clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"]) for c in doc["clauses"]),
+        attempts_exhausted=doc["attempts_exhausted"]["decision"],
+        stale=StaleRule(
+            bool(doc["stale"]["lease_lapsed"]),
+            None if not doc["stale"].get("monitor_marked") else MonitorMarked(
+                doc["stale"]["monitor_marked"]["by"], doc["timeout_reasons"][doc["stale"]["monitor_marked"]["reason"]],
+                tuple(doc["stale"]["monitor_marked"].get("unless", ())))),
+        effects=frozen_map({op: frozen_map(steps) for op, steps in _effect_steps(doc).items()}),
         files=frozen_map(files or {}),
         document=frozen_map(doc),
         profile_sets=frozen_map({n: ProfileSet(n, s["description"], tuple(s["profiles"]))

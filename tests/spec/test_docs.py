@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from ledgercheck.spec import Spec, canonical_json, default_spec
+from ledgercheck.spec.contract import EffectValue
 
 from ledgercheck.cli import main
 
@@ -91,6 +92,24 @@ def test_error_codes(text: str, spec: Spec) -> None:
 def test_decisions(text: str, spec: Spec) -> None:
     rows = {r[0]: (int(r[1]), r[2] == "yes") for r in table_after(text, "**Decisions**")}
     assert rows == {n: (d["rank"], d["requeue"]) for n, d in spec.decisions.items()}
+
+
+def _shown(v: EffectValue) -> str:
+    if v.kind == "const":
+        return str(v.param).lower() if isinstance(v.param, bool) else f"`{v.param}`" if isinstance(v.param, str) else str(v.param)
+    return "now" if v.kind == "now" else f"the {v.param}" if v.kind == "arg" else f"`{v.param}`"
+
+
+def test_operation_effects(text: str, spec: Spec) -> None:
+    rows = [tuple(r) for r in table_after(text, "**What an operation writes.**")]
+    want = []
+    for op, steps in spec.effects.items():
+        for step, e in steps.items():
+            sets = ", ".join(f"{f} = {_shown(v)}" for f, v in e.writes if not (v.kind == "const" and v.param is None))
+            clears = ", ".join(f for f, v in e.writes if v.kind == "const" and v.param is None)
+            may = ", ".join([f"keep {f}" for f in e.may_keep] + [f"clear {f}" for f in e.may_clear])
+            want.append((op, step, sets or "–", clears or "–", may or "–"))
+    assert rows == want
 
 
 def test_recovery_matrix(text: str, spec: Spec) -> None:

@@ -1,0 +1,199 @@
+"""The one reading of the contract's recovery and snapshot-effect rules.
+
+The reference ledger, the harness model, the chaos checker, the storm barrier and the recovery
+clause tests all decide through these functions; none of them restates a rule.  Each function
+is pure: it reads the Spec and the values it is given, and returns a value.
+
+* ``recovery_decision`` - what a scan decides for a stale item: the scanner rule over its
+  journal, then ``attempts_exhausted`` (the item's own retry policy counts);
+* ``lease_lapse`` / ``stale_for_recovery`` - which items a scan must classify (``stale``);
+* ``effect_changes`` / ``apply_effects`` / ``open_fields`` - what one step of an operation
+  writes on a snapshot, and what the contract leaves open (``effects`` of an operation).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .contract import EffectStep, Spec
+
+
+# ---------------------------------------------------------------------------------- decisions
+@dataclass(frozen=True)
+class Decision:
+    """A scan's decision for one stale item.  ``by_attempts``: the attempts rule turned the
+    journal's decision (``journal``) into this one."""
+
+    name: str
+    why: str
+    journal: str
+    by_attempts: bool = False
+
+
+def attempt_limit(spec: Spec, source_system: str | None, retry_policy: Mapping[str, Any] | None = None) -> int:
+    """max_attempts for an item: its own retry policy's, else its source's, else the default."""
+    return spec.retry_policy_for(source_system, retry_policy).max_attempts
+
+
+def journal_why(receipts: Iterable[tuple[str, str]]) -> str:
+    recs = list(receipts)
+    open_ = [(st, cls) for st, cls in recs if st != "completed"]
+    return "journal: " + (", ".join(f"{st} {cls}" for st, cls in open_) or ("completed receipts" if recs else "empty"))
+
+
+def recovery_decision(spec: Spec, item: Mapping[str, Any], receipts: Iterable[tuple[str, str]],
+                      retry_policy: Mapping[str, Any] | None = None) -> Decision:
+    """The decision for a stale ``item`` (a snapshot: ``source_system`` and ``attempt``; an
+    attempt of None is unknown and never exhausts) whose journal holds ``receipts``, (state,
+    step_class) of each receipt.  ``retry_policy`` is the item's own policy, if it was given one."""
+    recs = list(receipts)
+    open_ = [(st, cls) for st, cls in recs if st != "completed"]
+    journal = spec.scanner_decision(open_, any(st == "completed" for st, _ in recs))
+    why = journal_why(recs)
+    attempt = item.get("attempt")
+    if spec.decisions[journal].get("requeue") and attempt is not None:
+        limit = attempt_limit(spec, item.get("source_system"), retry_policy)
+        if attempt >= limit:
+            return Decision(spec.attempts_exhausted, f"attempts exhausted ({attempt}/{limit})", journal, True)
+    return Decision(journal, why, journal)
+
+
+def receipt_marking(spec: Spec, decision: str) -> str | None:
+    """The state a decision marks the item's pending receipts with (None: they stay pending)."""
+    return spec.decisions[decision].get("receipt_state")
+
+
+def requeues(spec: Spec, decision: str) -> bool:
+    return bool(spec.decisions[decision].get("requeue"))
+
+
+def quarantines(spec: Spec, decision: str) -> bool:
+    """Whether a decision flags the item quarantined (recover's ``quarantine`` step)."""
+    return bool(spec.decisions[decision].get("quarantine"))
+
+
+# ---------------------------------------------------------------------------------- staleness
+def recoverable(spec: Spec, status: str) -> bool:
+    """Whether some transition lets ``recover`` move an item out of ``status``."""
+    return bool(spec.targets("recover", status))
+
+
+def lease_lapse(spec: Spec, item: Mapping[str, Any]) -> float | None:
+    """The instant after which a leased item is stale (lease_expires_at + its source's grace),
+    or None when the contract does not make it stale by its lease."""
+    if not spec.stale.lease_lapsed or item.get("lease_expires_at") is None:
+        return None
+    st = spec.statuses.get(item.get("status") or "")
+    if st is None or not st.leased or not recoverable(spec, st.name):
+        return None
+    return float(item["lease_expires_at"]) + spec.lease_for(item.get("source_system")).grace
+
+
+def marked_event(spec: Spec, status: str) -> str | None:
+    """The event the monitor of ``stale.monitor_marked`` appends moving an item into ``status``."""
+    rule = spec.stale.monitor_marked
+    if rule is None:
+        return None
+    return spec.operations[rule.by].event_for(status)
+
+
+def marked_statuses(spec: Spec) -> tuple[str, ...]:
+    """The statuses in which an item may be stale for having been marked by the monitor."""
+    if spec.stale.monitor_marked is None:
+        return ()
+    return tuple(s for s, st in spec.statuses.items() if not st.leased and recoverable(spec, s))
+
+
+def marked_for_recovery(spec: Spec, item: Mapping[str, Any], last_event: str | None) -> bool:
+    """Whether ``item`` (whose last event has type ``last_event``) was moved by the monitor for
+    a lapsed lease and is still waiting for a scan to classify it."""
+    rule = spec.stale.monitor_marked
+    status = item.get("status")
+    return (rule is not None and status in marked_statuses(spec) and item.get("status_reason") == rule.reason
+            and not any(item.get(f) for f in rule.unless) and last_event is not None
+            and last_event == marked_event(spec, status))
+
+
+def stale_for_recovery(spec: Spec, item: Mapping[str, Any], now: float, last_event: str | None = None) -> bool:
+    """Whether a recovery scan at ``now`` must classify ``item``; ``last_event`` (the type of its
+    last event) matters only for an item the monitor marked."""
+    lapse = lease_lapse(spec, item)
+    if lapse is not None:
+        return now > lapse
+    return marked_for_recovery(spec, item, last_event)
+
+
+# ---------------------------------------------------------------------------------- effects
+def effect_step(spec: Spec, op: str, step: str = "move") -> EffectStep:
+    try:
+        return spec.effects[op][step]
+    except KeyError:
+        raise KeyError(f"the contract gives {op!r} no effects.{step}") from None
+
+
+def _render(template: str, args: Mapping[str, Any]) -> str:
+    names = [n for _, n, _, _ in string.Formatter().parse(template) if n]
+    return template.format(**{n: args.get(n) for n in names})
+
+
+def effect_changes(spec: Spec, op: str, step: str = "move", *, now: float | None = None,
+                   args: Mapping[str, Any] | None = None, dst: str | None = None) -> dict[str, Any]:
+    """The fields one step of ``op`` writes: ``status`` (``dst``, when the step moves the item)
+    and then the step's effects in contract order.  ``args``: the call's arguments and what the
+    operation worked out (expire's ``reason``, recover's ``decision``); a missing one is None."""
+    a = args or {}
+    out: dict[str, Any] = {} if dst is None else {"status": dst}
+    for f, v in effect_step(spec, op, step).writes:
+        k = v.kind
+        if k == "const":
+            out[f] = v.param
+        elif k == "now":
+            if now is None:
+                raise ValueError(f"{op}.{step} writes {f} = now, but no instant was given")
+            out[f] = now
+        elif k == "arg":
+            out[f] = a.get(v.param)
+        else:
+            out[f] = _render(v.param, a)
+    return out
+
+
+def apply_effects(spec: Spec, op: str, snapshot: Mapping[str, Any], step: str = "move", *, now: float | None = None,
+                  args: Mapping[str, Any] | None = None, dst: str | None = None) -> dict[str, Any]:
+    """``snapshot`` after one step of ``op`` (a new dict; the given one is not changed)."""
+    new = dict(snapshot)
+    new.update(effect_changes(spec, op, step, now=now, args=args, dst=dst))
+    return new
+
+
+def open_fields(spec: Spec, op: str, before: Mapping[str, Any], step: str = "move") -> dict[str, Any]:
+    """Fields whose value after the step the contract leaves open, each with the other value an
+    implementation may store: the old one (``may_keep``) or None (``may_clear``).  Only fields
+    that were set before the step are open (otherwise both choices are the same)."""
+    eff = effect_step(spec, op, step)
+    out: dict[str, Any] = {}
+    for f in eff.may_keep:
+        if before.get(f) is not None:
+            out[f] = before[f]
+    for f in eff.may_clear:
+        if before.get(f) is not None:
+            out[f] = None
+    return out
+
+
+# ---------------------------------------------------------------------------------- transitions
+def guard_holds(spec: Spec, item: Mapping[str, Any], dst: str) -> bool:
+    """Whether the edge from the item's status to ``dst`` is allowed by its guard (an edge
+    without a guard always is; a missing edge never is)."""
+    edge = spec.edge(item.get("status") or "", dst)
+    return edge is not None and (edge.guard is None or bool(item.get(edge.guard)))
+
+
+__all__ = [
+    "Decision", "apply_effects", "attempt_limit", "effect_changes", "effect_step", "guard_holds", "journal_why",
+    "lease_lapse", "marked_event", "marked_for_recovery", "marked_statuses", "open_fields", "quarantines",
+    "receipt_marking", "recoverable", "recovery_decision", "requeues", "stale_for_recovery",
+]

@@ -1,0 +1,215 @@
+"""No new import cycles between ledgercheck's modules.
+
+Every ``import`` and ``from ... import`` in the installed packages counts, wherever it is written
+(a function-level import only postpones a cycle to the first call; it does not remove it).
+Imports under ``if TYPE_CHECKING:`` are never executed and do not count.  An edge goes from a
+module to the module it names (``from pkg import name`` names ``pkg.name`` when that is a
+module, else ``pkg``).  The cycles that exist today are listed in KNOWN_CYCLES; a new one fails
+the test, and so does a listed one that is gone (take it off the list).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# package -> directory, as pyproject.toml's package-dir maps them
+PACKAGES = {
+    "ledgercheck": "ledgercheck", "ledgercheck.spec": "spec", "ledgercheck.reference": "reference",
+    "ledgercheck.conformance": "conformance", "ledgercheck.chaos": "chaos", "ledgercheck.fixtures": "fixtures",
+    "ledgercheck.reports": "reports",
+}
+
+# Cycles present when this test was written, each as the sorted modules of one strongly
+# connected component.  They are broken at run time by function-level imports; removing one
+# means moving the shared part into a module both sides import.
+KNOWN_CYCLES: set[frozenset[str]] = {
+    # the clause package registers its modules and reads recovery's CHAOS_CLAUSES; every clause
+    # module imports case/cases/check from the package (the others are loaded by name through
+    # importlib, which this test does not see)
+    frozenset({"ledgercheck.conformance.clauses", "ledgercheck.conformance.clauses.recovery"}),
+    # a replay file names a storm or an exploration window: replays runs either, both write replays
+    frozenset({"ledgercheck.chaos.exploration", "ledgercheck.chaos.replays", "ledgercheck.chaos.storms"}),
+    # the pytest plugin builds the safety item and writes results; both use the plugin's helpers
+    frozenset({"ledgercheck.conformance.plugin", "ledgercheck.conformance.results_bridge",
+               "ledgercheck.conformance.safety_item"}),
+}
+# (spec.load <-> spec.checks was removed: Problem and Positions live in spec/problems.py)
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file, for every module of the packages (subpackages included)."""
+    out: dict[str, Path] = {}
+    for pkg, d in PACKAGES.items():
+        base = root / d
+        for f in sorted(base.rglob("*.py")):
+            rel = f.relative_to(base).with_suffix("")
+            if any(p.startswith(".") or p == "node_modules" for p in rel.parts):
+                continue
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of import nodes inside ``if TYPE_CHECKING:`` blocks."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            t = node.test
+            name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else None
+            if name == "TYPE_CHECKING":
+                for sub in node.body:
+                    skip.update(id(n) for n in ast.walk(sub))
+    return skip
+
+
+def imports_of(name: str, source: str, known: Iterable[str], is_package: bool = False) -> set[str]:
+    """The ledgercheck modules that module ``name`` (whose text is ``source``) imports."""
+    known = set(known)
+    tree = ast.parse(source)
+    skip = _type_checking_only(tree)
+    package = name if is_package else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                hit = resolve(a.name)
+                if hit:
+                    out.add(hit)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for a in node.names:
+                hit = f"{base}.{a.name}" if f"{base}.{a.name}" in known else resolve(base)
+                if hit:
+                    out.add(hit)
+    out.discard(name)
+    return out
+
+
+def graph(mods: Mapping[str, Path]) -> dict[str, set[str]]:
+    return {m: imports_of(m, f.read_text(encoding="utf-8"), mods, f.name == "__init__.py") for m, f in mods.items()}
+
+
+def cycles(g: Mapping[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    out: set[frozenset[str]] = set()
+    counter = 0
+    for start in g:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(g.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.add(frozenset(comp))
+    return out
+
+
+def _show(c: frozenset[str]) -> str:
+    return " <-> ".join(sorted(c))
+
+
+def test_no_new_import_cycles() -> None:
+    found = cycles(graph(modules()))
+    new = found - KNOWN_CYCLES
+    gone = KNOWN_CYCLES - found
+    assert not new, "new import cycles:\n" + "\n".join(map(_show, sorted(new, key=sorted)))
+    assert not gone, "cycles listed in KNOWN_CYCLES no longer exist; take them off:\n" + "\n".join(map(_show, gone))
+
+
+# ------------------------------------------------------------------ the detector itself
+def _tree(tmp_path: Path, files: Mapping[str, str]) -> dict[str, Path]:
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    for d in PACKAGES.values():
+        (tmp_path / d).mkdir(exist_ok=True)
+        (tmp_path / d / "__init__.py").touch()
+    return modules(tmp_path)
+
+
+def test_a_function_level_import_cycle_is_found(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "spec/load.py": "def load():\n    from .checks import run\n    return run()\n",
+        "spec/checks.py": "from .load import Problem\n",
+    })
+    assert cycles(graph(mods)) == {frozenset({"ledgercheck.spec.load", "ledgercheck.spec.checks"})}
+
+
+def test_a_cycle_across_packages_is_found(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "chaos/checker.py": "from ledgercheck.conformance.model import fold\n",
+        "conformance/model.py": "def f():\n    import ledgercheck.chaos.checker\n",
+        "conformance/plain.py": "from ledgercheck.spec import rules\n",
+        "spec/rules.py": "X = 1\n",
+    })
+    assert cycles(graph(mods)) == {frozenset({"ledgercheck.chaos.checker", "ledgercheck.conformance.model"})}
+
+
+def test_type_checking_imports_and_one_way_imports_are_no_cycle(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "spec/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n",
+        "spec/b.py": "from . import a\n",
+        "reference/c.py": "from ledgercheck.spec import a, b\n",
+    })
+    g = graph(mods)
+    assert g["ledgercheck.spec.b"] == {"ledgercheck.spec.a"}
+    assert g["ledgercheck.reference.c"] == {"ledgercheck.spec.a", "ledgercheck.spec.b"}
+    assert cycles(g) == set()
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_a_listed_cycle_passes_only_while_it_exists(tmp_path: Path, known: bool) -> None:
+    mods = _tree(tmp_path, {"spec/x.py": "from . import y\n", "spec/y.py": "def f():\n    from . import x\n"})
+    found = cycles(graph(mods))
+    listed = {frozenset({"ledgercheck.spec.x", "ledgercheck.spec.y"})} if known else set()
+    assert (found - listed == set()) is known
