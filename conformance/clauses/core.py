@@ -520,8 +520,6 @@ def _not_found(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             h.create()
             args = _valid_args(h, op, "w-does-not-exist")
             out = h.do(op, **args)
-            if not out.ok and out.code == "unsupported" and op == "events":
-                raise NotApplicable("the implementation keeps no event trail (judged by the event clauses)")
             check(not out.ok and out.code == "not_found", "core.not_found", f"{op} on an unknown id answered {out.code or 'ok'}", h)
         yield op, fn
 
