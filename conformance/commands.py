@@ -326,7 +326,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     found = done.violations
     recorded = doc.get("adapter")
     summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "recorded_adapter": recorded, "steps": len(doc["steps"]),
-                               "mode": done.mode, "case": done.case, "listed": done.listed, "reproduced": done.reproduced,
+                               "mode": done.mode, "case": done.case, "listed": done.listed, "recorded_clauses": done.recorded,
+                               "reproduced": done.reproduced, "reproduced_clauses": done.again,
                                "inexact": done.inexact, "diverged": done.diverged,
                                "violations": [{"clause": v.clause, "op": v.op, "message": v.message} for v in found]}
     against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"

@@ -379,30 +379,38 @@ class Replayed:
 
     violations: list[Violation]
     mode: str  # "case": the clause test's own program and checks; "steps": the bare steps, judged by the model
-    listed: str | None  # the clause the recorded failure is listed under
+    listed: str | None  # the clause the recorded failure is listed under (the clause its test judges)
     steps: int  # recorded steps
     diverged: str | None = None  # where the replay first left the recorded run
     inexact: str | None = None  # why the replay cannot repeat the recorded run exactly
     case: str | None = None
+    recorded: list[str] = field(default_factory=list)  # the clauses the recorded failure named
     found: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.found = sorted({v.clause for v in self.violations})
 
     @property
+    def again(self) -> list[str]:
+        """The recorded failure's clauses that the replay found again."""
+        want = set(self.recorded) or ({self.listed} if self.listed else set(self.found))
+        return sorted(want & set(self.found))
+
+    @property
     def reproduced(self) -> bool:
-        return bool(self.violations) and (self.listed is None or self.listed in self.found)
+        """The replay failed with (one of) the clauses the recorded failure named."""
+        return bool(self.again)
 
     def headline(self, source: str, against: str) -> str:
         how = (f"the clause test {self.case} (its program, {self.steps} recorded steps, and its own checks)"
                if self.mode == "case" else f"{self.steps} recorded steps")
+        under = "" if self.listed is None or self.listed in self.again else f" (the failure of the {self.listed} test)"
         if self.reproduced:
-            return f"{source}: reproduced {self.listed or ', '.join(self.found)} against {against} with {how}"
+            return f"{source}: reproduced {', '.join(self.again)}{under} against {against} with {how}"
+        what = ", ".join(self.recorded) or self.listed or "the recorded failure"
         if self.violations:
-            return (f"{source}: did not reproduce {self.listed}; found {', '.join(self.found)} instead against {against} "
-                    f"with {how}")
-        return f"{source}: did not reproduce {self.listed or 'the recorded failure'}: all {self.steps} steps conform against " \
-               f"{against} ({how})"
+            return f"{source}: did not reproduce {what}; found {', '.join(self.found)} instead against {against} with {how}"
+        return f"{source}: did not reproduce {what}: all {self.steps} steps conform against {against} ({how})"
 
 
 WALL = ("inexact: the adapter keeps its own (wall) clock, so the steps ran at new instants and with new waits, not the "
@@ -422,12 +430,13 @@ def run_replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limi
     ledgercheck has it (and ``steps_only`` is off), else its bare steps."""
     case = None if steps_only or not isinstance(doc.get("case"), str) else find_case(h.spec, doc["case"])
     inexact = WALL if h.wall else None
+    recorded = sorted({v["clause"] for v in doc.get("violations") or [] if isinstance(v, dict) and isinstance(v.get("clause"), str)})
     if case is None:
         found, diverged = _replay_steps(h, doc, source, time_limit)
-        return Replayed(found, "steps", focus_of(doc), len(doc["steps"]), diverged, inexact)
+        return Replayed(found, "steps", focus_of(doc), len(doc["steps"]), diverged, inexact, recorded=recorded)
     found = _replay_case(h, case, doc, source)
     return Replayed(found, "case", case.clause, len(doc["steps"]), _first_difference(h.trace, doc["steps"]), inexact,
-                    case=case.name)
+                    case=case.name, recorded=recorded)
 
 
 def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> list[Violation]:

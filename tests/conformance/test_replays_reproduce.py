@@ -81,11 +81,11 @@ def test_every_failing_trace_of_a_broken_ledger_replays_to_its_clause(module: st
         listed = case.split("[")[0]
         assert doc["focus"] == listed and doc["case"] == case
         done = _replay(address, path, spec, steps_only=False)
-        if not done.reproduced or done.listed != listed or done.mode != "case":
+        if not done.reproduced or listed not in done.found or done.listed != listed or done.mode != "case":
             problems.append(f"{case} on {address}: replay {done.mode} found {done.found}")
         if doc["judged_by"] == "model":
             bare = _replay(address, path, spec, steps_only=True)
-            if not bare.reproduced or bare.listed != listed:
+            if not bare.reproduced or listed not in bare.found or bare.listed != listed:
                 problems.append(f"{case} on {address}: bare steps found {bare.found}")
     assert not problems, "\n".join(problems)
 
@@ -112,7 +112,7 @@ def test_the_replay_command_reproduces_a_reopen_failure_and_not_on_the_reference
         proc = cli("replay", str(path), "--adapter", address, "--json", *steps)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         out = json.loads(proc.stdout)
-        assert out["reproduced"] and out["listed"] == "outbox.mark_sent", out
+        assert out["reproduced"] and out["listed"] == "outbox.mark_sent" and out["reproduced_clauses"] == ["outbox.mark_sent"], out
         assert out["mode"] == ("steps" if steps else "case") and out["inexact"] is None
     proc = cli("replay", str(path), "--adapter", "reference")
     assert proc.returncode == 0, proc.stdout + proc.stderr
