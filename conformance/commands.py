@@ -284,8 +284,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ledgercheck.spec import SpecError, load_spec
 
     from .client import AdapterError, connect
-    from .harness import AdapterFailure, Harness, wall_tolerance
-    from .trace import TraceError, adapter_to_run, check_spec, check_steps, load_trace, run_replay
+    from .harness import AdapterFailure
+    from .trace import (
+        TraceError,
+        adapter_to_run,
+        check_spec,
+        check_steps,
+        load_trace,
+        replay_harness,
+        run_replay,
+    )
 
     try:
         doc = load_trace(args.trace)
@@ -313,8 +321,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except AdapterError as exc:
         print(f"ledgercheck replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
-    h = Harness(client, spec, profiles, wall_tolerance=wall_tolerance(client.handshake))
+    h = replay_harness(client, spec, doc)
     try:
         done = run_replay(h, doc, args.trace, time_limit=args.time_limit, steps_only=args.steps)
     except (TraceError, AdapterFailure) as exc:

@@ -58,6 +58,7 @@ from ledgercheck.spec import Spec
 from ledgercheck import bounded
 from ledgercheck.bounded import TRACE, InputError, load_limited
 
+from .client import Client
 from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, outcome_summary
 from .model import Outcome, Violation
 
@@ -85,6 +86,7 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
         "focus": h.focus,
         "case": case,
         "judged_by": judged_by,
+        "wall_scale": h.wall_scale if h.wall else None,
         "seed": h.sent_seed,
         "epoch": h.epoch,
         "steps": h.trace,
@@ -98,7 +100,9 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
 MAX_STEPS = 10_000  # a recorded run has at most a few hundred (a stateful example: 100 steps)
 MAX_SECONDS = 1e9  # how far from the run's start a "$t" instant may be (about 31 years)
 HARNESS_OPS = ("hello", "reset")  # sent by the harness itself; a trace step may not name them
-HARNESS_STEPS = ("reopen",)  # steps the harness performs itself (version 3), not operations of the contract
+HARNESS_STEPS = ("reopen",)
+WALL_SCALE = 0.01  # the contract's timings under a wall clock, when a trace does not record its run's (--ledger-wall-scale)
+MAX_WALL_SCALE = 100.0  # steps the harness performs itself (version 3), not operations of the contract
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:
@@ -167,6 +171,9 @@ def _header_problem(doc: dict[str, Any]) -> str | None:
     for key in ("focus", "case"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
             return f"{key} must be a string or null, not {_brief(doc[key])}"
+    scale = doc.get("wall_scale")
+    if scale is not None and not (_is_number(scale) and 0 < scale <= MAX_WALL_SCALE):
+        return f"wall_scale must be a number in (0, {MAX_WALL_SCALE:g}], not {_brief(scale)}"
     if doc.get("judged_by", "model") not in JUDGES:
         return f"judged_by must be one of {', '.join(JUDGES)}, not {_brief(doc.get('judged_by'))}"
     return None
@@ -417,6 +424,22 @@ WALL = ("inexact: the adapter keeps its own (wall) clock, so the steps ran at ne
         "recorded ones; what a replay of it can repeat is the program and the clause's verdict on the answers")
 
 
+def replay_harness(client: Client, spec: Spec, doc: dict[str, Any]) -> Harness:
+    """A harness for replaying ``doc`` as its run had it: the trace's profiles the adapter claims,
+    and for a wall-clock adapter the contract's timings scaled by the run's ``wall_scale`` (the
+    adapter is sent the scaled contract, as in the run) with the tolerance its handshake asks for."""
+    from .clock import scaled_document, scaled_spec
+    from .harness import wall_tolerance
+    from .wire import plain
+
+    profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
+    if client.clock != "wall":
+        return Harness(client, spec, profiles)
+    scale = float(doc.get("wall_scale") or WALL_SCALE)
+    return Harness(client, scaled_spec(spec, scale), profiles, contract_doc=scaled_document(plain(spec.document), scale),
+                   wall_scale=scale, wall_tolerance=wall_tolerance(client.handshake))
+
+
 def find_case(spec: Spec, name: str) -> Any:
     """The clause test named ``name`` (``"lease.fencing[close_out]"``) of this contract, or None."""
     from .clauses import all_cases
@@ -481,4 +504,4 @@ def check_spec(doc: dict[str, Any], spec: Spec, source: str) -> str | None:
 
 
 __all__ = ["AdapterFailure", "Replayed", "TraceError", "adapter_to_run", "check_steps", "dump_trace", "find_case", "focus_of",
-           "load_trace", "replay", "resolve", "run_replay"]
+           "load_trace", "replay", "replay_harness", "resolve", "run_replay"]
