@@ -287,10 +287,10 @@ def resolve(h: Harness, args: dict[str, Any], where: str, epoch: float | None = 
 
 
 def focus_of(doc: dict[str, Any]) -> str | None:
-    """The clause a trace's failure is listed under: the recorded focus (version 3), else the
-    clause of the first recorded violation."""
+    """The clause a trace's test judged: the recorded focus (version 3; None for a stateful run,
+    which judges every clause alike), else the clause of the first recorded violation."""
     if doc.get("version", 1) >= 3:
-        return doc.get("focus") or _first_clause(doc)
+        return doc.get("focus")
     return _first_clause(doc)
 
 

@@ -117,3 +117,22 @@ def test_the_replay_command_reproduces_a_reopen_failure_and_not_on_the_reference
     proc = cli("replay", str(path), "--adapter", "reference")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "did not reproduce outbox.mark_sent" in proc.stdout
+
+
+def test_a_reopen_step_with_arguments_or_a_bad_header_is_refused_in_one_line(cli, tmp_path: Path) -> None:
+    base = {"format": "ledgercheck-trace", "version": 3, "adapter": "reference", "profiles": ["core"], "violations": [],
+            "seed": 0, "epoch": 1e6, "steps": [{"op": "reopen", "args": {}}]}
+    bad = [({"steps": [{"op": "reopen", "args": {"dir": "/etc"}}]}, "step 1: reopen takes no arguments"),
+           ({"focus": 7}, "focus must be a string or null"),
+           ({"judged_by": "oracle"}, "judged_by must be one of model, check"),
+           ({"wall_scale": 0}, "wall_scale must be a number in (0, 100]")]
+    for change, words in bad:
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps({**base, **change}), encoding="utf-8")
+        proc = cli("replay", str(path), "--adapter", "reference")
+        assert proc.returncode == 2 and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    # a reopen step alone, on the reference: a ledger in a directory, opened again, nothing to find
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(base), encoding="utf-8")
+    proc = cli("replay", str(path), "--adapter", "reference", "--steps")
+    assert proc.returncode == 0 and "all 1 steps conform" in proc.stdout, proc.stdout + proc.stderr
