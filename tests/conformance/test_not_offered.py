@@ -46,6 +46,10 @@ def test_operations_not_offered_are_never_failures(tmp_path, suite):
     # the refusals it could not judge (cancel of finished work) leave terminal immutability unjudged, not failed
     assert _clause(doc, "core.terminal.immutable")["outcome"] == "not_offered"
     assert _clause(doc, "core.claim.empty")["outcome"] == "pass"  # what needs none of them is judged as usual
+    # events on an unknown id, with no event trail: the refusal is judged as far as it can be, and
+    # the test ends not offered (Harness.do never hands a clause test an unsupported answer)
+    (nf,) = [t for t in doc["tests"] if t["nodeid"].endswith("core.not_found[events]")]
+    assert nf["outcome"] == "not_offered" and nf["not_offered"] == ["events"], nf
     core = doc["profiles"]["verdicts"]["core"]
     assert core["verdict"] == "not_offered" and core["failed"] == 0
     assert {"events", "cancel", "expire"} <= set(core["lacks"])
