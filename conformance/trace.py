@@ -392,6 +392,7 @@ class Replayed:
     inexact: str | None = None  # why the replay cannot repeat the recorded run exactly
     case: str | None = None
     recorded: list[str] = field(default_factory=list)  # the clauses the recorded failure named
+    judged_by: str = "model"  # what found the recorded failure: the model, or the test's own check
     found: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -415,6 +416,9 @@ class Replayed:
         if self.reproduced:
             return f"{source}: reproduced {', '.join(self.again)}{under} against {against} with {how}"
         what = ", ".join(self.recorded) or self.listed or "the recorded failure"
+        if self.mode == "steps" and self.judged_by == "check":
+            what += (f" (the recorded failure was found by the clause test {self.case or self.listed}'s own check of the "
+                     f"answers, which bare steps do not run; replay without --steps)")
         if self.violations:
             return f"{source}: did not reproduce {what}; found {', '.join(self.found)} instead against {against} with {how}"
         return f"{source}: did not reproduce {what}: all {self.steps} steps conform against {against} ({how})"
@@ -456,10 +460,11 @@ def run_replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limi
     recorded = sorted({v["clause"] for v in doc.get("violations") or [] if isinstance(v, dict) and isinstance(v.get("clause"), str)})
     if case is None:
         found, diverged = _replay_steps(h, doc, source, time_limit)
-        return Replayed(found, "steps", focus_of(doc), len(doc["steps"]), diverged, inexact, recorded=recorded)
+        return Replayed(found, "steps", focus_of(doc), len(doc["steps"]), diverged, inexact, case=doc.get("case"),
+                        recorded=recorded, judged_by=doc.get("judged_by", "model"))
     found = _replay_case(h, case, doc, source)
     return Replayed(found, "case", case.clause, len(doc["steps"]), _first_difference(h.trace, doc["steps"]), inexact,
-                    case=case.name, recorded=recorded)
+                    case=case.name, recorded=recorded, judged_by=doc.get("judged_by", "model"))
 
 
 def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> list[Violation]:
