@@ -185,12 +185,13 @@ class Harness:
         The connection the harness was made with stays open, idle, for the next fresh ledger."""
         from .client import AdapterError, connect
 
+        home = self.home
+        timeouts = {k: getattr(home, k) for k in ("timeout", "startup_timeout") if isinstance(getattr(home, k, None), float | int)}
         try:
-            new = connect(self.home.address, self.spec)
+            new = connect(home.address, self.spec, **timeouts)
         except AdapterError as exc:
-            raise AdapterFailure("reset", Outcome.error("adapter_crashed", f"a new connection could not start: {exc}",
-                                                                 definite=False)) \
-                from None
+            why = Outcome.error("adapter_crashed", f"a new connection could not start: {exc}", definite=False)
+            raise AdapterFailure("reset", why) from None
         if self.client is not self.home:
             self.client.close()
         self.client = new
