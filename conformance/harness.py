@@ -278,7 +278,8 @@ class Harness:
         if "now" in self.spec.operations[op].args and args.get("now") is None:
             args["now"] = self.clock.now()
         self.last_claim_fallback = False
-        if op == "claim" and args.get("work_id") is not None and self.claim_by_id is False:
+        # (only a well-formed work_id: a malformed one is sent as is, for the adapter to refuse)
+        if op == "claim" and isinstance(args.get("work_id"), str) and self.claim_by_id is False:
             args = {k: v for k, v in args.items() if k != "work_id"}
             self.last_claim_fallback = True
         wid0 = args.get("work_id")
@@ -288,7 +289,7 @@ class Harness:
         if self.note_unoffered and variant_label(form) in self.not_offered:
             return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
         out = self.client.call(op, **args)
-        if op == "claim" and args.get("work_id") is not None and not out.ok and out.code == "unsupported":
+        if op == "claim" and isinstance(args.get("work_id"), str) and not out.ok and out.code == "unsupported":
             # the implementation only hands out the next queued item (a queue's dequeue): claim
             # that way from now on; scenarios that need a given item check what they got
             self.claim_by_id = False

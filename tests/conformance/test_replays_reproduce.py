@@ -136,3 +136,24 @@ def test_a_reopen_step_with_arguments_or_a_bad_header_is_refused_in_one_line(cli
     path.write_text(json.dumps(base), encoding="utf-8")
     proc = cli("replay", str(path), "--adapter", "reference", "--steps")
     assert proc.returncode == 0 and "all 1 steps conform" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_malformed_work_id_reaches_a_next_only_queue_after_the_harness_learned_it(spec: Spec) -> None:
+    """Once a queue answered claim-by-id unsupported, the harness claims "the next" instead, but
+    never for a malformed ``work_id``: core.invalid_argument[claim.work_id] must send it, or a
+    correct queue fails for an argument it never received (and the replay, on a fresh harness,
+    does not reproduce that failure: how it was found)."""
+    client = connect("python:adapters:ClaimsOnlyNext", spec)
+    h = Harness(client, spec, ["core"])
+    (case,) = [c for c in all_cases(spec) if c.name == "core.invalid_argument[claim.work_id]"]
+    try:
+        h.fresh()
+        wid = h.create()
+        h.do("claim", owner="w", work_id=wid)  # unsupported: from now on the harness claims the next one
+        assert h.claim_by_id is False and h.last_claim_fallback
+        h.fresh()
+        h.focus = case.clause
+        case.fn(h)  # passes: the queue refuses work_id=17 with invalid_argument
+        assert [s["args"].get("work_id") for s in h.trace if s["op"] == "claim"] == [17, True, ["s"]]
+    finally:
+        client.close()
