@@ -335,7 +335,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "recorded_adapter": recorded, "steps": len(doc["steps"]),
                                "mode": done.mode, "case": done.case, "listed": done.listed, "recorded_clauses": done.recorded,
                                "reproduced": done.reproduced, "reproduced_clauses": done.again,
-                               "inexact": done.inexact, "diverged": done.diverged,
+                               "inexact": done.inexact, "diverged": done.diverged, "stopped": done.stopped,
                                "violations": [{"clause": v.clause, "op": v.op, "message": v.message} for v in found]}
     against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"
     if args.json:
@@ -348,4 +348,4 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"  the replay left the recorded run at {done.diverged}")
         if done.inexact:
             print(f"  {done.inexact}")
-    return EXIT_FAILED if found else EXIT_CERTIFIED
+    return EXIT_FAILED if found else EXIT_ERROR if done.stopped else EXIT_CERTIFIED

@@ -393,6 +393,7 @@ class Replayed:
     case: str | None = None
     recorded: list[str] = field(default_factory=list)  # the clauses the recorded failure named
     judged_by: str = "model"  # what found the recorded failure: the model, or the test's own check
+    stopped: str | None = None  # a wall-clock replay that ended before a verdict, and why
     found: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -419,6 +420,8 @@ class Replayed:
         if self.mode == "steps" and self.judged_by == "check":
             what += (f" (the recorded failure was found by the clause test {self.case or self.listed}'s own check of the "
                      f"answers, which bare steps do not run; replay without --steps)")
+        if self.stopped:
+            return f"{source}: did not reproduce {what} against {against}: {how} stopped before a verdict ({self.stopped})"
         if self.violations:
             return f"{source}: did not reproduce {what}; found {', '.join(self.found)} instead against {against} with {how}"
         return f"{source}: did not reproduce {what}: all {self.steps} steps conform against {against} ({how})"
@@ -462,9 +465,13 @@ def run_replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limi
         found, diverged = _replay_steps(h, doc, source, time_limit)
         return Replayed(found, "steps", focus_of(doc), len(doc["steps"]), diverged, inexact, case=doc.get("case"),
                         recorded=recorded, judged_by=doc.get("judged_by", "model"))
-    found = _replay_case(h, case, doc, source)
+    stopped = None
+    try:
+        found = _replay_case(h, case, doc, source)
+    except _Stopped as exc:
+        found, stopped = [], str(exc)
     return Replayed(found, "case", case.clause, len(doc["steps"]), _first_difference(h.trace, doc["steps"]), inexact,
-                    case=case.name, recorded=recorded, judged_by=doc.get("judged_by", "model"))
+                    case=case.name, recorded=recorded, judged_by=doc.get("judged_by", "model"), stopped=stopped)
 
 
 def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> list[Violation]:
@@ -479,10 +486,18 @@ def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> lis
     except ClauseFailure as exc:
         return exc.violations
     except (NotApplicable, NotOffered, DriveBlocked, NoCheck) as exc:
-        raise TraceError(f"{source}: the clause test {case.name} did not reach a verdict on replay: {exc}") from None
+        if not h.wall:
+            raise TraceError(f"{source}: the clause test {case.name} did not reach a verdict on replay: {exc}") from None
+        # under a wall clock the answers can differ from the run's (a retry due a little later):
+        # the test went on past where it failed and met what it cannot judge; say so
+        raise _Stopped(str(exc)) from None
     finally:
         h.leave_directory()
     return []
+
+
+class _Stopped(Exception):
+    """A wall-clock replay of a clause test that stopped before a verdict (not offered, not applicable)."""
 
 
 def _first_difference(done: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> str | None:
