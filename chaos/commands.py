@@ -337,6 +337,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         else:
             print(terminal(window_table([res])))
             _print_failures([res])
+            if res.get("reproduced") is not None:
+                print("reproduced: the window ended as recorded" if res["reproduced"] else
+                      "not reproduced: the window did not end as the file records")
     else:
         print_storm(res, args.json)
     return 0 if res["verdict"] == "pass" else 1

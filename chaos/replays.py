@@ -256,5 +256,15 @@ def replay(path: str, *, address: str | None = None, worker: str | None = None,
         if result["verdict"] != "pass":
             result["replay_file"] = os.path.abspath(path)
             result["replay"] = replay_command(result["replay_file"], run_on, worker)
+        result["reproduced"] = reproduced(result, doc.get("recorded"))
     result["adapter"], result["recorded_adapter"] = run_on, doc["adapter"]
     return result
+
+
+def reproduced(result: Mapping[str, Any], recorded: Any) -> bool | None:
+    """Whether a replayed window ended as the recorded one did: the same verdict, judging the same
+    clauses (None when the file records no verdict)."""
+    if not isinstance(recorded, Mapping) or not isinstance(recorded.get("verdict"), str):
+        return None
+    same_clauses = recorded.get("clauses") is None or sorted(recorded["clauses"] or []) == sorted(result.get("clauses") or [])
+    return result.get("verdict") == recorded["verdict"] and same_clauses

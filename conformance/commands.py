@@ -59,6 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-call adapter timeout")
     r.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
                    help="stop a replay still running after this long (exit 2; default 600)")
+    r.add_argument("--steps", action="store_true",
+                   help="replay the bare recorded steps, judged by the model, even when the trace names a clause test "
+                        "this ledgercheck has (by default that test runs: the same steps and its own checks)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -283,8 +286,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ledgercheck.spec import SpecError, load_spec
 
     from .client import AdapterError, connect
-    from .harness import AdapterFailure, Harness
-    from .trace import TraceError, adapter_to_run, check_spec, check_steps, load_trace, replay
+    from .harness import AdapterFailure
+    from .trace import (
+        TraceError,
+        adapter_to_run,
+        check_spec,
+        check_steps,
+        load_trace,
+        replay_harness,
+        run_replay,
+    )
 
     try:
         doc = load_trace(args.trace)
@@ -312,25 +323,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except AdapterError as exc:
         print(f"ledgercheck replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
-    h = Harness(client, spec, profiles)
+    h = replay_harness(client, spec, doc)
     try:
-        found = replay(h, doc, args.trace, time_limit=args.time_limit)
+        done = run_replay(h, doc, args.trace, time_limit=args.time_limit, steps_only=args.steps)
     except (TraceError, AdapterFailure) as exc:
         print(f"ledgercheck replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
+        h.leave_directory()
         client.close()
+    found = done.violations
     recorded = doc.get("adapter")
     summary: dict[str, Any] = {"trace": args.trace, "adapter": address, "recorded_adapter": recorded, "steps": len(doc["steps"]),
+                               "mode": done.mode, "case": done.case, "listed": done.listed, "recorded_clauses": done.recorded,
+                               "reproduced": done.reproduced, "reproduced_clauses": done.again,
+                               "inexact": done.inexact, "diverged": done.diverged, "stopped": done.stopped,
                                "violations": [{"clause": v.clause, "op": v.op, "message": v.message} for v in found]}
     against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"
     if args.json:
         print(json.dumps(summary, indent=2))
-    elif found:
-        print(f"{args.trace}: {len(found)} violation(s) against {against} after {len(doc['steps'])} recorded steps:")
+    else:
+        print(done.headline(args.trace, against))
         for v in found:
             print(f"  {v}")
-    else:
-        print(f"{args.trace}: all {len(doc['steps'])} steps conform against {against}")
-    return EXIT_FAILED if found else EXIT_CERTIFIED
+        if done.diverged:
+            print(f"  the replay left the recorded run at {done.diverged}")
+        if done.inexact:
+            print(f"  {done.inexact}")
+    return EXIT_FAILED if found else EXIT_ERROR if done.stopped else EXIT_CERTIFIED

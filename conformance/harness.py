@@ -101,6 +101,8 @@ class Harness:
                  timeout_scale: float = 1.0, wall_scale: float = 0.01, wall_tolerance: float = 0.05,
                  record: bool = True, seed: int = 0) -> None:
         self.client = client
+        self.home = client  # the connection the harness was made with (see fresh(directory=...))
+        self.directory: str | None = None  # the ledger's dir when it lives in one of its own
         self.spec = spec
         self.profiles = set(profiles)
         self.contract_doc = contract_doc if contract_doc is not None else plain(spec.document)
@@ -140,19 +142,23 @@ class Harness:
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
 
     # ------------------------------------------------------------------ lifecycle
-    def fresh(self, seed: int | None = None) -> None:
+    def fresh(self, seed: int | None = None, directory: str | None = None) -> None:
         """A fresh, isolated ledger, a fresh model and a fresh clock.
 
         ``seed`` is the reset config's seed to send (a replayed trace passes the one its run
-        sent); by default :func:`reset_seed` of the run's seed (``self.seed``)."""
+        sent); by default :func:`reset_seed` of the run's seed (``self.seed``).  With
+        ``directory`` (a new, empty one) the ledger lives there, opened by a new connection (a
+        new process for an ``exec:`` adapter), so that :meth:`reopen` can open it again from
+        another; without one the reset names no ``dir`` (docs/protocol.md, "reset")."""
         # the same seed for every fresh ledger of a run: an implementation that draws random
         # numbers (retry jitter) may seed from it, so a replayed example (hypothesis's shrinking,
         # or ``ledgercheck replay`` of a trace, which records it) makes the same choices
         self.sent_seed = reset_seed(self.seed) if seed is None else int(seed)
-        config: dict[str, Any] = {"contract": self.contract_doc, "seed": self.sent_seed}
-        if self.wall:
-            config["timeout_scale"] = self.wall_scale
-        out = self.client.reset(config)
+        self.leave_directory()
+        if directory is not None:
+            self._connect_anew()
+            self.directory = directory
+        out = self.client.reset(self._reset_config())
         if not out.ok:
             raise AdapterFailure("reset", out)
         self.model = Model(self.spec, self.profiles, tolerance=self.wall_tolerance if self.wall else 0.0)
@@ -164,6 +170,54 @@ class Harness:
         self.coverage.clear()
         self.tolerated = []
         self.offered = set()
+
+    def _reset_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"contract": self.contract_doc, "seed": self.sent_seed}
+        if self.wall:
+            config["timeout_scale"] = self.wall_scale
+        if self.directory is not None:
+            config["dir"] = self.directory
+        return config
+
+    def _connect_anew(self) -> None:
+        """Talk to the ledger through a new connection from now on: a new process for an
+        ``exec:`` adapter, a new adapter object (``FACTORY()`` again) for an in-process one.
+        The connection the harness was made with stays open, idle, for the next fresh ledger."""
+        from .client import AdapterError, connect
+
+        home = self.home
+        timeouts = {k: getattr(home, k) for k in ("timeout", "startup_timeout") if isinstance(getattr(home, k, None), float | int)}
+        try:
+            new = connect(home.address, self.spec, **timeouts)
+        except AdapterError as exc:
+            why = Outcome.error("adapter_crashed", f"a new connection could not start: {exc}", definite=False)
+            raise AdapterFailure("reset", why) from None
+        if self.client is not self.home:
+            self.client.close()
+        self.client = new
+
+    def reopen(self) -> None:
+        """Close the ledger and open it again from its directory in a new process: the old
+        connection is closed (its process ends), a new one is started and reset with the same
+        ``dir`` (docs/protocol.md: a new process reset with the same ``dir`` sees what the old one
+        committed).  The model and the clock go on; the trace records a ``reopen`` step."""
+        if self.directory is None:
+            raise RuntimeError("reopen needs a ledger in a directory of its own (fresh(directory=...))")
+        self._connect_anew()
+        out = self.client.reset(self._reset_config())
+        if self.record:
+            self.trace.append({"op": "reopen", "args": {}, "outcome": outcome_summary(out)})
+        self.recent.append("reopen()")
+        if not out.ok:
+            raise AdapterFailure("reset", out)
+
+    def leave_directory(self) -> None:
+        """Back to the connection the harness was made with (its last ledger names no ``dir``);
+        the connection that held the directory is closed, so the directory can be removed."""
+        if self.client is not self.home:
+            self.client.close()
+            self.client = self.home
+        self.directory = None
 
     def claims(self, op: str) -> bool:
         prof = self.spec.operations[op].profile
@@ -224,7 +278,8 @@ class Harness:
         if "now" in self.spec.operations[op].args and args.get("now") is None:
             args["now"] = self.clock.now()
         self.last_claim_fallback = False
-        if op == "claim" and args.get("work_id") is not None and self.claim_by_id is False:
+        # (only a well-formed work_id: a malformed one is sent as is, for the adapter to refuse)
+        if op == "claim" and isinstance(args.get("work_id"), str) and self.claim_by_id is False:
             args = {k: v for k, v in args.items() if k != "work_id"}
             self.last_claim_fallback = True
         wid0 = args.get("work_id")
@@ -234,7 +289,7 @@ class Harness:
         if self.note_unoffered and variant_label(form) in self.not_offered:
             return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
         out = self.client.call(op, **args)
-        if op == "claim" and args.get("work_id") is not None and not out.ok and out.code == "unsupported":
+        if op == "claim" and isinstance(args.get("work_id"), str) and not out.ok and out.code == "unsupported":
             # the implementation only hands out the next queued item (a queue's dequeue): claim
             # that way from now on; scenarios that need a given item check what they got
             self.claim_by_id = False
@@ -535,6 +590,14 @@ class Harness:
     def lapse_time(self, wid: str) -> float:
         it = self.item(wid)
         return it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace + QUANTUM
+
+
+def wall_tolerance(handshake: dict[str, Any], timeout_scale: float = 1.0) -> float:
+    """How far apart a wall-clock adapter's and the harness's timestamps may be: 0.05 s (times
+    the run's timeout scale), widened to twice the ``time_resolution`` the adapter declares."""
+    res = (handshake.get("capabilities") or {}).get("time_resolution")
+    base = 0.05 * timeout_scale
+    return max(base, 2.0 * float(res)) if isinstance(res, int | float) and not isinstance(res, bool) else base
 
 
 def reset_seed(run_seed: int | None) -> int:

@@ -44,6 +44,7 @@ from .harness import (
     NotApplicable,
     NotOffered,
     find_exception,
+    wall_tolerance,
 )
 
 
@@ -126,10 +127,7 @@ class LedgerSession:
     def wall_tolerance(self) -> float:
         """How far apart the adapter's and the harness's timestamps may be (wall clocks): the
         default, widened to twice the resolution the adapter declares for its timestamps."""
-        caps = (self.client.handshake.get("capabilities") or {}) if self.client else {}
-        res = caps.get("time_resolution")
-        base = 0.05 * self.timeout_scale
-        return max(base, 2.0 * float(res)) if isinstance(res, int | float) and not isinstance(res, bool) else base
+        return wall_tolerance(self.client.handshake if self.client else {}, self.timeout_scale)
 
     @property
     def harness(self) -> Harness:
@@ -449,7 +447,9 @@ class LedgerItem(pytest.Item):
 
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)[:120]
         path = self.sess.artifacts / "traces" / self.sess.slug / _run_dir(self.config) / f"{slug}.json"
-        dump_trace(h, path, failure.violations, self.sess.address)
+        case = getattr(self, "case", None)
+        dump_trace(h, path, failure.violations, self.sess.address, case=case.name if case is not None else None,
+                   judged_by="check" if getattr(failure, "by_check", False) else "model")
         replay = self.sess.replay_command(path)
         self.user_properties.append(("ledger_replay", replay))
         self.user_properties.append(("ledger_blamed", failure.clauses))

@@ -17,15 +17,39 @@ adapter, with no hypothesis involved; it sends the recorded ``seed`` in its rese
 every answer with the recorded ``outcome`` (accepted or refused with a code, and the result's
 shape) to say where a replay that cannot go on left the recorded run.
 
+A trace of a clause test also says which clause the test judged (``"focus"``: the replay, like
+the test, sets aside divergences of *other* clauses where the item is still where the model
+has it, so it fails the clause the test failed and not an earlier, incidental one), which case
+it was (``"case"``, ``"lease.fencing[close_out]"``) and whether the failure was found by the
+model or by the test's own check of the answers (``"judged_by"``: ``"model"`` or ``"check"``).
+
+One step is the harness's own (version 3): ``{"op": "reopen", "args": {}}`` closes the ledger and
+opens it again from its directory in a new process (the old one's connection is closed, a new
+one is started and reset with the same ``dir``, docs/protocol.md).  A trace with a reopen step is
+replayed on a ledger in a new, empty directory of its own, opened by a new process from the
+first step, as the recorded run's was.
+
+:func:`run_replay` is what ``ledgercheck replay`` runs: the case itself when the trace names a
+case this ledgercheck has (its program is the recorded steps, and its own checks judge the
+answers as they did in the run; the steps it performs are compared with the recorded ones),
+else the bare steps (:func:`replay`, judged by the model).  It says whether the failure was
+reproduced, and, against an adapter with its own (wall) clock, that the replay is inexact:
+the steps ran at new instants, so only what the clause is about can come back, not the run.
+
 Version 1 traces (times rounded to 6 decimals, no seed, no outcomes) are still read; their
-seed is 0, which is what runs of that time sent.
+seed is 0, which is what runs of that time sent.  Version 1 and 2 traces name no focus: their
+replay takes the clause of the first recorded violation as the one judged.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +58,24 @@ from ledgercheck.spec import Spec
 from ledgercheck import bounded
 from ledgercheck.bounded import TRACE, InputError, load_limited
 
+from .client import Client
 from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, outcome_summary
-from .model import Violation
+from .model import Outcome, Violation
 
 FORMAT = "ledgercheck-trace"
-VERSION = 2
-READS = (1, 2)  # trace versions this ledgercheck replays
+VERSION = 3
+READS = (1, 2, 3)  # trace versions this ledgercheck replays
+JUDGES = ("model", "check")  # what found a recorded failure: the model, or the clause test's own check
 
 
 class TraceError(Exception):
     """A trace file is unreadable or malformed; the message names the file."""
 
 
-def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapter: str) -> Path:
+def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapter: str, *,
+               case: str | None = None, judged_by: str = "model") -> Path:
+    """Save the harness's trace.  ``case`` names the clause test that failed (None for a
+    stateful run); ``judged_by`` says whether the model or that test's own check found it."""
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -54,6 +83,10 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
         "adapter": adapter,
         "profiles": sorted(h.profiles),
         "violations": [{"clause": v.clause, "message": v.message, "op": v.op} for v in violations],
+        "focus": h.focus,
+        "case": case,
+        "judged_by": judged_by,
+        "wall_scale": h.wall_scale if h.wall else None,
         "seed": h.sent_seed,
         "epoch": h.epoch,
         "steps": h.trace,
@@ -67,6 +100,9 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
 MAX_STEPS = 10_000  # a recorded run has at most a few hundred (a stateful example: 100 steps)
 MAX_SECONDS = 1e9  # how far from the run's start a "$t" instant may be (about 31 years)
 HARNESS_OPS = ("hello", "reset")  # sent by the harness itself; a trace step may not name them
+HARNESS_STEPS = ("reopen",)
+WALL_SCALE = 0.01  # the contract's timings under a wall clock, when a trace does not record its run's (--ledger-wall-scale)
+MAX_WALL_SCALE = 100.0  # steps the harness performs itself (version 3), not operations of the contract
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:
@@ -132,6 +168,14 @@ def _header_problem(doc: dict[str, Any]) -> str | None:
     spec = doc.get("spec")
     if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("digest", ""), str | None)):
         return "spec must be an object with a digest string"
+    for key in ("focus", "case"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"{key} must be a string or null, not {_brief(doc[key])}"
+    scale = doc.get("wall_scale")
+    if scale is not None and not (_is_number(scale) and 0 < scale <= MAX_WALL_SCALE):
+        return f"wall_scale must be a number in (0, {MAX_WALL_SCALE:g}], not {_brief(scale)}"
+    if doc.get("judged_by", "model") not in JUDGES:
+        return f"judged_by must be one of {', '.join(JUDGES)}, not {_brief(doc.get('judged_by'))}"
     return None
 
 
@@ -141,6 +185,8 @@ def _step_problem(step: Any) -> str | None:
         return "not an {op, args} object"
     if step["op"] in HARNESS_OPS:
         return f"names {step['op']!r}, which the harness sends itself, not a step of a trace"
+    if step["op"] in HARNESS_STEPS and step["args"]:
+        return f"{step['op']} takes no arguments"
     outcome = step.get("outcome")
     if outcome is not None and not isinstance(outcome, dict):
         return "outcome must be an object"
@@ -176,6 +222,11 @@ def check_steps(doc: dict[str, Any], spec: Spec, source: str) -> None:
     """Every step names an operation of ``spec`` and only arguments it declares (the harness sends
     no others): checked before an adapter is started."""
     for i, step in enumerate(doc["steps"]):
+        if step["op"] in HARNESS_STEPS:
+            if step["op"] in spec.operations:
+                raise TraceError(f"{source}: step {i + 1}: the contract {spec.name} {spec.version} has an operation named "
+                                 f"{step['op']!r}, which a trace reserves for the harness's own step")
+            continue
         op = spec.operations.get(step["op"])
         if op is None:
             raise TraceError(f"{source}: step {i + 1}: unknown operation {_brief(step['op'])} "
@@ -235,6 +286,42 @@ def resolve(h: Harness, args: dict[str, Any], where: str, epoch: float | None = 
     return out
 
 
+def focus_of(doc: dict[str, Any]) -> str | None:
+    """The clause a trace's test judged: the recorded focus (version 3; None for a stateful run,
+    which judges every clause alike), else the clause of the first recorded violation."""
+    if doc.get("version", 1) >= 3:
+        return doc.get("focus")
+    return _first_clause(doc)
+
+
+def _first_clause(doc: dict[str, Any]) -> str | None:
+    vs = doc.get("violations")
+    if isinstance(vs, list) and vs and isinstance(vs[0], dict) and isinstance(vs[0].get("clause"), str):
+        return vs[0]["clause"]
+    return None
+
+
+def reopens(doc: dict[str, Any]) -> bool:
+    return any(step["op"] == "reopen" for step in doc["steps"])
+
+
+@contextmanager
+def _ledger(h: Harness, doc: dict[str, Any]) -> Iterator[None]:
+    """A fresh ledger for the replay: in a new, empty directory of its own (opened by a new
+    process) when the trace reopens it, as the recorded run's was."""
+    seed = doc.get("seed", 0)
+    if not reopens(doc):
+        h.fresh(seed=seed)
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="ledgercheck-replay-") as tmp:
+        h.fresh(seed=seed, directory=tmp)
+        try:
+            yield
+        finally:
+            h.leave_directory()
+
+
 def replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limit: float | None = None) -> list[Violation]:
     """Run a trace's steps on a fresh ledger; return the violations found (empty when it passes).
 
@@ -242,40 +329,186 @@ def replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limit: f
     seconds stops with a TraceError (a trace of a few thousand steps can ask for work that grows
     with the square of its length: listing every item after each create).
     """
+    return _replay_steps(h, doc, source, time_limit)[0]
+
+
+def _replay_steps(h: Harness, doc: dict[str, Any], source: str, time_limit: float | None) -> tuple[list[Violation], str | None]:
+    """The steps replayed, judged by the model with the trace's focus; the violations and the
+    first step whose answer differed from the recorded one (None when every answer matched)."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
-    h.fresh(seed=doc.get("seed", 0))
+    h.focus = focus_of(doc)
     # an operation the implementation does not offer answers unsupported as it did in the run; the
     # replay goes on with that answer (a refusal with the wrong code of an offered one still fails)
     h.note_unoffered = True
     epoch = doc.get("epoch")
     epoch = float(epoch) if isinstance(epoch, int | float) and not isinstance(epoch, bool) else None
     diverged: str | None = None
-    for i, step in enumerate(doc["steps"]):
-        where = f"{source}: step {i + 1} ({step['op']})"
-        if deadline is not None and time.monotonic() > deadline:
-            raise TraceError(f"{where}: the replay ran past {time_limit:g}s, the limit for a replay (--time-limit)")
-        if step["op"] not in h.spec.operations:
-            raise TraceError(f"{where}: unknown operation")
-        args = resolve(h, step["args"], where, epoch, diverged)
-        if _is_number(args.get("now")) and args["now"] > h.now():  # a malformed one is the adapter's to refuse
-            h.advance_to(args["now"])
+    with _ledger(h, doc):
+        for i, step in enumerate(doc["steps"]):
+            where = f"{source}: step {i + 1} ({step['op']})"
+            if deadline is not None and time.monotonic() > deadline:
+                raise TraceError(f"{where}: the replay ran past {time_limit:g}s, the limit for a replay (--time-limit)")
+            try:
+                out = _perform(h, step, where, epoch, diverged)
+            except ClauseFailure as exc:
+                return exc.violations, diverged
+            want = step.get("outcome")
+            got = outcome_summary(out)
+            if diverged is None and isinstance(want, dict) and want != got:
+                diverged = (f"step {i + 1} ({step['op']}) answered {_said(got)} on replay, {_said(want)} when recorded "
+                            f"(the adapter chose differently, e.g. a random draw not seeded from the reset's seed, or the "
+                            f"time of a step is not the recorded one)")
         try:
-            out = h.do(step["op"], **args)
+            h.verify_all()
         except ClauseFailure as exc:
-            return exc.violations
-        except NotApplicable as exc:
-            raise TraceError(f"{where}: {exc}") from None
-        want = step.get("outcome")
-        got = outcome_summary(out)
-        if diverged is None and isinstance(want, dict) and want != got:
-            diverged = (f"step {i + 1} ({step['op']}) answered {_said(got)} on replay, {_said(want)} when recorded "
-                        f"(the adapter chose differently, e.g. a random draw not seeded from the reset's seed, or the "
-                        f"time of a step is not the recorded one)")
+            return exc.violations, diverged
+    return [], diverged
+
+
+def _perform(h: Harness, step: dict[str, Any], where: str, epoch: float | None, diverged: str | None) -> Outcome:
+    if step["op"] == "reopen":
+        h.reopen()
+        return Outcome.success(None)
+    if step["op"] not in h.spec.operations:
+        raise TraceError(f"{where}: unknown operation")
+    args = resolve(h, step["args"], where, epoch, diverged)
+    if _is_number(args.get("now")) and args["now"] > h.now():  # a malformed one is the adapter's to refuse
+        h.advance_to(args["now"])
     try:
-        h.verify_all()
+        return h.do(step["op"], **args)
+    except NotApplicable as exc:
+        raise TraceError(f"{where}: {exc}") from None
+
+
+@dataclass
+class Replayed:
+    """What a replay found, and whether that is the failure the trace was saved for."""
+
+    violations: list[Violation]
+    mode: str  # "case": the clause test's own program and checks; "steps": the bare steps, judged by the model
+    listed: str | None  # the clause the recorded failure is listed under (the clause its test judges)
+    steps: int  # recorded steps
+    diverged: str | None = None  # where the replay first left the recorded run
+    inexact: str | None = None  # why the replay cannot repeat the recorded run exactly
+    case: str | None = None
+    recorded: list[str] = field(default_factory=list)  # the clauses the recorded failure named
+    judged_by: str = "model"  # what found the recorded failure: the model, or the test's own check
+    stopped: str | None = None  # a wall-clock replay that ended before a verdict, and why
+    found: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.found = sorted({v.clause for v in self.violations})
+
+    @property
+    def again(self) -> list[str]:
+        """The recorded failure's clauses that the replay found again."""
+        want = set(self.recorded) or ({self.listed} if self.listed else set(self.found))
+        return sorted(want & set(self.found))
+
+    @property
+    def reproduced(self) -> bool:
+        """The replay failed with (one of) the clauses the recorded failure named."""
+        return bool(self.again)
+
+    def headline(self, source: str, against: str) -> str:
+        how = (f"the clause test {self.case} (its program, {self.steps} recorded steps, and its own checks)"
+               if self.mode == "case" else f"{self.steps} recorded steps")
+        under = "" if self.listed is None or self.listed in self.again else f" (the failure of the {self.listed} test)"
+        if self.reproduced:
+            return f"{source}: reproduced {', '.join(self.again)}{under} against {against} with {how}"
+        what = ", ".join(self.recorded) or self.listed or "the recorded failure"
+        if self.mode == "steps" and self.judged_by == "check":
+            what += (f" (the recorded failure was found by the clause test {self.case or self.listed}'s own check of the "
+                     f"answers, which bare steps do not run; replay without --steps)")
+        if self.stopped:
+            return f"{source}: did not reproduce {what} against {against}: {how} stopped before a verdict ({self.stopped})"
+        if self.violations:
+            return f"{source}: did not reproduce {what}; found {', '.join(self.found)} instead against {against} with {how}"
+        return f"{source}: did not reproduce {what}: all {self.steps} steps conform against {against} ({how})"
+
+
+WALL = ("inexact: the adapter keeps its own (wall) clock, so the steps ran at new instants and with new waits, not the "
+        "recorded ones; what a replay of it can repeat is the program and the clause's verdict on the answers")
+
+
+def replay_harness(client: Client, spec: Spec, doc: dict[str, Any]) -> Harness:
+    """A harness for replaying ``doc`` as its run had it: the trace's profiles the adapter claims,
+    and for a wall-clock adapter the contract's timings scaled by the run's ``wall_scale`` (the
+    adapter is sent the scaled contract, as in the run) with the tolerance its handshake asks for."""
+    from .clock import scaled_document, scaled_spec
+    from .harness import wall_tolerance
+    from .wire import plain
+
+    profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
+    if client.clock != "wall":
+        return Harness(client, spec, profiles)
+    scale = float(doc.get("wall_scale") or WALL_SCALE)
+    return Harness(client, scaled_spec(spec, scale), profiles, contract_doc=scaled_document(plain(spec.document), scale),
+                   wall_scale=scale, wall_tolerance=wall_tolerance(client.handshake))
+
+
+def find_case(spec: Spec, name: str) -> Any:
+    """The clause test named ``name`` (``"lease.fencing[close_out]"``) of this contract, or None."""
+    from .clauses import all_cases
+
+    return next((c for c in all_cases(spec) if c.name == name), None)
+
+
+def run_replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limit: float | None = None,
+               steps_only: bool = False) -> Replayed:
+    """Replay a trace as ``ledgercheck replay`` does: the clause test it names when this
+    ledgercheck has it (and ``steps_only`` is off), else its bare steps."""
+    case = None if steps_only or not isinstance(doc.get("case"), str) else find_case(h.spec, doc["case"])
+    inexact = WALL if h.wall else None
+    recorded = sorted({v["clause"] for v in doc.get("violations") or [] if isinstance(v, dict) and isinstance(v.get("clause"), str)})
+    if case is None:
+        found, diverged = _replay_steps(h, doc, source, time_limit)
+        return Replayed(found, "steps", focus_of(doc), len(doc["steps"]), diverged, inexact, case=doc.get("case"),
+                        recorded=recorded, judged_by=doc.get("judged_by", "model"))
+    stopped = None
+    try:
+        found = _replay_case(h, case, doc, source)
+    except _Stopped as exc:
+        found, stopped = [], str(exc)
+    return Replayed(found, "case", case.clause, len(doc["steps"]), _first_difference(h.trace, doc["steps"]), inexact,
+                    case=case.name, recorded=recorded, judged_by=doc.get("judged_by", "model"), stopped=stopped)
+
+
+def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> list[Violation]:
+    from .clauses import NoCheck
+    from .harness import DriveBlocked, NotOffered
+
+    h.fresh(seed=doc.get("seed", 0))
+    h.focus = case.clause
+    h.unoffered_here = []
+    try:
+        case.fn(h)
     except ClauseFailure as exc:
         return exc.violations
+    except (NotApplicable, NotOffered, DriveBlocked, NoCheck) as exc:
+        if not h.wall:
+            raise TraceError(f"{source}: the clause test {case.name} did not reach a verdict on replay: {exc}") from None
+        # under a wall clock the answers can differ from the run's (a retry due a little later):
+        # the test went on past where it failed and met what it cannot judge; say so
+        raise _Stopped(str(exc)) from None
+    finally:
+        h.leave_directory()
     return []
+
+
+class _Stopped(Exception):
+    """A wall-clock replay of a clause test that stopped before a verdict (not offered, not applicable)."""
+
+
+def _first_difference(done: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> str | None:
+    for i, (a, b) in enumerate(zip(done, recorded, strict=False)):
+        want = b.get("outcome")
+        if a["op"] != b["op"] or (isinstance(want, dict) and a.get("outcome") != want):
+            return (f"step {i + 1}: {a['op']} answered {_said(a.get('outcome') or {})} on replay, "
+                    f"{b['op']} {_said(want) if isinstance(want, dict) else ''} when recorded").rstrip()
+    if len(done) != len(recorded):
+        return f"the replay performed {len(done)} steps, the recorded run {len(recorded)}"
+    return None
 
 
 def _said(o: dict[str, Any]) -> str:
@@ -290,4 +523,5 @@ def check_spec(doc: dict[str, Any], spec: Spec, source: str) -> str | None:
     return None
 
 
-__all__ = ["AdapterFailure", "TraceError", "adapter_to_run", "check_steps", "dump_trace", "load_trace", "replay", "resolve"]
+__all__ = ["AdapterFailure", "Replayed", "TraceError", "adapter_to_run", "check_steps", "dump_trace", "find_case", "focus_of",
+           "load_trace", "replay", "replay_harness", "resolve", "run_replay"]

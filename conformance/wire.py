@@ -561,7 +561,8 @@ def reference_markdown(spec: Spec) -> str:
     w("### Operations")
     w("")
     w("Session operations (`hello`, `reset`) belong to no profile; every adapter answers them. "
-      "An adapter answers `unsupported` for operations of profiles it does not claim.")
+      "An adapter answers `unsupported` for operations it does not offer (see [Operations of profiles you do not claim]"
+      "(#operations-of-profiles-you-do-not-claim)).")
     groups: dict[str | None, list[str]] = {}
     for name, op in spec.operations.items():
         groups.setdefault(op.profile, []).append(name)

@@ -104,9 +104,15 @@ def _no_check(clause_id: str, why: str = "no check implements it") -> CaseFn:
 
 
 def fail(clause: str, message: str, h: Harness | None = None) -> None:
-    if h is not None:
-        h.fail([Violation(clause, message)])
-    raise ClauseFailure([Violation(clause, message)])
+    """The clause test's own check failed (not the model): the failure says so (``by_check``),
+    and so does its saved trace."""
+    try:
+        if h is not None:
+            h.fail([Violation(clause, message)])
+        raise ClauseFailure([Violation(clause, message)])
+    except ClauseFailure as exc:
+        exc.by_check = True  # type: ignore[attr-defined]
+        raise
 
 
 def check(cond: bool, clause: str, message: str, h: Harness | None = None) -> None:
@@ -116,29 +122,26 @@ def check(cond: bool, clause: str, message: str, h: Harness | None = None) -> No
 
 @contextmanager
 def durable(h: Harness) -> Iterator[Callable[[], None]]:
-    """A clause test on a ledger in a directory of its own; yields ``reopen()``, which resets the
-    adapter with the same directory (the ledger is closed and opened again, the model and the
-    clock go on).  Not applicable to adapters that do not declare durable state."""
+    """A clause test on a fresh ledger in a new, empty directory of its own, opened by a new
+    process; yields ``reopen()``, which closes that process and opens the ledger again from the
+    directory in another (docs/protocol.md, "reset"; the model and the clock go on, and the
+    trace records the reopen, so its replay reopens too).  Not applicable to adapters that do
+    not declare durable state."""
     import tempfile
 
-    from ..harness import AdapterFailure, NotApplicable
+    from ..harness import NotApplicable
 
     caps = h.client.handshake.get("capabilities") or {}
     if not caps.get("durable"):
-        raise NotApplicable("the adapter does not declare durable state (a reset with the same dir)")
+        raise NotApplicable("the adapter does not declare durable state (a new process reset with the same dir)")
+    if h.trace:
+        raise RuntimeError("durable() starts its own fresh ledger: call it before any operation of the test")
     with tempfile.TemporaryDirectory(prefix="ledgercheck-reopen-") as tmp:
-        config = {"contract": h.contract_doc, "seed": h.sent_seed, "dir": tmp}
-
-        def reopen() -> None:
-            out = h.client.reset(config)
-            if not out.ok:
-                raise AdapterFailure("reset", out)
-
-        reopen()
+        h.fresh(seed=h.sent_seed, directory=tmp)
         try:
-            yield reopen
+            yield h.reopen
         finally:
-            h.client.reset({"contract": h.contract_doc, "seed": h.sent_seed})  # let go of the directory
+            h.leave_directory()  # the processes that held the directory are closed before it goes
 
 
 __all__ = ["ClauseCase", "ClauseFailure", "NoCheck", "all_cases", "case", "cases", "check", "durable", "fail"]

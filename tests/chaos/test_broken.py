@@ -113,3 +113,6 @@ def test_a_scan_kill_replays(spec: Spec, scratch: str | None, tmp_path) -> None:
     again = replay(w["replay_file"], address=adapter, tmp_root=scratch)
     assert (again["mode"], again["scan_kill"], again["verdict"]) == ("scan-kill", w["scan_kill"], "fail")
     assert again["message"] == w["message"]
+    assert again["reproduced"] is True
+    # the same file against the reference: the window passes, which is not what the file records
+    assert replay(w["replay_file"], address="reference", tmp_root=scratch)["reproduced"] is False

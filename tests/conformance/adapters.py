@@ -168,3 +168,18 @@ class OutboxNewestFirst(ReferenceAdapter):
 
     def outbox_pending(self, **kw: Any) -> Any:
         return list(reversed(self.ledger.outbox_pending(**kw)))
+
+
+class ClaimsOnlyNext(ReferenceAdapter):
+    """A queue that only hands out the next item: ``claim`` with a ``work_id`` is unsupported
+    (a malformed one is still refused as such)."""
+
+    def claim(self, *, owner: str, now: float, work_id: Any = None) -> Any:
+        from ledgercheck.conformance.protocol import LedgerError
+
+        if work_id is not None:
+            if not isinstance(work_id, str):
+                raise LedgerError("invalid_argument", "claim: work_id must be a string")
+            raise LedgerError("unsupported", "claim: this queue hands out the next item only")
+        assert self.ledger is not None
+        return self.ledger.claim(owner=owner, now=now)

@@ -1,0 +1,129 @@
+"""Every replay command the library page publishes reproduces the failure of its line.
+
+docs/libraries/README.md (written by ``python -m ledgercheck.fixtures.publish``) lists, per library,
+one line per clause it breaks with the command that replays it.  This test runs the in-process
+equivalent of each command (the same trace, the same adapter, the same replay as
+``ledgercheck replay``: one connection per library, reset before each replay) against the real
+library, PostgreSQL included, and checks that
+
+* the trace was saved by a test of the clause the line is listed under;
+* the replay fails again with a clause the recorded failure named; the line says which clause
+  that was when it is not the line's own;
+* every library here keeps its own (wall) clock, so each replay says it is inexact, and the page
+  says so too.  An inexact replay may miss a failure that hung on the run's instants (a retry due
+  a little later than the contract allows); it then says what it found instead, or where it
+  stopped, and never claims the failure.  At least nine in ten of each library's replays must
+  reproduce (they do all but one or two).
+
+Only replays run (no certification), so the whole takes well under a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from ledgercheck.conformance.client import connect
+from ledgercheck.conformance.trace import load_trace, replay_harness, run_replay
+from ledgercheck.spec import Spec
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "libraries" / "README.md"
+LINE = re.compile(r"^- `(?P<clause>[a-z_.]+)` \((?P<level>[A-Z]+), (?P<outcome>[a-z]+)\): (?P<text>.*)$")
+REPLAY = re.compile(r"^  replay: `(?P<cmd>[^`]+)`(?P<tail>.*)$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    library: str
+    clause: str
+    text: str
+    command: str
+    tail: str
+
+
+def published() -> list[Finding]:
+    out: list[Finding] = []
+    lines = PAGE.read_text(encoding="utf-8").split("## Findings", 1)[1].splitlines()
+    for line, nxt in zip(lines, lines[1:] + [""], strict=True):
+        m, r = LINE.match(line), REPLAY.match(nxt)
+        if m and r:
+            argv = shlex.split(r["cmd"])
+            out.append(Finding(argv[argv.index("--adapter") + 1], m["clause"], m["text"], r["cmd"], r["tail"]))
+    return out
+
+
+def test_the_page_publishes_replays_for_every_library() -> None:
+    found = published()
+    assert {f.library for f in found} == {"persist-queue", "dbos", "pgqueuer", "procrastinate"}
+    assert len(found) >= 40
+    for f in found:
+        argv = shlex.split(f.command)
+        assert argv[:2] == ["ledgercheck", "replay"] and (ROOT / argv[2]).is_file(), f.command
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    from ledgercheck.fixtures.postgres import PostgresServer
+
+    with PostgresServer() as pg:
+        old = os.environ.get("LEDGERCHECK_PG_DSN")
+        os.environ["LEDGERCHECK_PG_DSN"] = pg.dsn()
+        try:
+            yield pg
+        finally:
+            if old is None:
+                os.environ.pop("LEDGERCHECK_PG_DSN", None)
+            else:
+                os.environ["LEDGERCHECK_PG_DSN"] = old
+
+
+@pytest.mark.parametrize("library", ["persist-queue", "dbos", "pgqueuer", "procrastinate"])
+def test_every_published_replay_reproduces_its_line(library: str, spec: Spec, postgres) -> None:
+    findings = [f for f in published() if f.library == library]
+    assert findings
+    client = connect(library, spec)
+    problems, missed = [], []
+    try:
+        for f in findings:
+            path = ROOT / shlex.split(f.command)[2]
+            doc = load_trace(path)
+            done = run_replay(replay_harness(client, spec, doc), doc, str(path))
+            headline = done.headline(str(path), library)
+            if done.listed != f.clause:
+                problems.append(f"{f.clause}: the replayed trace is of a test of {done.listed}")
+            if not done.reproduced:
+                missed.append(f"{f.clause}: {headline}")
+                if not (done.inexact and headline.split(": ", 1)[1].startswith("did not reproduce")):
+                    problems.append(f"{f.clause}: not reproduced, and the replay does not say it is inexact: {headline}")
+            elif f.clause not in done.again and "found as" not in f.text:
+                problems.append(f"{f.clause}: reproduced as {done.again}, which the line does not say")
+            if client.clock == "wall" and not (done.inexact and "inexact" in f.tail):
+                problems.append(f"{f.clause}: a wall-clock replay that does not say it is inexact")
+    finally:
+        client.close()
+    assert not problems, "\n".join(problems)
+    assert len(missed) * 10 <= len(findings), "\n".join(missed)
+
+
+def test_a_line_shows_the_test_whose_own_violation_names_its_clause() -> None:
+    from ledgercheck.fixtures.publish import _findings, blamed_clauses, clearest
+
+    def t(nodeid: str, blamed: str, text: str) -> dict:
+        return {"clause": "core.status.terminal", "nodeid": nodeid, "outcome": "failed", "replay": f"ledgercheck replay {nodeid}",
+                "message": f"clause violated: {blamed}\n[{blamed.split(',')[0]}] {text}"}
+
+    tests = [t("a", "core.transition.corruption", "claim accepted"),
+             t("b", "core.status.terminal, core.event.types", "two things"),
+             t("c", "core.status.terminal", "requeue of done left it done")]
+    assert blamed_clauses(tests[1]) == ["core.status.terminal", "core.event.types"]
+    assert clearest(tests, "core.status.terminal")["nodeid"] == "c"
+    assert clearest(tests[:1], "core.status.terminal")["nodeid"] == "a"
+    doc = {"adapter": {"capabilities": {"clock": "wall"}}, "findings": [], "tests": tests[:1],
+           "clauses": [{"id": "core.status.terminal", "level": "MUST", "outcome": "fail"}]}
+    (line,) = _findings(doc)
+    assert "(found as `core.transition.corruption`)" in line and "replay: `ledgercheck replay a` (inexact:" in line
