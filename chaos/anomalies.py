@@ -283,10 +283,11 @@ class _Checker:
             obj = rows[ii]
             name, process, args, t0, oid = fields(obj)
             now = obj.get("now")
-            if now is None:
-                now = args.get("now")
-            if type(now) is not float and now is not None:
-                now = float(now) if isinstance(now, nums) else None
+            if type(now) is not float:  # the ledger time of the invoke, else of its arguments
+                if now is None:
+                    now = args.get("now")
+                if type(now) is not float and now is not None:
+                    now = float(now) if isinstance(now, nums) else None
             wid = args.get("work_id")
             work = None  # the snapshot of the item the operation returned, if any
             ci = completion(oid)
@@ -307,7 +308,7 @@ class _Checker:
                                 wid = w["work_id"]
                 elif outcome == "refused":
                     n_refused += 1
-            if wid is not None and type(wid) is not str:
+            if type(wid) is not str and wid is not None:
                 wid = str(wid)
             op = new_op(ii, ci, name, process, args, t0, t1, now, outcome, r, wid)
             append(op)
