@@ -415,9 +415,12 @@ def _read(lines: list[bytes], name: str) -> History:
     nums = _NUMS
     outcomes = OUTCOMES
     for idx, obj in enumerate(rows):
-        if type(obj) is not dict:
-            raise HistoryError(name, line(idx), f"a record must be a JSON object, not {type(obj).__name__}")
-        kind = obj.get("type")
+        try:
+            kind = obj["type"]
+        except TypeError:  # of the JSON values, only an object is indexed by a string
+            raise HistoryError(name, line(idx), f"a record must be a JSON object, not {type(obj).__name__}") from None
+        except KeyError:
+            kind = None
         if kind == "invoke":
             try:
                 i = obj["id"]
