@@ -28,8 +28,8 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
 
 from .history import Final, History, Meta, Nemesis, Record, no_gc, to_dict
 
@@ -100,21 +100,19 @@ class Op:
 
     __slots__ = ("inv", "comp", "name", "process", "args", "t0", "t1", "now", "outcome", "result", "work_id")
 
-    def __init__(self, inv: int, obj: dict[str, Any]) -> None:
+    def __init__(self, inv: int, comp: int | None, name: str, process: str, args: dict[str, Any], t0: float,
+                 t1: float, now: float | None, outcome: str, result: Any, work_id: str | None) -> None:
         self.inv = inv  # the row of the invoke
-        self.comp: int | None = None  # the row of the completion
-        self.name: str = obj["op"]
-        self.process: str = obj["process"]
-        self.args: dict[str, Any] = obj["args"]
-        self.t0: float = obj["t"]
-        self.t1 = INF  # an operation that never completed may have taken effect at any later time
-        now = obj.get("now")
-        if now is None:
-            now = self.args.get("now")
-        self.now: float | None = float(now) if isinstance(now, (int, float)) else None
-        self.outcome = "indefinite"
-        self.result: Any = None
-        self.work_id: str | None = None
+        self.comp = comp  # the row of the completion
+        self.name = name
+        self.process = process
+        self.args = args
+        self.t0 = t0
+        self.t1 = t1  # INF for an operation that never completed: it may have taken effect at any later time
+        self.now = now  # the ledger time it was asked at, if known
+        self.outcome = outcome  # ok | refused | indefinite (also for one that never completed)
+        self.result = result
+        self.work_id = work_id
 
     @property
     def ok(self) -> bool:
@@ -164,14 +162,17 @@ class Grant:
         return tuple(ops)
 
 
-@dataclass(slots=True)
-class Snap:
-    """An item's snapshot as an operation (or the final read) returned it."""
+class Snap(NamedTuple):
+    """An item's snapshot as an operation (or the final read) returned it.  A tuple: the index
+    makes one for nearly every operation, and builds it with ``tuple.__new__`` (no Python call)."""
 
     work: Mapping[str, Any]
     op: Op | None  # None: the final read
     t0: float
     t1: float
+
+
+_new_tuple = tuple.__new__
 
 
 class _Item:
@@ -187,6 +188,7 @@ class _Item:
 
 
 _T1 = attrgetter("t1")
+_INVOKE_FIELDS = itemgetter("op", "process", "args", "t", "id")
 
 
 def _num(v: Any) -> float | None:
@@ -206,7 +208,7 @@ class _Checker:
         self.items: dict[str, _Item] = {}
         self.ops: list[Op] = []
         self.nemesis: Counter[str] = Counter()
-        self.kills: dict[str, list[Nemesis]] = defaultdict(list)
+        self.kills: dict[str, list[tuple[float, int]]] = defaultdict(list)  # process -> (t, row) of each kill
         self.monitor_ops: list[Op] = []
         self.claims_null: list[Op] = []
         self.requeues: list[Op] = []  # monitor/operator ops that may requeue terminal items (global)
@@ -239,19 +241,26 @@ class _Checker:
         rows = h.rows
         invokes, completes, others = h.op_rows()
         applied = deduplicated = 0
+        nemesis, kills = self.nemesis, self.kills
+        item = self.item
         for i in others:
             obj = rows[i]
             if obj["type"] == "effect":
                 if obj["applied"]:
-                    self.item(obj["work_id"]).effects.setdefault(obj["key"], []).append(i)
+                    effects = item(obj["work_id"]).effects
+                    key = obj["key"]
+                    if key in effects:
+                        effects[key].append(i)
+                    else:
+                        effects[key] = [i]
                     applied += 1
                 else:
                     deduplicated += 1
             else:
-                rec: Nemesis = h.record(i)  # type: ignore[assignment]
-                self.nemesis[rec.fault] += 1
-                if rec.fault == "kill" and rec.process:
-                    self.kills[rec.process].append(rec)
+                fault = obj["fault"]
+                nemesis[fault] += 1
+                if fault == "kill" and obj.get("process"):
+                    kills[obj["process"]].append((obj["t"], i))
         if applied:
             self.counts["effects_applied"] = applied
         if deduplicated:
@@ -266,61 +275,67 @@ class _Checker:
         requeues = self.requeues
         roles = _ROLES
         completion = completes.get
+        fields = _INVOKE_FIELDS
+        nums = (int, float)
+        new = _new_tuple
+        new_op = Op
         for ii in invokes:
             obj = rows[ii]
-            op = Op(ii, obj)
-            append(op)
-            ci = completion(obj["id"])
-            name = op.name
-            now = op.now
+            name, process, args, t0, oid = fields(obj)
+            now = obj.get("now")
+            if type(now) is not float:  # the ledger time of the invoke, else of its arguments
+                if now is None:
+                    now = args.get("now")
+                if type(now) is not float and now is not None:
+                    now = float(now) if isinstance(now, nums) else None
+            wid = args.get("work_id")
+            work = None  # the snapshot of the item the operation returned, if any
+            ci = completion(oid)
             if ci is None:
-                outcome = "indefinite"
-                if now is not None and now > max_now:
-                    max_now, max_op = now, op
+                outcome, t1, r = "indefinite", INF, None
             else:
                 c = rows[ci]
-                op.comp = ci
-                op.t1 = c["t"]
-                op.outcome = outcome = c["outcome"]
-                if outcome == "refused":
+                outcome = c["outcome"]
+                t1 = c["t"]
+                r = c.get("result")
+                if outcome == "ok":
+                    n_ok += 1
+                    if type(r) is dict:
+                        w = r.get("work") if name == "create" else r
+                        if type(w) is dict and "status" in w and "work_id" in w:
+                            work = w
+                            if wid is None:
+                                wid = w["work_id"]
+                elif outcome == "refused":
                     n_refused += 1
-                elif now is not None and now > max_now:
-                    max_now, max_op = now, op
-            wid = op.args.get("work_id")
-            it = None  # the item of the snapshot the operation returned, if any
-            if outcome == "ok":
-                n_ok += 1
-                op.result = r = c.get("result")
-                if type(r) is dict:
-                    if name == "create":
-                        r = r.get("work")
-                    if type(r) is dict and "status" in r and "work_id" in r:
-                        w_id = r["work_id"]
-                        if wid is None:
-                            wid = w_id
-                        it = items.get(w_id)
-                        if it is None:
-                            it = items[w_id] = _Item(w_id)
-                        it.snaps.append(Snap(r, op, op.t0, op.t1))
-                elif r is None:
+            if type(wid) is not str and wid is not None:
+                wid = str(wid)
+            op = new_op(ii, ci, name, process, args, t0, t1, now, outcome, r, wid)
+            append(op)
+            if now is not None and now > max_now and outcome != "refused":
+                max_now, max_op = now, op
+            it = None
+            if work is not None:
+                w_id = work["work_id"]
+                it = items.get(w_id)
+                if it is None:
+                    it = items[w_id] = _Item(w_id)
+                it.snaps.append(new(Snap, (work, op, t0, t1)))
+            elif outcome == "ok":
+                if r is None:
                     if name == "claim":
                         claims_null.append(op)
                 elif name == "list" and type(r) is list:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
-                            self.item(w["work_id"]).snaps.append(Snap(w, op, op.t0, op.t1))
-            elif ci is not None:
-                op.result = c.get("result")
-            role = roles.get(name)
-            if role is not None:
+                            item(w["work_id"]).snaps.append(new(Snap, (w, op, t0, t1)))
+            if name in roles:
+                role = roles[name]
                 if role & 1:
                     monitor_ops.append(op)
                 if role & 2:
                     requeues.append(op)
             if wid is not None:
-                if type(wid) is not str:
-                    wid = str(wid)
-                op.work_id = wid
                 if it is None or it.work_id != wid:
                     it = items.get(wid)
                     if it is None:
@@ -329,9 +344,9 @@ class _Checker:
                 if name == "create":
                     it.creates.append(op)
             elif name == "create":
-                self.pending_creates[(op.args.get("source_system"), op.args.get("source_id"))].append(op)
+                self.pending_creates[(args.get("source_system"), args.get("source_id"))].append(op)
             elif name == "claim" and outcome == "indefinite":
-                self.open_claims[op.args.get("owner")].append(op)
+                self.open_claims[args.get("owner")].append(op)
         outcomes = {"ok": n_ok, "refused": n_refused, "indefinite": len(ops) - n_ok - n_refused}
         self.max_now, self.max_now_op = max_now, max_op
         for k, v in outcomes.items():
@@ -412,8 +427,12 @@ class _Checker:
     def grants(self, it: _Item) -> list[Grant]:
         grants: list[Grant] = []
         known: set[Any] = set()
+        writes: list[Op] = []  # the operations that write with a lease token
         for op in it.ops:
-            if op.outcome == "ok" and op.name in GRANTS and isinstance(op.result, dict):
+            name = op.name
+            if name in TOKEN_WRITES:
+                writes.append(op)
+            elif name in GRANTS and op.outcome == "ok" and isinstance(op.result, dict):
                 w = op.result
                 tok = w.get("lease_token")
                 if tok is None:
@@ -426,49 +445,56 @@ class _Checker:
                                     _num(w.get("lease_expires_at"))))
                 known.add(tok)
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
+        for s in it.snaps:
+            tok = s.work.get("lease_token")
+            if tok is not None and tok not in known and s.work.get("status") in LEASED:
+                self._seen_grant(it, grants, s.work, s)
+                known.add(tok)
         fw = it.final
-        finals: tuple[Snap | None, ...] = (None,) if fw is not None else ()
-        for s in (*it.snaps, *finals):
-            w = s.work if s is not None else fw
-            tok = w.get("lease_token")  # type: ignore[union-attr]
-            if tok is None or tok in known or w.get("status") not in LEASED:  # type: ignore[union-attr]
-                continue
-            assert w is not None
-            seen_t = s.t1 if s is not None else INF
-            src = self._grant_op(it, w.get("owner"), seen_t)
-            exp = _num(w.get("lease_expires_at"))
-            start = _num(w.get("started_at"))
-            if start is None and src is not None:
-                start = src.now
-            killed = None
-            if src is not None and src.comp is None:
-                killed = next((k for k in self.kills.get(src.process, ()) if k.t > src.t0), None)
-            owner = w.get("owner") or (src.args.get("owner") or src.process if src is not None else None)
-            grants.append(Grant(src, owner, tok, w.get("lease_version"), start, exp,
-                                seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
-            known.add(tok)
+        if fw is not None:
+            tok = fw.get("lease_token")
+            if tok is not None and tok not in known and fw.get("status") in LEASED:
+                self._seen_grant(it, grants, fw, None)
+                known.add(tok)
         if len(grants) > 1:
             grants.sort(key=lambda g: (g.version if isinstance(g.version, int) else INF,
                                        g.start if g.start is not None else INF,
                                        g.op.t0 if g.op is not None else INF))
         if not known:
             return grants  # no token to write with: no renewal or release to attach
-        for op in it.ops:
-            if op.name not in TOKEN_WRITES:
-                continue
-            tok = op.token
+        only = grants[0] if len(grants) == 1 else None
+        for op in writes:
+            a = op.args
+            tok = a.get("token", a.get("lease_token"))
             if tok is None or tok not in known:
                 continue
-            g = self.holder(grants, tok, op.t0, op.process)
+            # holder() of a single grant with the token is that grant, whenever the write was made
+            g = only if only is not None else self.holder(grants, tok, op.t0, op.process)
             if g is None:
                 continue
-            if op.name == "renew" and op.outcome == "ok" and isinstance(op.result, dict):
-                exp = _num(op.result.get("lease_expires_at"))
-                if exp is not None:
-                    g.renewals.append((op.t1, exp, op))
+            if op.name == "renew":
+                if op.outcome == "ok" and isinstance(op.result, dict):
+                    exp = _num(op.result.get("lease_expires_at"))
+                    if exp is not None:
+                        g.renewals.append((op.t1, exp, op))
             elif op.name in RELEASES and op.outcome != "refused":
                 g.releases.append(op)
         return grants
+
+    def _seen_grant(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], s: Snap | None) -> None:
+        """Add the grant a snapshot shows (s; None: the final read's) that no ok grant handed out."""
+        seen_t = s.t1 if s is not None else INF
+        src = self._grant_op(it, w.get("owner"), seen_t)
+        exp = _num(w.get("lease_expires_at"))
+        start = _num(w.get("started_at"))
+        if start is None and src is not None:
+            start = src.now
+        killed = None
+        if src is not None and src.comp is None:
+            killed = next((self.h.record(i) for t, i in self.kills.get(src.process, ()) if t > src.t0), None)
+        owner = w.get("owner") or (src.args.get("owner") or src.process if src is not None else None)
+        grants.append(Grant(src, owner, w.get("lease_token"), w.get("lease_version"), start, exp,
+                            seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
 
     @staticmethod
     def holder(grants: list[Grant], token: Any, t: float, process: str | None = None) -> Grant | None:
@@ -542,7 +568,7 @@ class _Checker:
         """For a grant with no lease expiry: was its holder killed, or did an operator act on the
         item (or on every item), between the grant and the next one?"""
         assert a.op is not None
-        if any(after_t < k.t < before_t for k in self.kills.get(a.op.process, ())):
+        if any(after_t < t < before_t for t, _i in self.kills.get(a.op.process, ())):
             return True
         ops = [*it.ops, *self.monitor_ops]
         return any(op.process == OPERATOR and op.maybe and op.t1 > after_t and op.t0 < before_t for op in ops)
@@ -705,15 +731,15 @@ class _Checker:
                          [grants[-1].op if grants else None, *it.ops[-2:]])
                 return
             reclaimed[act] += 1
+        w = it.final
+        if w is not None and w.get("status") not in LEASED:
+            return  # terminal, claimable, parked on a wait, or a status this checker does not know
         ack = next((op for op in it.creates if op.ok), None)
         proof: list[Op | Record | None] = [ack]
         if ack is None and it.creates:  # an indefinite create, seen later
             ack = it.creates[0]
             seen = next((s for s in it.snaps if s.op is not None and s.op is not ack), None)
             proof = [ack, seen.op if seen is not None else None]
-        w = it.final
-        if w is not None and w.get("status") not in LEASED:
-            return  # terminal, claimable, parked on a wait, or a status this checker does not know
         last = [op for op in it.ops if op is not ack][-2:]
         fin = self.final_excerpt(it.work_id)
         if w is None:
@@ -842,13 +868,15 @@ def _after(b: Grant, a: Grant) -> bool:
 def _retries(ops: list[Op]) -> int:
     """Operations a process tried again right after a try that did not come back ok."""
     last: dict[str, Op] = {}
+    before = last.get
     n = 0
     for op in ops:
-        prev = last.get(op.process)
+        process = op.process
+        prev = before(process)
         if prev is not None and prev.outcome != "ok" and prev.name == op.name and \
                 (op.name == "claim" or prev.work_id == op.work_id):
             n += 1
-        last[op.process] = op
+        last[process] = op
     return n
 
 

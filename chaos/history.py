@@ -197,6 +197,19 @@ def from_dict(obj: Mapping[str, Any], line: int = 0, path: str = "<history>") ->
     return cls(line=line, **kwargs)
 
 
+_FIELDS = {kind: (cls, (*required, *optional)) for kind, (cls, required, optional) in _SCHEMA.items()}
+
+
+def _build(obj: Mapping[str, Any], line: int) -> Record:
+    """The record of a JSON object already validated (as every row of a History is): what
+    from_dict builds, without checking again."""
+    cls, names = _FIELDS[obj["type"]]
+    kwargs = {name: obj[name] for name in names if name in obj}
+    if cls is Final and kwargs.get("recovery") is None:
+        kwargs["recovery"] = {}
+    return cls(line=line, **kwargs)
+
+
 # ------------------------------------------------------------------------------------ history
 class OpRows(NamedTuple):
     invokes: list[int]  # the row of every invoke, in order
@@ -252,7 +265,7 @@ class History:
         """The record of row `i` (built on first use, the same object after that)."""
         rec = self._built.get(i)
         if rec is None:
-            rec = self._built[i] = from_dict(self.rows[i], self.line(i), self.path)
+            rec = self._built[i] = _build(self.rows[i], self.line(i))
         return rec
 
     @property
@@ -319,7 +332,7 @@ def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTE
     if len(data) > max_bytes:  # grew after the size was taken
         raise HistoryError(name, None, f"file is over the limit of {max_bytes} bytes")
     lines = data.split(b"\n")
-    if lines and max(map(len, lines)) > max_line:
+    if len(data) > max_line and max(map(len, lines)) > max_line:  # no line is longer than the file
         n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
         raise HistoryError(name, n, f"line is {len(lines[n - 1])} bytes, over the limit of {max_line}")
     with no_gc():
@@ -378,11 +391,21 @@ def _parse(lines: list[bytes], name: str) -> tuple[list[Any], list[int] | None]:
 
 
 def _read(lines: list[bytes], name: str) -> History:
-    """Parse and validate.  Invokes, completes and effects (nearly every line) take a fast path
-    with the same checks from_dict makes, and stay plain JSON objects (History builds records
-    from them when asked); anything else, or anything odd, goes through from_dict, which names
-    the problem."""
+    """Parse and validate.  Invokes, completes, effects and nemesis records (nearly every line)
+    take a fast path with the same checks from_dict makes, and stay plain JSON objects (History
+    builds records from them when asked); anything else, or anything odd, goes through
+    from_dict, which names the problem.  The loop does only what each record needs: the line
+    number is worked out when a problem is named, and the two checks of the history's shape
+    that concern one record (a meta record first, nothing after the final record) are made
+    once, where that record is."""
     rows, numbers = _parse(lines, name)
+
+    def line(idx: int) -> int:
+        return idx + 1 if numbers is None else numbers[idx]
+
+    if rows and type(rows[0]) is dict and rows[0].get("type") in _FAST:  # as the loop would find it
+        from_dict(rows[0], line(0), name)  # names what is wrong with it, if anything
+        raise HistoryError(name, line(0), "the history does not start with a meta record")
     built: dict[int, Record] = {}
     invoked: dict[int, int] = {}  # operation id -> the row of its invoke
     completes: dict[int, int] = {}  # operation id -> the row of its completion
@@ -391,14 +414,13 @@ def _read(lines: list[bytes], name: str) -> History:
     final: Final | None = None
     nums = _NUMS
     outcomes = OUTCOMES
-    n = 0
     for idx, obj in enumerate(rows):
-        n = idx + 1 if numbers is None else numbers[idx]
-        if type(obj) is not dict:
-            raise HistoryError(name, n, f"a record must be a JSON object, not {type(obj).__name__}")
-        kind = obj.get("type")
-        if final is not None:
-            raise HistoryError(name, n, f"a {kind} record after the final record")
+        try:
+            kind = obj["type"]
+        except TypeError:  # of the JSON values, only an object is indexed by a string
+            raise HistoryError(name, line(idx), f"a record must be a JSON object, not {type(obj).__name__}") from None
+        except KeyError:
+            kind = None
         if kind == "invoke":
             try:
                 i = obj["id"]
@@ -408,11 +430,9 @@ def _read(lines: list[bytes], name: str) -> History:
             except KeyError:
                 i, good = None, False
             if not good:
-                built[idx] = from_dict(obj, n, name)  # names what is wrong
-            if meta is None:
-                break
+                built[idx] = from_dict(obj, line(idx), name)  # names what is wrong
             if i in invoked:
-                raise HistoryError(name, n, f"operation id {i} is invoked twice")
+                raise HistoryError(name, line(idx), f"operation id {i} is invoked twice")
             invoked[i] = idx  # type: ignore[index]
         elif kind == "complete":
             try:
@@ -422,13 +442,11 @@ def _read(lines: list[bytes], name: str) -> History:
             except KeyError:
                 i, good = None, False
             if not good:
-                built[idx] = from_dict(obj, n, name)
-            if meta is None:
-                break
+                built[idx] = from_dict(obj, line(idx), name)
             if i not in invoked:
-                raise HistoryError(name, n, f"complete of operation id {i} has no earlier invoke")
+                raise HistoryError(name, line(idx), f"complete of operation id {i} has no earlier invoke")
             if i in completes:
-                raise HistoryError(name, n, f"operation id {i} is completed twice")
+                raise HistoryError(name, line(idx), f"operation id {i} is completed twice")
             completes[i] = idx  # type: ignore[index]
         elif kind == "effect":
             try:
@@ -438,27 +456,39 @@ def _read(lines: list[bytes], name: str) -> History:
             except KeyError:
                 good = False
             if not good:
-                built[idx] = from_dict(obj, n, name)
-            if meta is None:
-                break
+                built[idx] = from_dict(obj, line(idx), name)
+            others.append(idx)
+        elif kind == "nemesis":
+            try:
+                good = (type(obj["fault"]) is str and type(obj["t"]) in nums
+                        and ((p := obj.get("process")) is None or type(p) is str))
+            except KeyError:
+                good = False
+            if not good:
+                built[idx] = from_dict(obj, line(idx), name)
             others.append(idx)
         else:
-            rec = built[idx] = from_dict(obj, n, name)
+            rec = built[idx] = from_dict(obj, line(idx), name)
             if kind == "meta":
                 if meta is not None:
-                    raise HistoryError(name, n, "a second meta record (a history has exactly one, first)")
+                    raise HistoryError(name, line(idx), "a second meta record (a history has exactly one, first)")
                 meta = rec  # type: ignore[assignment]
             elif meta is None:
-                break
+                raise HistoryError(name, line(idx), "the history does not start with a meta record")
             elif kind == "final":
                 final = rec  # type: ignore[assignment]
-            elif kind == "nemesis":
-                others.append(idx)
-    else:
-        if meta is None:
-            raise HistoryError(name, None, "empty history (no meta record)")
-        return History(meta, rows, final, name, numbers, built, OpRows(list(invoked.values()), completes, others))
-    raise HistoryError(name, n, "the history does not start with a meta record")
+                if idx + 1 < len(rows):  # anything after it
+                    nxt = rows[idx + 1]
+                    if type(nxt) is not dict:
+                        raise HistoryError(name, line(idx + 1),
+                                           f"a record must be a JSON object, not {type(nxt).__name__}")
+                    raise HistoryError(name, line(idx + 1), f"a {nxt.get('type')} record after the final record")
+    if meta is None:
+        raise HistoryError(name, None, "empty history (no meta record)")
+    return History(meta, rows, final, name, numbers, built, OpRows(list(invoked.values()), completes, others))
+
+
+_FAST = ("invoke", "complete", "effect", "nemesis")  # the record types _read checks on its fast path
 
 
 # ------------------------------------------------------------------------------------- writer

@@ -637,6 +637,8 @@ def _write(tmp_path: Path, lines: list[str]) -> Path:
 META = json.dumps({"type": "meta", "format": "ledgercheck-history/1", "adapter": {}, "declared": {},
                    "timings": {"ttl": 45, "grace": 15}})
 INV = '{"type":"invoke","id":1,"process":"w1","op":"claim","args":{"now":1},"t":0.1,"now":1}'
+COMP = '{"type":"complete","id":1,"process":"w1","op":"claim","outcome":"ok","t":0.2}'
+FINAL = '{"type":"final","t":9,"items":{}}'
 
 
 @pytest.mark.parametrize("lines, line, problem", [
@@ -654,6 +656,17 @@ INV = '{"type":"invoke","id":1,"process":"w1","op":"claim","args":{"now":1},"t":
     ([META, '{"type":"effect","process":"w1","work_id":"x","key":"k","applied":"yes","t":1}'], 2,
      "field 'applied' has the wrong type"),
     ([META.replace("ledgercheck-history/1", "other/9")], 1, "unsupported history format"),
+    # the history's shape: one meta first, nothing after the final record (the reader checks these
+    # where that record is, not on every line: a malformed record in either place is named the same)
+    ([META, META], 2, "a second meta record"),
+    (['{"type":"invoke","id":1,"process":"w1","op":"claim","t":0.1}'], 1, "lacks the field 'args'"),
+    ([FINAL], 1, "does not start with a meta record"),
+    ([META, FINAL, '{"type":"invoke"}'], 3, "a invoke record after the final record"),
+    ([META, FINAL, "[1]"], 3, "must be a JSON object"),
+    (["", META, FINAL, "", INV], 5, "a invoke record after the final record"),  # blank lines counted
+    ([META, INV, COMP, COMP], 4, "operation id 1 is completed twice"),
+    ([META, '{"type":"nemesis","fault":"kill","process":3,"t":1}'], 2, "nemesis field 'process' has the wrong type"),
+    ([META, '{"type":"nemesis","fault":"kill","t":true}'], 2, "nemesis field 't' has the wrong type (bool)"),
 ])
 def test_malformed_histories_are_refused_with_one_line(tmp_path: Path, lines: list[str], line: int | None,
                                                        problem: str) -> None:
