@@ -37,6 +37,8 @@ CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_acce
            "stuck_work")
 TERMINAL = frozenset({"done", "failed", "timeout", "cancelled"})
 LEASED = frozenset({"running"})
+CLAIMABLE = frozenset({"queued"})  # a claim takes work in these statuses (core.claim.empty)
+READS = frozenset({"get", "list", "events"})  # operations that move nothing
 # Not terminal, but not lost either: claimable now or later, or parked on a wait with a deadline.
 COMES_BACK = frozenset({"queued", "retry_scheduled", "waiting_user", "waiting_external"})
 GRANTS = frozenset({"claim", "resume"})
@@ -208,6 +210,9 @@ class _Checker:
         self.items: dict[str, _Item] = {}
         self.ops: list[Op] = []
         self.nemesis: Counter[str] = Counter()
+        self.last_fault_t = -INF  # the real time of the last fault the nemesis injected
+        self._last_global: float | None = None  # see _index_monitor_moves
+        self._monitor_moved: dict[str, Op] = {}  # item -> the last monitor/requeue that named it as moved
         self.kills: dict[str, list[tuple[float, int]]] = defaultdict(list)  # process -> (t, row) of each kill
         self.monitor_ops: list[Op] = []
         self.claims_null: list[Op] = []
@@ -259,6 +264,8 @@ class _Checker:
             else:
                 fault = obj["fault"]
                 nemesis[fault] += 1
+                if obj["t"] > self.last_fault_t:
+                    self.last_fault_t = obj["t"]
                 if fault == "kill" and obj.get("process"):
                     kills[obj["process"]].append((obj["t"], i))
         if applied:
@@ -732,8 +739,11 @@ class _Checker:
                 return
             reclaimed[act] += 1
         w = it.final
+        if w is not None and w.get("status") in CLAIMABLE:
+            self._stranded(it)
+            return
         if w is not None and w.get("status") not in LEASED:
-            return  # terminal, claimable, parked on a wait, or a status this checker does not know
+            return  # terminal, parked on a wait, or a status this checker does not know
         ack = next((op for op in it.creates if op.ok), None)
         proof: list[Op | Record | None] = [ack]
         if ack is None and it.creates:  # an indefinite create, seen later
@@ -760,6 +770,56 @@ class _Checker:
                    f"{path or 'declared ' + self.meta.reclaim} recovery path ran: it is neither finished nor claimable")
             clock = None if _num(self.final.recovery.get("now")) is not None else self.max_now_op
             self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last])
+
+    def _stranded(self, it: _Item) -> None:
+        """The final read shows the item claimable, yet it is handed to nobody: after the last thing
+        that could move it (its own operations, any monitor or requeue, any fault), a read listed it
+        claimable, and then claims found nothing to take for longer than a lease's lapse (so no
+        late write from before, and no lease the ledger keeps to itself, explains it)."""
+        if self._last_global is None:
+            self._index_monitor_moves()
+        moves = max((op.t1 for op in it.ops if op.name not in READS), default=-INF)
+        mover = self._monitor_moved.get(it.work_id)
+        horizon = max(self.last_fault_t, self._last_global, moves, -INF if mover is None else mover.t1)
+        if horizon == INF:
+            return  # an operation on it never completed: it may still take effect
+        seen = next((s for s in it.snaps if s.op is not None and s.t0 > horizon
+                     and s.work.get("status") in CLAIMABLE), None)
+        if seen is None:
+            return
+        lapse = self.ttl + self.grace
+        first = None
+        for c in self.claims_null:
+            if c.t0 <= seen.t1 or c.now is None or c.args.get("work_id"):
+                continue
+            if first is None:
+                first = c
+            elif c.now > first.now + lapse + self.eps:
+                why = (f"{it.work_id} was listed as {seen.work.get('status')} after the last operation, monitor run "
+                       f"and fault that could move it, and is still {it.final.get('status') if it.final else '?'} "
+                       f"at the end, yet claims from {fmt_num(first.now)} to {fmt_num(c.now)} (longer than the "
+                       f"lease's ttl + grace, {fmt_num(lapse)}s) found nothing to take: it is never handed out")
+                self.add("lost_work", it.work_id, why, [seen.op, first, c, self.final_excerpt(it.work_id)],
+                         [*[op for op in it.ops if op.name not in READS][-2:], mover])
+                return
+
+    def _index_monitor_moves(self) -> None:
+        """When monitors and global requeues last moved each item.  One that answered with the
+        items it moved (a list of snapshots) moved those; one that was refused moved nothing; any
+        other answer (or none) may have moved anything."""
+        last, moved = -INF, self._monitor_moved
+        for op in (*self.monitor_ops, *self.requeues):
+            if op.work_id is not None or op.outcome == "refused":
+                continue  # an item's own requeue is among its operations
+            r = op.result
+            if op.ok and type(r) is list and all(type(w) is dict and "work_id" in w for w in r):
+                for w in r:
+                    wid = str(w["work_id"])
+                    if wid not in moved or op.t1 > moved[wid].t1:
+                        moved[wid] = op
+            elif op.t1 > last:
+                last = op.t1
+        self._last_global = last
 
     def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op]) -> None:
         """Declared reclaim=lease, the item is still leased under a lapsed lease at the end: proven stuck

@@ -86,7 +86,7 @@ _GONE = object()  # the worker's lease was gone when it came to the effect
 FLAG_BYTES = FLAG_SLOTS * 9  # a "holds work" byte per worker, then an operation counter per process
 MAX_NOTES = 30
 
-_PART = re.compile(r"history\.(nemesis|producer|monitor|operator|w\d+)\.jsonl")  # one process's part of a history
+_PART = re.compile(r"history\.(nemesis|producer|monitor|operator|census|w\d+)\.jsonl")  # one process's part of a history
 Progress = Callable[[int, int | None, dict[str, Any]], None]
 
 
@@ -257,6 +257,7 @@ class _Ctx:
         self.renew_p, self.fail_p = float(cfg["renew_p"]), float(cfg["fail_p"])
         self.retryable = next((c for c, r in spec.error_classes.items() if r), None)
         self.unsupported: set[str] = set()
+        self.census: _Recorder | None = None  # the quiet period's recorded reads (counts())
         self.ops = 0
         self.stopping = False
         self.started = 0.0
@@ -463,7 +464,11 @@ class _Ctx:
             rec.close()
 
     def counts(self) -> dict[str, int]:
-        out = self.client.call("list")
+        """What is left, by status: the quiet period's census.  The read is recorded (process
+        ``census``): a claimable item it lists that claims then never hand out is lost work."""
+        if self.census is None:
+            self.census = _Recorder(self, "census")
+        out = self.census.call("list")
         counts: dict[str, int] = {}
         for w in out.value or [] if out.ok else []:
             k = "quarantined" if w.get("quarantined") else str(w.get("status"))
@@ -510,6 +515,8 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
     finally:
         for a in actors:
             a.rec.close()
+        if ctx.census is not None:
+            ctx.census.close()
         client.close()
 
 

@@ -724,3 +724,49 @@ def test_history_check_command_exit_codes_and_output(tmp_path: Path) -> None:
     r = _cli("history", "check", str(broken))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and f"{broken}:2: not JSON" in r.stderr
+
+
+# ------------------------------------------------------- claimable at the end, handed to nobody
+def _stranded(claims: list[float], read_at: float | None = T0 + 90, monitor_at: float | None = None,
+              monitor_outcome: str = "ok") -> HistoryBuilder:
+    """A claim killed in flight leaves x listed as queued where no claim reaches it (a side list
+    the ledger's claims never read); later claims find nothing."""
+    b = HistoryBuilder(reclaim="operator")
+    b.create("producer", "x", T0)
+    b.claim("w1", "x", T0 + 1, outcome="killed", applied=False)
+    b.nemesis("kill", "w1")
+    if read_at is not None:
+        b.get("census", "x")
+    for now in claims:
+        if monitor_at is not None and now > monitor_at:
+            if monitor_outcome == "ok":
+                b.expire("monitor", monitor_at)  # answers with what it moved: nothing here
+            else:
+                b.call("monitor", "expire", {"now": monitor_at}, monitor_outcome)
+            monitor_at = None
+        b.claim_nothing("w2", now)
+    b.final(T0 + 300, path="operator", actions=[{"op": "requeue", "work_ids": []}])
+    return b
+
+
+def test_lost_work_listed_claimable_but_never_handed_out() -> None:
+    h = _stranded([T0 + 100, T0 + 130, T0 + 170]).history()
+    a = only(check(h), "lost_work")
+    assert a.work_id == "x" and "never handed out" in a.explanation
+    assert [r.op for r in a.excerpt if r.type == "complete"] == ["get", "claim", "claim"]
+    assert_proves(h, a)
+
+
+def test_claimable_at_the_end_is_not_lost_without_the_proof() -> None:
+    # claims that found nothing for less than a lease's lapse (ttl 45 + grace 15)
+    assert check(_stranded([T0 + 100, T0 + 150]).history()).anomalies == []
+    # no read after the kill: the killed claim may have taken x under a lease the ledger keeps
+    assert check(_stranded([T0 + 100, T0 + 170], read_at=None).history()).anomalies == []
+    # a monitor with no answer ran after the read: it may have moved x (x may have been leased when
+    # the read was made and put back since)
+    assert check(_stranded([T0 + 100, T0 + 170], monitor_at=T0 + 95, monitor_outcome="indefinite").history()).anomalies == []
+
+
+def test_a_monitor_that_names_what_it_moved_leaves_other_items_proven() -> None:
+    h = _stranded([T0 + 100, T0 + 170], monitor_at=T0 + 95).history()
+    assert only(check(h), "lost_work").work_id == "x"

@@ -39,7 +39,7 @@ def monitor(adapter: Any, now: float) -> None:
 
 
 def test_every_broken_ledger_names_what_it_breaks() -> None:
-    assert len(bs.ALL) == 6
+    assert len(bs.ALL) == 7
     found = {a for cls in bs.ALL for a in cls.ANOMALIES}
     assert found == {"split_ownership", "lost_work", "stale_write_accepted", "duplicate_effect", "stuck_work"}
     for cls in bs.ALL:
@@ -216,6 +216,7 @@ FAULTS: dict[type, str] = {
     bs.CloseOutIgnoresToken: "pause",
     bs.JournalInProcessMemory: "pause",
     bs.NeverReclaims: "kill",
+    bs.ClaimSkipsRecovered: "kill",
 }
 MIXES = sorted(set(FAULTS.values()))
 
