@@ -29,7 +29,7 @@ FLOOR = 10.0  # scenarios per second on 2 cores
 
 def cold_start(address: str, n: int) -> float:
     """Seconds for a fresh interpreter to import the harness and greet the adapter."""
-    code = ("from ledgercheck.conformance.client import connect; from ledgercheck.chaos import worker; "
+    code = ("from ledgercheck.transport.client import connect; from ledgercheck.chaos import worker; "
             f"c = connect({address!r}); c.close()")
     t = time.perf_counter()
     for _ in range(n):

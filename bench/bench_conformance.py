@@ -26,10 +26,10 @@ import tempfile
 import time
 from typing import Any
 
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
 from ledgercheck.spec import default_spec
+from ledgercheck.transport.client import connect
 
 FLOORS = {"steps_in_process": 2000.0, "steps_wire": 1000.0, "suite_serial_s": 60.0, "speedup": 1.7}
 

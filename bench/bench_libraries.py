@@ -1,7 +1,7 @@
 """One lifecycle cycle (create -> claim -> close_out done) through the reference ledger and
 through each library adapter, in one run, side by side with the ratio to the reference.
 
-Every adapter is driven the same way: in process, through ``ledgercheck.conformance.client``
+Every adapter is driven the same way: in process, through ``ledgercheck.transport.client``
 (the path the harness takes, result shapes checked), after a reset and a short warm-up.  A
 private PostgreSQL server is started for pgqueuer and procrastinate and stopped at the end.
 
@@ -23,9 +23,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ledgercheck.conformance.client import AdapterError, Client, connect
 from ledgercheck.fixtures.adapters import ADAPTERS
 from ledgercheck.fixtures.postgres import PostgresServer, PostgresUnavailable
+from ledgercheck.transport.client import AdapterError, Client, connect
 
 REFERENCE = "python:ledgercheck.reference.adapter:ReferenceAdapter"
 ORDER = ["reference", "persist-queue", "dbos", "pgqueuer", "procrastinate"]

@@ -36,9 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledgercheck.conformance.client import Client, InProcessClient, connect
-from ledgercheck.conformance.model import Outcome
 from ledgercheck.spec import default_spec
+from ledgercheck.transport.client import Client, InProcessClient, connect
+from ledgercheck.transport.protocol import Outcome
 
 T0 = 1_000_000.0
 ITEMS = 40

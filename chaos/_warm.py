@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from ledgercheck.conformance import client as _client
-from ledgercheck.conformance.wire import result_checker
 from ledgercheck.spec import default_spec
+from ledgercheck.transport import client as _client
+from ledgercheck.transport.wire import result_checker
 
 from . import sink as _sink  # noqa: F401
 from . import worker as _worker  # noqa: F401

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledgercheck.conformance.model import fold
 from ledgercheck.spec import Allowance, Spec, rules
+from ledgercheck.spec.rules import fold
 
 from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, STAGES, leased_status
 from .workload import Item, Workload

@@ -42,8 +42,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import psutil
-from ledgercheck.conformance.client import connect
-from ledgercheck.conformance.clock import (
+from ledgercheck.spec import Spec
+from ledgercheck.transport.client import connect
+from ledgercheck.transport.clock import (
     VIRTUAL_EPOCH,
     deadline,
     plain,
@@ -51,7 +52,6 @@ from ledgercheck.conformance.clock import (
     scaled_document,
     scaled_spec,
 )
-from ledgercheck.spec import Spec
 
 from .points import ChaosError
 

@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 import psutil
-from ledgercheck.conformance.reaper import descendants
-from ledgercheck.conformance.reaper import gone as _gone
-from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.reaper import descendants
+from ledgercheck.transport.reaper import gone as _gone
+from ledgercheck.transport.wire import plain
 
 from .forkserver import ForkServerError, fork_server
 from .points import ChaosError

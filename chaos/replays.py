@@ -23,10 +23,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, SpecError, default_spec
 from ledgercheck.spec.load import spec_from_document
 from ledgercheck.spec.yamlpos import MAX_VALUES
+from ledgercheck.transport.wire import plain
 
 from ledgercheck import __version__
 from ledgercheck.bounded import (

@@ -57,11 +57,11 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_conns
 from typing import Any
 
-from ledgercheck.conformance.client import AdapterError, Client, connect
-from ledgercheck.conformance.clock import VIRTUAL_EPOCH, plain, scaled_document
-from ledgercheck.conformance.model import Outcome
-from ledgercheck.conformance.reaper import gone
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.client import AdapterError, Client, connect
+from ledgercheck.transport.clock import VIRTUAL_EPOCH, plain, scaled_document
+from ledgercheck.transport.protocol import Outcome
+from ledgercheck.transport.reaper import gone
 
 from . import nemesis
 from .forkserver import ForkServerError, fork_server
@@ -1218,7 +1218,7 @@ def _resolved(address: str) -> str:
         return address
     import importlib.metadata
 
-    from ledgercheck.conformance.client import ENTRY_POINT_GROUP
+    from ledgercheck.transport.client import ENTRY_POINT_GROUP
 
     eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == address.strip()]
     if len(eps) == 1 and ":" in eps[0].value and "[" not in eps[0].value:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ledgercheck.conformance.client import HARNESS_CODES, AdapterError, Client, connect
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.client import HARNESS_CODES, AdapterError, Client, connect
 
 from .points import DONE, leased_status
 from .sink import EffectSink

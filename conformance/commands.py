@@ -136,7 +136,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     once (the plugin handles them while the suite runs) and the verdict is INCOMPLETE."""
     import uuid
 
-    from .reaper import RUN_TAG, sweep
+    from ledgercheck.transport.reaper import RUN_TAG, sweep
 
     if args.breaker < 0:
         print("ledgercheck certify: --breaker must be 0 (never) or more", file=sys.stderr)
@@ -173,8 +173,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 def _certify(args: argparse.Namespace, seen: list[str]) -> int:
     import pytest
     from ledgercheck.spec import SpecError, load_spec
-
-    from .client import AdapterError, connect
+    from ledgercheck.transport.client import AdapterError, connect
 
     # Fail fast, in one line, on a contract or adapter that cannot even start.
     try:
@@ -284,8 +283,8 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from ledgercheck.spec import SpecError, load_spec
+    from ledgercheck.transport.client import AdapterError, connect
 
-    from .client import AdapterError, connect
     from .harness import AdapterFailure
     from .trace import (
         TraceError,

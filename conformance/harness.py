@@ -21,9 +21,9 @@ from typing import Any
 
 from ledgercheck.spec import Spec
 from ledgercheck.spec.args import type_problem
+from ledgercheck.transport.client import Client
+from ledgercheck.transport.clock import QUANTUM, VIRTUAL_EPOCH, InjectedClock, WallClock, plain
 
-from .client import Client
-from .clock import QUANTUM, VIRTUAL_EPOCH, InjectedClock, WallClock, plain
 from .model import Accept, Model, Outcome, Refuse, Violation
 
 OWNER = "worker-1"
@@ -183,7 +183,7 @@ class Harness:
         """Talk to the ledger through a new connection from now on: a new process for an
         ``exec:`` adapter, a new adapter object (``FACTORY()`` again) for an in-process one.
         The connection the harness was made with stays open, idle, for the next fresh ledger."""
-        from .client import AdapterError, connect
+        from ledgercheck.transport.client import AdapterError, connect
 
         home = self.home
         timeouts = {k: getattr(home, k) for k in ("timeout", "startup_timeout") if isinstance(getattr(home, k, None), float | int)}

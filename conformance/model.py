@@ -20,6 +20,8 @@ from typing import Any
 
 from ledgercheck.spec import Spec, rules
 from ledgercheck.spec.args import arg_problem, is_num
+from ledgercheck.spec.rules import fold
+from ledgercheck.transport.protocol import Outcome
 
 TOLERANCE = 1e-6
 
@@ -44,25 +46,6 @@ class UnknownClause(KeyError):
 
     def __str__(self) -> str:
         return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What an implementation answered: a value, or an error code."""
-
-    ok: bool
-    value: Any = None
-    code: str = ""
-    message: str = ""
-    definite: bool = True
-
-    @classmethod
-    def success(cls, value: Any) -> Outcome:
-        return cls(True, value)
-
-    @classmethod
-    def error(cls, code: str, message: str = "", definite: bool = True) -> Outcome:
-        return cls(False, None, code, message, definite)
 
 
 @dataclass
@@ -1580,22 +1563,6 @@ def _compare_outbox(exp: Mapping[str, Any], got: Any, clause: str) -> list[Viola
 
 def _fmt_filter(a: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in a.items() if v is not None)
-
-
-def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Rebuild a snapshot's fold fields from an item's events (eventlog.fold)."""
-    snap: dict[str, Any] = {f: None for f, wf in spec.work_fields.items() if wf.fold}
-    for e in events:
-        if not isinstance(e, Mapping):
-            continue
-        if e.get("to_status") is not None:
-            snap["status"] = e["to_status"]
-        data = e.get("data")
-        if isinstance(data, Mapping):
-            for k, v in data.items():
-                if k in snap and k != "status":
-                    snap[k] = v
-    return snap
 
 
 __all__ = ["Accept", "Indefinite", "Model", "Outcome", "Refuse", "Violation", "fold"]

@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
+from ledgercheck.transport.client import AdapterError, Client, connect
+from ledgercheck.transport.clock import plain, scaled_document, scaled_spec
 
 from .budgets import PROFILES
 from .clauses import ClauseCase, NoCheck, all_cases
-from .client import AdapterError, Client, connect
-from .clock import plain, scaled_document, scaled_spec
 from .harness import (
     AdapterFailure,
     ClauseFailure,

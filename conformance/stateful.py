@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from ledgercheck.spec import Spec
+from ledgercheck.transport.clock import QUANTUM
 
 from .budgets import PROFILES
-from .clock import QUANTUM
 from .harness import DriveBlocked, Harness, NotApplicable
 from .model import Refuse
 

@@ -54,11 +54,11 @@ from pathlib import Path
 from typing import Any
 
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import Client
 
 from ledgercheck import bounded
 from ledgercheck.bounded import TRACE, InputError, load_limited
 
-from .client import Client
 from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, outcome_summary
 from .model import Outcome, Violation
 
@@ -435,9 +435,10 @@ def replay_harness(client: Client, spec: Spec, doc: dict[str, Any]) -> Harness:
     """A harness for replaying ``doc`` as its run had it: the trace's profiles the adapter claims,
     and for a wall-clock adapter the contract's timings scaled by the run's ``wall_scale`` (the
     adapter is sent the scaled contract, as in the run) with the tolerance its handshake asks for."""
-    from .clock import scaled_document, scaled_spec
+    from ledgercheck.transport.clock import scaled_document, scaled_spec
+    from ledgercheck.transport.wire import plain
+
     from .harness import wall_tolerance
-    from .wire import plain
 
     profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
     if client.clock != "wall":

@@ -13,7 +13,7 @@ from . import __version__
 COMMAND_MODULES = [
     "ledgercheck.spec.commands",
     "ledgercheck.reference.commands",
-    "ledgercheck.conformance.server",
+    "ledgercheck.transport.server",
     "ledgercheck.conformance.commands",
     "ledgercheck.chaos.commands",
     "ledgercheck.chaos.safety_commands",

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledgercheck.conformance.protocol import Handshake, LedgerError
 from ledgercheck.spec import Spec, SpecError, default_spec
 from ledgercheck.spec.load import spec_from_document
+from ledgercheck.transport.protocol import Handshake, LedgerError
 
 from ledgercheck import PROTOCOL_VERSION, __version__
 

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reports.text import terminal
 from ledgercheck.spec import Spec, SpecError, default_spec, load_spec
 from ledgercheck.spec.load import spec_from_document
+from ledgercheck.transport.protocol import LedgerError
 
 from .ledger import Ledger, LedgerOpenError
 from .opening import stored_contract

@@ -11,8 +11,8 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.spec import Spec
+from ledgercheck.transport.protocol import LedgerError
 
 from .rows import Rec, decode, encode
 

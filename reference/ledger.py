@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.spec import Spec, default_spec, rules
+from ledgercheck.transport.protocol import LedgerError
 
 from .argcheck import Problem, compile_all
 from .journal import JournalOps

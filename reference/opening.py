@@ -14,8 +14,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.spec import Spec
+from ledgercheck.transport.protocol import LedgerError
 
 from .schema import (
     APPLICATION_ID,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ledgercheck.conformance.model import fold
-from ledgercheck.conformance.protocol import LedgerError
+from ledgercheck.spec.rules import fold
+from ledgercheck.transport.protocol import LedgerError
 
 from .ledger import Ledger
 from .schema import _triggers as schema_triggers

@@ -197,3 +197,20 @@ __all__ = [
     "lease_lapse", "marked_event", "marked_for_recovery", "marked_statuses", "open_fields", "quarantines",
     "receipt_marking", "recoverable", "recovery_decision", "requeues", "stale_for_recovery",
 ]
+
+
+# ---------------------------------------------------------------------------------- the trail
+def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rebuild a snapshot's fold fields from an item's events (eventlog.fold)."""
+    snap: dict[str, Any] = {f: None for f, wf in spec.work_fields.items() if wf.fold}
+    for e in events:
+        if not isinstance(e, Mapping):
+            continue
+        if e.get("to_status") is not None:
+            snap["status"] = e["to_status"]
+        data = e.get("data")
+        if isinstance(data, Mapping):
+            for k, v in data.items():
+                if k in snap and k != "status":
+                    snap[k] = v
+    return snap

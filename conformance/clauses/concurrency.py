@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..client import Client, connect
+from ledgercheck.transport.client import Client, connect
+
 from ..harness import AdapterFailure, Harness, NotApplicable
 from ..model import Outcome
 from . import case, check

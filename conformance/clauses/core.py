@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
+from ledgercheck.transport.clock import QUANTUM
 
-from ..clock import QUANTUM
 from ..harness import OWNER, Harness, NotApplicable
 from . import CaseFn, case, cases, check, fail
 

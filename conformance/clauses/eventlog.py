@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..clock import QUANTUM
+from ledgercheck.transport.clock import QUANTUM
+
 from ..harness import Harness
 from ..model import fold, same_json
 from . import case, check

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ledgercheck.spec import Spec, rules
+from ledgercheck.transport.clock import QUANTUM
 
-from ..clock import QUANTUM
 from ..harness import Harness, NotApplicable
 from . import CaseFn, case, cases, check
 

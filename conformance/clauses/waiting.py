@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from ledgercheck.spec import Spec
 from ledgercheck.spec.checks import MAX_ATTEMPTS, MAX_MULTIPLIER
 from ledgercheck.spec.contract import RetryPolicy
+from ledgercheck.transport.clock import QUANTUM
 
-from ..clock import QUANTUM
 from ..harness import Harness, NotApplicable
 from . import CaseFn, case, cases, check, durable
 

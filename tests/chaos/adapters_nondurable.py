@@ -25,7 +25,7 @@ class FirstLeaseOnly(ReferenceAdapter):
     takeover the new holder can never finish the item."""
 
     def close_out(self, *, work_id: str, token: str, **kw):
-        from ledgercheck.conformance.protocol import LedgerError
+        from ledgercheck.transport.protocol import LedgerError
 
         assert self.ledger is not None
         if self.ledger.get(work_id=work_id)["lease_version"] > 1:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.fixtures import broken_safety as bs
 from ledgercheck.reference.adapter import ReferenceAdapter
+from ledgercheck.transport.protocol import LedgerError
 
 T0 = 1_000_000.0
 TTL, GRACE = 45.0, 30.0  # the default contract's lease for source system "manual"
@@ -58,7 +58,7 @@ class _Declares(ReferenceAdapter):
 
 
 def test_a_declaration_outside_the_protocol_is_refused_in_one_line() -> None:
-    from ledgercheck.conformance.client import AdapterError, connect
+    from ledgercheck.transport.client import AdapterError, connect
 
     with pytest.raises(AdapterError) as err:
         connect(f"python:{__name__}:_Declares")

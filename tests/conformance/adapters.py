@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledgercheck.conformance.protocol import Handshake
 from ledgercheck.fixtures.broken import ClaimIgnoresPriority
 from ledgercheck.reference.adapter import ReferenceAdapter
+from ledgercheck.transport.protocol import Handshake
 
 
 class CoreOnly(ReferenceAdapter):
@@ -54,7 +54,7 @@ class HostileStrings(ReferenceAdapter):
         return hs
 
     def cancel(self, **kw: Any) -> Any:
-        from ledgercheck.conformance.protocol import LedgerError
+        from ledgercheck.transport.protocol import LedgerError
 
         raise LedgerError("not_found", "<b>boom</b> | `x` \n## heading")
 
@@ -68,7 +68,7 @@ class FencesBeforeConflict(ReferenceAdapter):
     contract makes both refusals MUST and orders neither)."""
 
     def effect_record(self, *, key: str, input_hash: str, now: float, result: Any = None, token: str | None = None) -> Any:
-        from ledgercheck.conformance.protocol import LedgerError
+        from ledgercheck.transport.protocol import LedgerError
 
         rec = self.ledger.effect_lookup(key=key)
         if rec is not None and token is not None and input_hash != rec["input_hash"]:
@@ -138,7 +138,7 @@ class SeqGapAfterRefusedCloseOut(ReferenceAdapter):
         self._gaps: dict[str, list[int]] = {}
 
     def close_out(self, **kw: Any) -> Any:
-        from ledgercheck.conformance.protocol import LedgerError
+        from ledgercheck.transport.protocol import LedgerError
 
         try:
             return self.ledger.close_out(**kw)
@@ -175,7 +175,7 @@ class ClaimsOnlyNext(ReferenceAdapter):
     (a malformed one is still refused as such)."""
 
     def claim(self, *, owner: str, now: float, work_id: Any = None) -> Any:
-        from ledgercheck.conformance.protocol import LedgerError
+        from ledgercheck.transport.protocol import LedgerError
 
         if work_id is not None:
             if not isinstance(work_id, str):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledgercheck.conformance.protocol import Handshake, LedgerError
 from ledgercheck.reference.adapter import ReferenceAdapter
+from ledgercheck.transport.protocol import Handshake, LedgerError
 
 NASTY = "\x1b[2J\x1b]0;owned\x07\x00\x9b31m\u202eexe.txt\u2066\r"
 

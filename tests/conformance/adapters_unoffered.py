@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledgercheck.conformance.protocol import Handshake, LedgerError
 from ledgercheck.reference.adapter import ReferenceAdapter
+from ledgercheck.transport.protocol import Handshake, LedgerError
 
 
 class LacksEventsCancelExpire(ReferenceAdapter):

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.spec import default_spec
+from ledgercheck.transport.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from clause_runs import clause_test_failures
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.reference.adapter import ReferenceAdapter
 from ledgercheck.spec import Spec, load_spec
+from ledgercheck.transport.client import connect
 
 # the clauses whose tests read the bounded values: priorities, lease and wait timings, attempts,
 # backoffs, nacks, batch sizes, seqs

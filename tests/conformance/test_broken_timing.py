@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 from clause_runs import clause_test_failures
-from ledgercheck.conformance.clock import QUANTUM
 from ledgercheck.conformance.harness import ClauseFailure, Harness
 from ledgercheck.fixtures import broken_timing
+from ledgercheck.transport.clock import QUANTUM
 
 
 def _address(cls: type) -> str:

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from ledgercheck.conformance.clauses import all_cases, durable
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import Harness
+from ledgercheck.transport.client import connect
 
 ADDRESS = "python:docliteral:DocLiteralLedger"
 

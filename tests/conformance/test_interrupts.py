@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 import pytest
-from ledgercheck.conformance import reaper
+from ledgercheck.transport import reaper
 
 HERE = Path(__file__).resolve().parent
 HANG = HERE / "hang_adapter.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.client import AdapterError, InProcessClient
 from ledgercheck.reports.results import load_results
+from ledgercheck.transport.client import AdapterError, InProcessClient
 
 
 class Claims:

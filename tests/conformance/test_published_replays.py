@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.trace import load_trace, replay_harness, run_replay
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "libraries" / "README.md"

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import Harness, reset_seed
 from ledgercheck.conformance.trace import TraceError, dump_trace, load_trace, replay, resolve
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.client import connect
 
 PROFILES = ["core", "lease", "retry"]
 

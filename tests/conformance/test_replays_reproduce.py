@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 from ledgercheck.conformance.clauses import NoCheck, all_cases
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, Harness, NotApplicable, NotOffered
 from ledgercheck.conformance.trace import dump_trace, load_trace, run_replay
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import connect
 
 CATALOGUES = ["broken", "broken_inputs", "broken_journal", "broken_paths", "broken_recovery", "broken_timing"]
 # the reopen tests: ledgers that keep part of their state in process memory

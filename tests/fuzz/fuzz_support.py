@@ -26,12 +26,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from ledgercheck.chaos.replays import window_doc
 from ledgercheck.chaos.workload import default_workload
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.conformance.trace import dump_trace
 from ledgercheck.reports.integrity import file_bytes, with_integrity
 from ledgercheck.reports.results import build_results
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.client import connect
 
 from ledgercheck.cli import main
 

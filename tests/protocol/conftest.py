@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.client import WireClient
-from ledgercheck.conformance.wire import plain
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.client import WireClient
+from ledgercheck.transport.wire import plain
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

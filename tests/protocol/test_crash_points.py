@@ -13,8 +13,8 @@ from typing import Any
 
 import psutil
 import pytest
-from ledgercheck.conformance.client import WireClient, connect
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import WireClient, connect
 
 T0 = 1_000_000.0
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from ledgercheck.conformance.client import WireClient, connect
-from ledgercheck.conformance.server import parse_transcript_block, read_block
-from ledgercheck.conformance.wire import protocol_schema, reference_markdown, schema_text
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import WireClient, connect
+from ledgercheck.transport.server import parse_transcript_block, read_block
+from ledgercheck.transport.wire import protocol_schema, reference_markdown, schema_text
 
 from ledgercheck.cli import main as cli
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ledgercheck.conformance.client import AdapterError, Client, InProcessClient, connect
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import AdapterError, Client, InProcessClient, connect
 
 ADAPTERS = Path(__file__).resolve().parent / "adapters"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.client import Client, WireClient, connect
 from ledgercheck.conformance.model import Model, Refuse, Violation
 from ledgercheck.spec import Spec
+from ledgercheck.transport.client import Client, WireClient, connect
 
 NODE_ADAPTER = Path(__file__).resolve().parents[2] / "fixtures" / "node" / "ledger-adapter.js"
 T0 = 1_000_000.0

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ledgercheck.conformance import reaper
-from ledgercheck.conformance.client import WireClient
 from ledgercheck.spec import Spec
+from ledgercheck.transport import reaper
+from ledgercheck.transport.client import WireClient
 
 from .conftest import ADAPTERS
 

@@ -8,8 +8,8 @@ import fastjsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledgercheck.conformance.wire import protocol_schema, quick_accept, result_checker
 from ledgercheck.spec import default_spec
+from ledgercheck.transport.wire import protocol_schema, quick_accept, result_checker
 
 SPEC = default_spec()
 DOC = protocol_schema(SPEC)
@@ -49,7 +49,7 @@ def _mutations(value: Any) -> list[Any]:
 
 def _valid_results() -> dict[str, list[Any]]:
     """Real results of every return type, from a short session with the reference ledger."""
-    from ledgercheck.conformance.client import connect
+    from ledgercheck.transport.client import connect
 
     c = connect("reference", SPEC, check_results=False)
     got: dict[str, list[Any]] = {r: [] for r in RETURNS}

@@ -6,9 +6,9 @@ import io
 import json
 from typing import Any
 
-from ledgercheck.conformance.protocol import LedgerError
-from ledgercheck.conformance.server import Server, serve
-from ledgercheck.conformance.wire import dumps
+from ledgercheck.transport.protocol import LedgerError
+from ledgercheck.transport.server import Server, serve
+from ledgercheck.transport.wire import dumps
 
 
 class Toy:

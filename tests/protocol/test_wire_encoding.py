@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from ledgercheck.conformance.wire import dumps, loads
+from ledgercheck.transport.wire import dumps, loads
 
 NONFINITE = [math.nan, math.inf, -math.inf]
 
@@ -34,7 +34,7 @@ def test_lines_round_trip_and_match_the_standard_encoder(obj: dict) -> None:
 
 
 def test_a_client_does_not_send_arguments_that_are_not_json(spec) -> None:
-    from ledgercheck.conformance.client import connect
+    from ledgercheck.transport.client import connect
 
     c = connect("exec:ledgercheck serve reference", spec)
     try:
@@ -53,7 +53,7 @@ def test_spin_wait_is_bounded_and_sees_data_at_once() -> None:
     import select
     import time
 
-    from ledgercheck.conformance.wire import spin_until_readable
+    from ledgercheck.transport.wire import spin_until_readable
 
     r, w = os.pipe()
     try:
@@ -74,7 +74,7 @@ def test_spin_setting_is_read_from_the_environment() -> None:
     import subprocess
     import sys
 
-    code = "from ledgercheck.conformance import wire; print(wire.SPIN_SECONDS)"
+    code = "from ledgercheck.transport import wire; print(wire.SPIN_SECONDS)"
     run = lambda v: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
                                    env={**__import__("os").environ, "LEDGERCHECK_WIRE_SPIN_US": v})
     assert float(run("0").stdout) == 0.0

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import psutil
 import pytest
-from ledgercheck.conformance.client import STDERR_LINE_CHARS, STDERR_LINES, AdapterError, WireClient
+from ledgercheck.transport.client import STDERR_LINE_CHARS, STDERR_LINES, AdapterError, WireClient
 
 TIMEOUT = 0.5
 MARGIN = 4.0  # generous: the machine is shared; what matters is that nothing waits forever

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference.ledger import Ledger
 from ledgercheck.spec import Spec, default_spec, load_spec
+from ledgercheck.transport.protocol import LedgerError
 
 PROCS = Path(__file__).resolve().parent / "procs.py"  # helper processes, run as a script
 

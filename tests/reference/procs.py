@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference.ledger import Ledger
+from ledgercheck.transport.protocol import LedgerError
 
 
 def lock(db: str, seconds: str) -> None:

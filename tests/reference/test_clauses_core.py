@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.spec import default_spec
+from ledgercheck.transport.protocol import LedgerError
 
 T0 = 1000.0
 SPEC = default_spec()

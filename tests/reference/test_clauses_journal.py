@@ -6,8 +6,8 @@ import hashlib
 import json
 from typing import Any
 
-from ledgercheck.conformance.model import fold
 from ledgercheck.reference.ledger import Ledger
+from ledgercheck.spec.rules import fold
 
 T0 = 1000.0
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference.ledger import Ledger
 from ledgercheck.reference.verify import verify
+from ledgercheck.transport.protocol import LedgerError
 
 ITEMS = 200
 

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference.ledger import Ledger, LedgerOpenError
 from ledgercheck.reference.verify import verify
+from ledgercheck.transport.protocol import LedgerError
 
 from ledgercheck.cli import main
 

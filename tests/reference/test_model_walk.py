@@ -17,9 +17,9 @@ import random
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.client import connect
 from ledgercheck.conformance.model import Model
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.client import connect
 
 SEEDS = int(os.environ.get("LEDGERCHECK_WALK_SEEDS", "6"))
 STEPS = 250

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.conformance.protocol import LedgerError
 from ledgercheck.reference import ledger as ledger_mod
 from ledgercheck.reference.ledger import Ledger, LedgerOpenError
 from ledgercheck.reference.schema import recover_filter
 from ledgercheck.reference.verify import verify
+from ledgercheck.transport.protocol import LedgerError
 
 T0 = 1000.0
 

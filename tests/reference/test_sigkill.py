@@ -23,10 +23,10 @@ from typing import Any
 
 import psutil
 import pytest
-from ledgercheck.conformance.model import fold
 from ledgercheck.reference.ledger import CRASH_POINTS, Ledger
 from ledgercheck.reference.pointer import read_pointer
 from ledgercheck.reference.verify import verify
+from ledgercheck.spec.rules import fold
 
 RUNS = int(os.environ.get("LEDGERCHECK_KILL_RUNS", "10"))
 SEED = int(os.environ.get("LEDGERCHECK_KILL_SEED", "20261121"))

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "ledgercheck": "ledgercheck", "ledgercheck.spec": "spec", "ledgercheck.reference": "reference",
     "ledgercheck.conformance": "conformance", "ledgercheck.chaos": "chaos", "ledgercheck.fixtures": "fixtures",
-    "ledgercheck.reports": "reports",
+    "ledgercheck.reports": "reports", "ledgercheck.transport": "transport",
 }
 
 # Cycles present when this test was written, each as the sorted modules of one strongly

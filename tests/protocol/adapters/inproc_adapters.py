@@ -56,7 +56,7 @@ class Malformed(Base):
         return {"work": {"work_id": 5}, "created": "yes"}
 
     def events(self, *, work_id: str) -> Any:
-        from ledgercheck.conformance.protocol import LedgerError
+        from ledgercheck.transport.protocol import LedgerError
 
         raise LedgerError("disk_on_fire", "an invented error code")
 

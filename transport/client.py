@@ -1,7 +1,7 @@
 """Harness-side clients for adapters: in-process Python objects and subprocesses on the wire.
 
 Whatever the adapter does (raises, hangs, dies, prints garbage, answers the wrong id, returns a
-malformed result), a call returns an :class:`~ledgercheck.conformance.model.Outcome`; it never
+malformed result), a call returns an :class:`~ledgercheck.transport.protocol.Outcome`; it never
 raises into the harness and never blocks past its deadline.  Failures that are the adapter's
 fault carry the codes ``timeout``, ``adapter_crashed``, ``protocol_error`` or ``internal``
 (indefinite: the operation may or may not have happened) and a message with the adapter's
@@ -37,8 +37,7 @@ from ledgercheck.spec import Spec, default_spec
 from ledgercheck import PROTOCOL_VERSION
 
 from . import reaper
-from .model import Outcome
-from .protocol import DEFINITE, LedgerError
+from .protocol import DEFINITE, LedgerError, Outcome
 from .wire import LOAD_ERRORS, dumps, loads, result_checker, spin_until_readable
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"

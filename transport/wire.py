@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledgercheck.conformance.protocol import DELIVERY, RECLAIM
 from ledgercheck.spec import Spec
+from ledgercheck.transport.protocol import DELIVERY, RECLAIM
 
 from ledgercheck import PROTOCOL_VERSION
 
