@@ -30,6 +30,7 @@ See docs/selfcheck.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -79,9 +80,10 @@ class Mutant:
         return ":".join((self.family, *self.params))
 
 
-def _tokens(text: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _tokens(text: str) -> tuple[str, ...]:
     text = re.sub(r"(?<=[a-z])-(?=[a-z])", "_", text.lower())
-    return re.findall(r"[a-z0-9_]+", text)
+    return tuple(re.findall(r"[a-z0-9_]+", text))
 
 
 # endings by which a statement names a word ("renew": "renewal", "expire": "expiry", "ack": "acknowledged")
@@ -107,6 +109,11 @@ def _op_terms(spec: Spec, op: str) -> tuple[str, ...]:
 def mentions(statement: str, term: str) -> bool:
     """Whether a clause statement names ``term``: an identifier exactly, or a word with one of
     a few endings ("renew" names "renewal", "close_out" names "close-out", "expire" "expiry")."""
+    return _mentions(statement, term)
+
+
+@functools.lru_cache(maxsize=65536)
+def _mentions(statement: str, term: str) -> bool:
     words = _tokens(statement)
     if "_" in term:
         return term in words
@@ -115,6 +122,7 @@ def mentions(statement: str, term: str) -> bool:
 
 
 REFUSAL_WORDS = ("refused", "refuse", "fails")
+_BY_OP: dict[tuple[str, str], list[Any]] = {}
 
 
 def own_clauses(spec: Spec, op: str | None, subjects: Iterable[str], extra: Iterable[str] = (),
@@ -122,24 +130,46 @@ def own_clauses(spec: Spec, op: str | None, subjects: Iterable[str], extra: Iter
     """The clauses the contract ties to a mutation of ``subjects`` (an error code, a field, an
     argument, a timing's key) in ``op``: those whose statement (or id) names a subject and the
     operation; failing that, those of the operation's profile naming a subject; failing that,
-    any naming a subject.  For a changed refusal, also those naming the operation and a refusal.
+    any naming a subject.  For a changed refusal: every clause naming the code, and those
+    naming the operation and a refusal.
     When nothing names a subject, the clauses naming the operation (its profile's first).
     ``extra`` (the model's owner of a snapshot field) is added."""
     subjects = [s for s in subjects if s]
     text = {c.id: c.statement + " " + c.id.replace(".", " ") for c in spec.clauses}
-    subj = [c for c in spec.clauses if any(mentions(text[c.id], s) for s in subjects)]
+    subj = [c for c in spec.clauses if any(_mentions(text[c.id], s) for s in subjects)]
     chosen = subj
     if op is not None:
         prof = spec.operations[op].profile or "core"
-        by_op = [c for c in spec.clauses if any(mentions(text[c.id], t) for t in _op_terms(spec, op))]
-        chosen = [c for c in subj if c in by_op] or [c for c in subj if c.profile == prof] or subj
-        if refusal:
-            chosen = chosen + [c for c in by_op if c not in chosen and any(mentions(c.statement, w) for w in REFUSAL_WORDS)]
+        key = (spec.digest, op)
+        by_op = _BY_OP.get(key)
+        if by_op is None:
+            by_op = _BY_OP[key] = [c for c in spec.clauses if any(_mentions(text[c.id], t) for t in _op_terms(spec, op))]
+        if refusal:  # every clause naming the code, and those naming the operation and a refusal
+            chosen = subj + [c for c in by_op if c not in subj and any(_mentions(c.statement, w) for w in REFUSAL_WORDS)]
+        else:
+            chosen = [c for c in subj if c in by_op] or [c for c in subj if c.profile == prof] or subj
         if not chosen:
             chosen = [c for c in by_op if c.profile == prof] or by_op
     out = [c.id for c in chosen]
     out += [c for c in extra if c and c not in out]
     return tuple(out)
+
+
+def _forbidden_blames(spec: Spec, op: str) -> tuple[str, ...]:
+    """The clauses the model blames for a forbidden move by ``op`` (its blame table for
+    refused transitions, conformance/model.py), over every pair the table forbids."""
+    from .model import Model
+
+    model = Model(spec)
+    out: list[str] = []
+    for src in spec.statuses:
+        for dst in [*spec.statuses, None]:
+            if dst is not None and spec.allowed(src, dst):
+                continue
+            c = model._forbidden_blame(src, dst, op)
+            if c not in out:
+                out.append(c)
+    return tuple(out) if spec.edges_of(op) else ()
 
 
 def _result_schema(spec: Spec, typ: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -232,11 +262,14 @@ def _generate(spec: Spec) -> list[Mutant]:
     ops = [o for o in spec.operations if o not in ("hello", "reset")]
     types = result_types(spec)
     for op in ops:
-        for i, code in enumerate(codes):
-            own = own_clauses(spec, op, [code], refusal=code != "not_found")
+        for code in codes:
+            extra = _forbidden_blames(spec, op) if code == "invalid_transition" else ()
+            own = own_clauses(spec, op, [code], extra, refusal=code != "not_found")
             out.append(Mutant("refuse_ok", (op, code), own=own, site=("code", op, code),
                               what=f"{op} answers ok where the reference refused it with {code}"))
-            other = codes[(i + 1) % len(codes)]
+            # the code that says what the call names does not exist (an existing item, receipt or
+            # message declared missing); for not_found itself, a malformed argument
+            other = "not_found" if code != "not_found" else "invalid_argument"
             out.append(Mutant("refuse_swap", (op, code, other), own=own, site=("code", op, code),
                               what=f"{op} refuses with {other} where the reference refused it with {code}"))
     # dropped fields: every required field of every result shape an operation returns
@@ -309,7 +342,8 @@ def _generate(spec: Spec) -> list[Mutant]:
             out.append(Mutant("limit", (".".join(path), sign), own=own_clauses(spec, None, [path[-1]]),
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"))
     out += [Mutant(f, (), benign=True, what=BENIGN_WHAT[f]) for f in BENIGN_FAMILIES]
-    out.append(Mutant("benign", ("all",), benign=True, what="every benign rewrite at once (a delay on every 8th answer)"))
+    out.append(Mutant("benign", ("all",), benign=True, what="every benign rewrite at once, optional fields left out and "
+                      "lists of free order reversed too (a delay on every 8th answer)"))
     return out
 
 
@@ -479,6 +513,10 @@ class MutantServer(Server):
         fam = mutant.family
         self.benign = set(BENIGN_FAMILIES) if fam == "benign" else {fam} & set(BENIGN_FAMILIES)
         self.delay_every = 8 if fam == "benign" else 1
+        # all at once: also the optional fields left out and the lists whose order is free reversed
+        every = generate(spec) if fam == "benign" else []
+        self.optional = [m.params for m in every if m.family == "drop_field" and m.benign]
+        self.free_order = {m.params[0] for m in every if m.family == "reorder" and m.benign}
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _note(self, *site: str) -> None:
@@ -612,6 +650,15 @@ class MutantServer(Server):
                 self._fire()
             elif fam == "drop_item" and lst:
                 resp["result"] = lst[:-1]
+                self._fire()
+        if fam == "benign" and ok and op in self.spec.operations and op not in ("hello", "reset"):
+            ret = self.spec.operations[op].returns
+            for shape, fname in self.optional:
+                if self._drop(resp.get("result"), self.defs[ret], ret, shape, fname):
+                    self._fire()
+            lst = resp.get("result")
+            if op in self.free_order and isinstance(lst, list) and len(lst) >= 2:
+                resp["result"] = lst[::-1]
                 self._fire()
         if self.benign:
             resp = self._benign(resp)
