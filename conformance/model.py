@@ -309,6 +309,9 @@ class Model:
             seq = self.spec.first_seq + i
             if a.get("seq") != seq:
                 out.append(Violation("core.event.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
+            if a.get("work_id") != wid:
+                clause = "core.event.append_only" if old else "core.event.one_per_transition"
+                out.append(Violation(clause, f"{wid}: event {seq} in its trail names the item {a.get('work_id')!r}"))
             if a.get("type") != e["type"]:
                 clause = "core.event.append_only" if old else "core.event.types"
                 out.append(Violation(clause, f"{wid}: event {seq} is {a.get('type')!r}, the contract says {e['type']!r}"))

@@ -137,6 +137,9 @@ def own_clauses(spec: Spec, op: str | None, subjects: Iterable[str], extra: Iter
     subjects = [s for s in subjects if s]
     text = {c.id: c.statement + " " + c.id.replace(".", " ") for c in spec.clauses}
     subj = [c for c in spec.clauses if any(_mentions(text[c.id], s) for s in subjects)]
+    if not subj:  # an identifier no clause names: the clauses naming all of its words ("drain_max")
+        subj = [c for c in spec.clauses if any("_" in s and all(_mentions(text[c.id], w) for w in s.split("_"))
+                                               for s in subjects)]
     chosen = subj
     if op is not None:
         prof = spec.operations[op].profile or "core"
@@ -216,6 +219,14 @@ def _event_fields(spec: Spec, op: str) -> list[str]:
     return out
 
 
+def _event_clauses(spec: Spec, op: str) -> list[str]:
+    """The clauses naming an event ``op`` appends: they say what the operation writes."""
+    o = spec.operations[op]
+    names = [o.event] if isinstance(o.event, str) else list((o.event or {}).values())
+    names += [o.intent_event] if o.intent_event else []
+    return [c.id for c in spec.clauses if any(e in _tokens(c.statement) for e in names)]
+
+
 def _order_bearing(spec: Spec, op: str) -> bool:
     """Whether the contract fixes the order of ``op``'s list answer: its result's description
     or a clause naming the operation speaks of order."""
@@ -290,9 +301,10 @@ def _generate(spec: Spec) -> list[Mutant]:
                                       what=f"every {name} answer leaves out its optional field {f}"))
     # altered fields: what each operation writes (event data) and the scalar fields of other answers
     for op in ops:
+        writes = _event_clauses(spec, op)
         for path in _alter_paths(spec, op, types):
             leaf = path.split(".")[-1]
-            extra = [FIELD_OWNER[leaf]] if leaf in FIELD_OWNER else []
+            extra = ([FIELD_OWNER[leaf]] if leaf in FIELD_OWNER else []) + (writes if leaf in _event_fields(spec, op) else [])
             out.append(Mutant("alter", (op, path), own=own_clauses(spec, op, [leaf], extra), site=("value", op, path),
                               what=f"{op}'s answer has {path} changed (type kept)"))
     # lists: reversed, and one element left out
@@ -837,6 +849,17 @@ def _is_slow(case: Any) -> bool:
     return getattr(case.fn, "__module__", "").endswith(".concurrency")
 
 
+def _near_profiles(spec: Spec, mutant: Mutant) -> set[str]:
+    """The profiles of the operations a mutant touches (for a dropped field, those returning
+    its shape): their tests run right after the own clauses' (only the order, for speed)."""
+    ops = [p for p in mutant.params[:1] if p in spec.operations]
+    if mutant.family == "drop_field":
+        defs = result_types(spec)
+        ops = [o for o, op in spec.operations.items() if o not in ("hello", "reset")
+               and any(name == mutant.params[0] for name, _ in _shapes_within(defs[op.returns], defs, op.returns))]
+    return {spec.operations[o].profile or "core" for o in ops}
+
+
 def run_case(h: Any, case: Any) -> Catch | None:
     """Run one clause test as the plugin does; the failure it ended in, if any."""
     from .clauses import NoCheck
@@ -868,19 +891,55 @@ def run_case(h: Any, case: Any) -> Catch | None:
     return None
 
 
+def run_stateful(client: Any, spec: Spec, family: str, seed: int = 1) -> Catch | None:
+    """One stateful machine family (the ``ci`` budget, a fixed seed, no shrinking) as the
+    plugin runs it; the failure it ended in, if any."""
+    from hypothesis import Phase
+
+    from .harness import AdapterFailure, ClauseFailure, Harness, find_exception
+    from .stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
+
+    profiles = machine_profiles(client.profiles, family)
+    if not profiles:
+        return None
+    h = Harness(client, spec, profiles, seed=seed)
+    h.note_unoffered = True
+    machine = make_machine(h, only=family)
+    opts = hypothesis_settings("ci", phases=(Phase.explicit, Phase.generate))
+    try:
+        run_machine(machine, opts, seed)
+    except BaseException as exc:  # noqa: BLE001 - hypothesis wraps failures
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        found = find_exception(exc, ClauseFailure)
+        if found is not None:
+            return Catch(f"stateful::{family}", found.clauses, str(found).splitlines()[-1][:300])
+        failure = find_exception(exc, AdapterFailure)
+        if failure is not None:
+            code = failure.outcome.code
+            return Catch(f"stateful::{family}", [PROTOCOL_OWNER if code == "protocol_error" else f"adapter:{code}"], str(failure)[:300])
+        return Catch(f"stateful::{family}", [f"harness:{type(exc).__name__}"], str(exc)[:300])
+    return None
+
+
 def judge(spec: Spec, mutant: Mutant, *, exhaustive: bool = False, only: Callable[[Any], bool] | None = None,
-          timeout: float = 10.0) -> Verdict:
+          timeout: float = 10.0, stateful: bool = True) -> Verdict:
     """Run the clause tests against ``mutant``: its own clauses' tests first; then, unless one
     of them already named an own clause, the others until one fails (all of them when
-    ``exhaustive`` or when the mutant is benign, which must pass every test)."""
+    ``exhaustive`` or when the mutant is benign, which must pass every test).  When no clause
+    test noticed a non-benign mutant, and for ``benign:all``, the stateful machines run too
+    (``stateful``; they judge each answer before any read-back, with no clause in focus)."""
     from .client import connect
     from .harness import Harness
 
     v = Verdict(mutant.name, mutant.family, mutant.benign, list(mutant.own), mutant.what)
     cases = [c for c in _cases(spec) if only is None or only(c)]
     own = set(mutant.own)
-    ordered = [c for c in cases if c.clause in own] + [c for c in cases if c.clause not in own and not _is_slow(c)] \
-        + [c for c in cases if c.clause not in own and _is_slow(c)]
+    near = _near_profiles(spec, mutant)
+    profile_of = {c.id: c.profile for c in spec.clauses}
+    rest = [c for c in cases if c.clause not in own]
+    ordered = [c for c in cases if c.clause in own] + [c for c in rest if profile_of[c.clause] in near and not _is_slow(c)] \
+        + [c for c in rest if profile_of[c.clause] not in near and not _is_slow(c)] + [c for c in rest if _is_slow(c)]
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ledgercheck-mutant-") as tmp:
         log = os.path.join(tmp, "fired.log")
@@ -899,6 +958,18 @@ def judge(spec: Spec, mutant: Mutant, *, exhaustive: bool = False, only: Callabl
                     continue
                 if v.own_caught or (v.caught and i >= n_own - 1):
                     break
+            if stateful and only is None and (mutant.name == "benign:all" or (not v.caught and not mutant.benign)):
+                from .stateful import FAMILIES
+
+                for family in FAMILIES:
+                    got = run_stateful(client, spec, family)
+                    v.tests_run += 1
+                    if got is not None:
+                        v.catches.append(got)
+                        v.caught = True
+                        v.own_caught = v.own_caught or bool(own & set(got.clauses))
+                        if not mutant.benign:
+                            break
         finally:
             client.close()
         v.fired = os.path.exists(log) and "fired" in Path(log).read_text().split()
@@ -968,8 +1039,13 @@ def _judge_job(job: tuple[str, bool, float]) -> dict[str, Any]:
 
 
 def campaign(spec: Spec, *, names: list[str] | None = None, jobs: int = 1, exhaustive: bool = False,
-             timeout: float = 10.0, progress: Callable[[str], None] | None = None) -> tuple[Figures, list[dict[str, Any]]]:
-    """Observe, then judge every exercised mutant (or those named), ``jobs`` at a time."""
+             timeout: float = 10.0, progress: Callable[[str], None] | None = None,
+             keep: Mapping[str, dict[str, Any]] | None = None) -> tuple[Figures, list[dict[str, Any]]]:
+    """Observe, then judge every exercised mutant (or those named), ``jobs`` at a time.
+
+    ``keep`` (rows of an earlier campaign, by mutant name; ``--resume``) spares judging again a
+    mutant that was caught by one of its own clauses, with the same own clauses, by a clause
+    test: nothing later in a judgement can change that verdict.  Every other mutant is judged."""
     t0 = time.monotonic()
     say = progress or (lambda s: None)
     every = generate(spec)
@@ -982,11 +1058,19 @@ def campaign(spec: Spec, *, names: list[str] | None = None, jobs: int = 1, exhau
     sites, control = observe(spec, timeout)
     rows: list[dict[str, Any]] = []
     todo = []
+    kept = 0
     for m in chosen:
+        old = (keep or {}).get(m.name)
         if m.site is not None and tuple(m.site) not in sites:
             rows.append(asdict(Verdict(m.name, m.family, m.benign, list(m.own), m.what, exercised=False)))
+        elif old is not None and not m.benign and old.get("own_caught") and old.get("own") == list(m.own) \
+                and old.get("fired") and not any(c["test"].startswith("stateful::") for c in old.get("catches", [])):
+            rows.append({**old, "resumed": True})
+            kept += 1
         else:
             todo.append(m.name)
+    if keep is not None:
+        say(f"resume: {kept} verdicts (caught by an own clause) kept from the earlier campaign")
     say(f"control: {len(control)} test(s) flagged; {len(todo)} of {len(chosen)} mutants exercised; judging with {jobs} job(s)")
     results: list[dict[str, Any]] = []
     work = [(n, exhaustive, timeout) for n in todo]
@@ -1078,8 +1162,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--exhaustive", action="store_true", help="run every clause test on every mutant (slow)")
     m.add_argument("--json", default=None, help="write the per-mutant table as JSON here")
     m.add_argument("--markdown", default=None, help="write the figures and the per-mutant table as Markdown here")
+    m.add_argument("--resume", default=None, metavar="JSON",
+                   help="keep the verdicts of mutants an earlier campaign (its --json) saw caught by an own clause")
     m.add_argument("--quiet", action="store_true", help="no progress lines")
     m.set_defaults(func=cmd_mutate)
+
+
+def load_rows(path: str) -> dict[str, dict[str, Any]]:
+    """The per-mutant rows of an earlier campaign's JSON, by mutant name (ValueError naming the
+    file when it is not one)."""
+    from ledgercheck.bounded import InputError, Limits, load_limited
+
+    try:
+        doc = load_limited(path, Limits("mutation campaign file", 64 << 20))
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    rows = doc.get("mutants") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("mutant"), str) for r in rows):
+        raise ValueError(f"{path}: not the JSON of `ledgercheck selfcheck mutate --json` (no list of mutants)")
+    return {r["mutant"]: r for r in rows}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -1122,8 +1223,15 @@ def cmd_mutate(args: argparse.Namespace) -> int:
         return 2
     spec = default_spec()
     say = None if args.quiet else (lambda s: print(s, flush=True))
+    keep = None
+    if args.resume:
+        try:
+            keep = load_rows(args.resume)
+        except ValueError as exc:
+            print(f"ledgercheck selfcheck mutate: {exc}", file=sys.stderr)
+            return 2
     try:
-        figs, rows = campaign(spec, names=args.mutant, jobs=args.jobs, exhaustive=args.exhaustive, progress=say)
+        figs, rows = campaign(spec, names=args.mutant, jobs=args.jobs, exhaustive=args.exhaustive, progress=say, keep=keep)
     except ValueError as exc:
         print(f"ledgercheck selfcheck mutate: {exc}", file=sys.stderr)
         return 2
