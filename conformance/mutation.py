@@ -361,7 +361,7 @@ def _generate(spec: Spec) -> list[Mutant]:
 
 BENIGN_WHAT = {
     "shuffle_keys": "every JSON object in answers has its keys in reverse order",
-    "extra_fields": "every answer and every object in it carries an unknown extra field",
+    "extra_fields": "every answer, error and result object carries an unknown extra field (the caller's own values untouched)",
     "reword": "every error message is reworded (the code and definiteness kept)",
     "omit_definite": "errors leave out `definite` (the code's own definiteness applies)",
     "delay": "every answer is held back 3 ms",
@@ -492,16 +492,6 @@ def _reverse_keys(value: Any) -> Any:
         return {k: _reverse_keys(value[k]) for k in reversed(list(value))}
     if isinstance(value, list):
         return [_reverse_keys(v) for v in value]
-    return value
-
-
-def _extra_fields(value: Any) -> Any:
-    if isinstance(value, dict):
-        out = {k: _extra_fields(v) for k, v in value.items()}
-        out["x_mutant_note"] = "an unknown field the harness must ignore"
-        return out
-    if isinstance(value, list):
-        return [_extra_fields(v) for v in value]
     return value
 
 
@@ -673,7 +663,7 @@ class MutantServer(Server):
                 resp["result"] = lst[::-1]
                 self._fire()
         if self.benign:
-            resp = self._benign(resp)
+            resp = self._benign(op, resp)
         return resp
 
     def _fake_result(self, op: str, args: Mapping[str, Any]) -> Any:
@@ -707,7 +697,22 @@ class MutantServer(Server):
                     done |= self._drop(value[k], sub, name, shape, fname)
         return done
 
-    def _benign(self, resp: dict[str, Any]) -> dict[str, Any]:
+    def _extra(self, value: Any, schema: Mapping[str, Any]) -> None:
+        """An unknown field in every object of the protocol's result shapes (never inside the
+        caller's own values: results, payloads, bodies and event data are data, not protocol)."""
+        schema = _resolve(schema, self.defs)
+        for alt in schema.get("anyOf", []):
+            self._extra(value, alt)
+        if schema.get("type") == "array" and isinstance(value, list):
+            for v in value:
+                self._extra(v, schema["items"])
+        if isinstance(value, dict) and schema.get("properties"):
+            for k, sub in schema["properties"].items():
+                if k in value:
+                    self._extra(value[k], sub)
+            value["x_mutant_note"] = "an unknown field the harness must ignore"
+
+    def _benign(self, op: str, resp: dict[str, Any]) -> dict[str, Any]:
         self.answers += 1
         if "reword" in self.benign and resp.get("ok") is False:
             err = resp["error"]
@@ -718,7 +723,12 @@ class MutantServer(Server):
             resp = {**resp, "error": {k: v for k, v in resp["error"].items() if k != "definite"}}
             self._fire()
         if "extra_fields" in self.benign:
-            resp = _extra_fields(resp)
+            resp = {**resp, "x_mutant_note": "an unknown field the harness must ignore"}
+            if isinstance(resp.get("error"), dict):
+                resp["error"] = {**resp["error"], "x_mutant_note": "ignored"}
+            if resp.get("ok") is True and op in self.spec.operations and op not in ("hello", "reset"):
+                ret = self.spec.operations[op].returns
+                self._extra(resp.get("result"), self.defs[ret])
             self._fire()
         if "shuffle_keys" in self.benign:
             resp = _reverse_keys(resp)
