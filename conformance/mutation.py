@@ -344,9 +344,13 @@ def _generate(spec: Spec) -> list[Mutant]:
         subjects = [p for p in path if p not in ("policy", "by_source", "timeouts", "lease", "retry", "waiting", "phases")]
         subjects += ["source"] if "by_source" in path else []
         subjects += ["deadline"] if "timeouts" in path else []
+        # a duration the contract sets as a minimum ("for at least the retention window") may be longer
+        at_least = any(mentions(c.statement, path[-1]) and "at least" in c.statement.lower() for c in spec.clauses)
         for sign in ("+", "-"):
-            out.append(Mutant("timing", (".".join(path), sign), own=own_clauses(spec, None, subjects),
-                              what=f"the reference runs with {'.'.join(path)} {sign} {QUANTUM:g}s"))
+            benign = at_least and sign == "+"
+            out.append(Mutant("timing", (".".join(path), sign), benign=benign, own=() if benign else own_clauses(spec, None, subjects),
+                              what=f"the reference runs with {'.'.join(path)} {sign} {QUANTUM:g}s"
+                              + (" (the contract sets it as a minimum)" if benign else "")))
     for path in LIMIT_PATHS:
         if _get_path(doc, path) is None:
             continue
