@@ -1085,7 +1085,9 @@ def campaign(spec: Spec, *, names: list[str] | None = None, jobs: int = 1, exhau
             todo.append(m.name)
     if keep is not None:
         say(f"resume: {kept} verdicts (caught by an own clause) kept from the earlier campaign")
-    say(f"control: {len(control)} test(s) flagged; {len(todo)} of {len(chosen)} mutants exercised; judging with {jobs} job(s)")
+    exercised = sum(1 for m in chosen if m.site is None or tuple(m.site) in sites)
+    say(f"control: {len(control)} test(s) flagged; {exercised} of {len(chosen)} mutants exercised; "
+        f"judging {len(todo)} with {jobs} job(s)")
     results: list[dict[str, Any]] = []
     work = [(n, exhaustive, timeout) for n in todo]
     if jobs > 1:
