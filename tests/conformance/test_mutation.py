@@ -75,7 +75,12 @@ def test_generation_follows_the_contract() -> None:
     # a list whose order the contract leaves free may be reversed; one it fixes may not
     reorder = {m.params[0]: m.benign for m in mutants if m.family == "reorder"}
     assert reorder["inbox_drain"] is False and reorder["log_read"] is False and reorder["expire"] is True
-    assert all(m.own for m in mutants if m.family in ("skip_fence", "fold_case", "timing") and m.params[0] != "outbox_mark_sent")
+    assert all(m.own for m in mutants if m.family in ("skip_fence", "fold_case", "timing") and not m.benign
+               and m.params[0] != "outbox_mark_sent")
+    # a duration the contract sets as a minimum may grow, not shrink
+    timing = {m.name: m.benign for m in mutants if m.family == "timing"}
+    assert timing["timing:idempotency.retention:+"] and not timing["timing:idempotency.retention:-"]
+    assert not timing["timing:lease.grace:+"]
 
 
 def test_own_clauses_come_from_the_statements() -> None:
