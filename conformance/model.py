@@ -292,6 +292,9 @@ class Model:
             seq = self.spec.first_seq + i
             if a.get("seq") != seq:
                 out.append(Violation("trail.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
+            if a.get("work_id") != wid:
+                clause = "trail.append_only" if old else "trail.one_per_transition"
+                out.append(Violation(clause, f"{wid}: event {seq} in its trail names the item {a.get('work_id')!r}"))
             if a.get("type") != e["type"]:
                 clause = "trail.append_only" if old else "trail.types"
                 out.append(Violation(clause, f"{wid}: event {seq} is {a.get('type')!r}, the contract says {e['type']!r}"))

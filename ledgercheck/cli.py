@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "ledgercheck.reference.commands",
     "ledgercheck.transport.server",
     "ledgercheck.conformance.commands",
+    "ledgercheck.conformance.mutation",
     "ledgercheck.chaos.commands",
     "ledgercheck.chaos.safety_commands",
     "ledgercheck.chaos.history_commands",

@@ -118,9 +118,9 @@ def test_a_line_shows_the_test_whose_own_violation_names_its_clause() -> None:
                 "message": f"clause violated: {blamed}\n[{blamed.split(',')[0]}] {text}"}
 
     tests = [t("a", "core.transition.corruption", "claim accepted"),
-             t("b", "core.status.terminal, core.event.types", "two things"),
+             t("b", "core.status.terminal, trail.types", "two things"),
              t("c", "core.status.terminal", "requeue of done left it done")]
-    assert blamed_clauses(tests[1]) == ["core.status.terminal", "core.event.types"]
+    assert blamed_clauses(tests[1]) == ["core.status.terminal", "trail.types"]
     assert clearest(tests, "core.status.terminal")["nodeid"] == "c"
     assert clearest(tests[:1], "core.status.terminal")["nodeid"] == "a"
     doc = {"adapter": {"capabilities": {"clock": "wall"}}, "findings": [], "tests": tests[:1],

@@ -1,0 +1,77 @@
+"""The mutation self-check as a figure: what fraction of the reference's generated mutants the
+clause tests catch, how many by their own clause, and that no benign one is flagged.
+
+Mutants are generated from the contract (conformance/mutation.py, docs/selfcheck.md) and served
+through the wire around the reference; the baseline is the control run in the same campaign
+(the unmutated reference through the observing proxy), which must pass every clause test.
+
+Floors: >= 95% of the non-benign mutants that fire are caught; >= 90% of those caught are caught
+by (a failure naming) one of their own clauses; 0 benign mutants flagged.  Exit status 1 when a
+floor is missed.
+
+    python bench/bench_mutation.py --jobs 2                   # every mutant: tens of minutes
+    python bench/bench_mutation.py --family timing --family skip_fence
+    python bench/bench_mutation.py --json out/mutation.json --markdown out/mutation.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ledgercheck.conformance import mutation as M
+from ledgercheck.spec import default_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="mutants judged at once (processes)")
+    ap.add_argument("--family", action="append", default=None, help="only mutants of this family (repeatable)")
+    ap.add_argument("--exhaustive", action="store_true", help="run every clause test on every mutant")
+    ap.add_argument("--json", default=None, help="write the figures and the per-mutant rows here")
+    ap.add_argument("--markdown", default=None, help="write the figures and the per-mutant table here")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        print("bench_mutation: --jobs must be 1 or more", file=sys.stderr)
+        return 2
+    spec = default_spec()
+    names = None
+    if args.family:
+        known = {m.family for m in M.generate(spec)}
+        unknown = sorted(set(args.family) - known)
+        if unknown:
+            print(f"bench_mutation: unknown family {', '.join(unknown)} (known: {', '.join(sorted(known))})", file=sys.stderr)
+            return 2
+        names = [m.name for m in M.generate(spec) if m.family in args.family]
+    t0 = time.monotonic()
+    figs, rows = M.campaign(spec, names=names, jobs=args.jobs, exhaustive=args.exhaustive,
+                            progress=None if args.quiet else (lambda s: print(s, flush=True)))
+    wall = time.monotonic() - t0
+    judged = [r for r in rows if r["exercised"]]
+    per = sum(r["seconds"] for r in judged) / len(judged) if judged else 0.0
+    print()
+    print(M.figures_text(figs))
+    print(f"judging: {len(judged)} mutants in {wall:.0f}s wall with {args.jobs} job(s), {per:.1f}s each on average")
+    survivors = [r for r in rows if r["fired"] and not r["benign"] and not r["caught"]]
+    elsewhere = [r for r in rows if r["fired"] and not r["benign"] and r["caught"] and not r["own_caught"]]
+    flagged = [r for r in rows if r["fired"] and r["benign"] and r["caught"]]
+    for title, group in (("survived", survivors), ("caught by another clause", elsewhere), ("benign but flagged", flagged)):
+        if group:
+            print(f"{title}:")
+            for r in group:
+                first = f" -> {', '.join(r['catches'][0]['clauses'])}" if r["catches"] else ""
+                print(f"  {r['mutant']}{first}  (own: {', '.join(r['own']) or '-'})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"figures": asdict(figs), "mutants": rows}, indent=1) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(M.markdown(figs, rows))
+    return 0 if M.floors_hold(figs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

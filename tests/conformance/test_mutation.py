@@ -1,0 +1,115 @@
+"""The mutation self-check (conformance/mutation.py): mutants of the reference served through the
+wire must be caught by the clause tests, each naming its own clause, and benign ones must not be
+flagged.  The default tests judge a small sample; LEDGERCHECK_MUTATION_FULL=1 runs the whole
+campaign with the floors docs/selfcheck.md states."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from ledgercheck.conformance import mutation as M
+from ledgercheck.spec import default_spec
+
+SPEC = default_spec()
+
+# one mutant of each kind of fault the operators make: a refusal flipped, a returned field
+# altered, a fence skipped, case folded in a key, a timing one quantum off, a drain reordered
+SAMPLE = [
+    "refuse_ok:renew:stale_lease",
+    "alter:claim:lease_expires_at",
+    "skip_fence:close_out:token",
+    "fold_case:create:source_id",
+    "timing:lease.grace:-",
+    "reorder:inbox_drain",
+]
+
+
+@pytest.mark.parametrize("name", SAMPLE)
+def test_sampled_mutant_is_caught_by_its_own_clause(name: str) -> None:
+    m = M.parse_mutant(SPEC, name)
+    assert not m.benign and m.own
+    v = M.judge(SPEC, m)
+    assert v.fired, f"{name} never changed a message"
+    assert v.caught, f"{name} survived {v.tests_run} clause tests"
+    assert v.own_caught, f"{name} was caught by {v.catches[0].clauses} ({v.catches[0].test}), none of its own clauses {m.own}"
+
+
+def test_benign_rewrites_all_at_once_are_not_flagged() -> None:
+    # every benign operator together (key order, extra fields, reworded messages, definite left
+    # out, optional fields left out, lists of free order reversed, delays), over every clause
+    # test but the multi-process ones (the slowest; the full campaign runs them too)
+    v = M.judge(SPEC, M.parse_mutant(SPEC, "benign:all"), only=lambda c: not M._is_slow(c))
+    assert v.fired
+    assert v.tests_run > 400
+    assert not v.caught, [(c.test, c.clauses, c.message) for c in v.catches[:3]]
+
+
+def test_a_survivor_is_reported_as_one() -> None:
+    # the judge is not a rubber stamp: with only tests that cannot see the mutation (creation
+    # tests never renew), a real fault survives and is reported as such
+    v = M.judge(SPEC, M.parse_mutant(SPEC, "refuse_ok:renew:stale_lease"),
+                only=lambda c: c.clause == "core.create.initial")
+    assert v.tests_run >= 1
+    assert not v.caught and not v.own_caught and not v.fired
+
+
+def test_generation_follows_the_contract() -> None:
+    mutants = M.generate(SPEC)
+    names = [m.name for m in mutants]
+    assert len(names) == len(set(names))
+    families = {m.family for m in mutants}
+    assert {"refuse_ok", "refuse_swap", "drop_field", "alter", "reorder", "drop_item", "fold_case", "skip_fence",
+            "claim_last", "timing", "limit", *M.BENIGN_FAMILIES} <= families
+    ops = [o for o in SPEC.operations if o not in ("hello", "reset")]
+    codes = [c for c, d in SPEC.errors.items() if d and c not in M.NO_REFUSAL]
+    assert {m.name for m in mutants if m.family == "refuse_ok"} == {f"refuse_ok:{o}:{c}" for o in ops for c in codes}
+    # every required field of the work snapshot can be dropped; the optional ones are benign
+    assert {m.params[1] for m in mutants if m.family == "drop_field" and m.params[0] == "work"} == set(SPEC.work_fields)
+    assert all(m.benign for m in mutants if m.family == "drop_field" and m.params[1] == "at")
+    # an operation's answer is altered in the fields its events say it writes
+    claim = {m.params[1] for m in mutants if m.family == "alter" and m.params[0] == "claim"}
+    assert claim == {"status", *SPEC.events["claimed"].data}
+    # a list whose order the contract leaves free may be reversed; one it fixes may not
+    reorder = {m.params[0]: m.benign for m in mutants if m.family == "reorder"}
+    assert reorder["inbox_drain"] is False and reorder["log_read"] is False and reorder["expire"] is True
+    assert all(m.own for m in mutants if m.family in ("skip_fence", "fold_case", "timing") and not m.benign
+               and m.params[0] != "outbox_mark_sent")
+    # a duration the contract sets as a minimum may grow, not shrink
+    timing = {m.name: m.benign for m in mutants if m.family == "timing"}
+    assert timing["timing:idempotency.retention:+"] and not timing["timing:idempotency.retention:-"]
+    assert not timing["timing:lease.grace:+"]
+
+
+def test_own_clauses_come_from_the_statements() -> None:
+    assert "lease.acquire" in M.own_clauses(SPEC, "claim", ["lease_expires_at"])
+    assert "lease.renew.grace" in M.own_clauses(SPEC, None, ["grace"])
+    assert "inbox.fifo.per_sender" in M.own_clauses(SPEC, "inbox_drain", ["order"])
+    assert M.own_clauses(SPEC, "renew", ["stale_lease"], refusal=True)[:2] == ("lease.renew.conditions", "lease.renew.grace")
+    assert M.mentions("A renewal by the holder", "renew") and M.mentions("An acknowledged message", "ack")
+    assert not M.mentions("the statuses of the contract", "state")
+
+
+def test_unknown_mutant_is_one_line_and_exit_2() -> None:
+    p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "serve", "--mutant", "flip:nothing"],
+                       input=b"", capture_output=True, timeout=60)
+    assert p.returncode == 2
+    err = p.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "unknown mutant 'flip:nothing'" in err[0]
+    p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "mutate", "--jobs", "0"],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 2 and "--jobs" in p.stderr.decode()
+
+
+@pytest.mark.skipif(os.environ.get("LEDGERCHECK_MUTATION_FULL") != "1",
+                    reason="the full mutation campaign takes minutes: set LEDGERCHECK_MUTATION_FULL=1")
+def test_full_campaign_holds_the_floors() -> None:
+    figs, rows = M.campaign(SPEC, jobs=2)
+    survivors = [r["mutant"] for r in rows if r["fired"] and not r["benign"] and not r["caught"]]
+    flagged = [r["mutant"] for r in rows if r["fired"] and r["benign"] and r["caught"]]
+    assert figs.control_flagged == 0
+    assert figs.benign_flagged == 0, flagged
+    assert figs.caught_fraction >= M.FLOOR_CAUGHT, survivors
+    assert figs.own_fraction >= M.FLOOR_OWN, M.figures_text(figs)
