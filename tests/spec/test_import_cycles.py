@@ -213,3 +213,50 @@ def test_a_listed_cycle_passes_only_while_it_exists(tmp_path: Path, known: bool)
     found = cycles(graph(mods))
     listed = {frozenset({"ledgercheck.spec.x", "ledgercheck.spec.y"})} if known else set()
     assert (found - listed == set()) is known
+
+
+# ------------------------------------------------------------------ layers
+# What each top-level package may import (docs/architecture.md).  spec is the bottom; transport
+# (the protocol's types, client, wire, server, clocks) sits on it alone; the reference, chaos and
+# reports never import the harness; only fixtures (adapters, broken and independent ledgers) may
+# reach everything.  The root package ``ledgercheck`` (the CLI, the version) is outside the layers.
+LAYERS: dict[str, set[str]] = {
+    "spec": set(),
+    "transport": {"spec"},
+    "reports": {"spec"},
+    "reference": {"spec", "transport", "reports"},
+    "chaos": {"spec", "transport", "reports"},
+    "conformance": {"spec", "transport", "reports", "chaos"},
+    "fixtures": {"spec", "transport", "reports", "chaos", "conformance", "reference"},
+}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def layer_violations(g: Mapping[str, set[str]]) -> list[str]:
+    out = []
+    for m, deps in sorted(g.items()):
+        src = _layer(m)
+        for d in sorted(deps):
+            dst = _layer(d)
+            if src and dst and dst != src and dst not in LAYERS[src]:
+                out.append(f"{m} imports {d}: {src} may import only {sorted(LAYERS[src]) or 'nothing of ours'}")
+    return out
+
+
+def test_packages_import_only_downward() -> None:
+    bad = layer_violations(graph(modules()))
+    assert not bad, "\n".join(bad)
+
+
+def test_an_upward_import_is_a_layer_violation(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "reference/ledger.py": "def f():\n    from ledgercheck.conformance.model import fold\n",
+        "conformance/model.py": "from ledgercheck.transport.protocol import Outcome\n",
+        "transport/protocol.py": "X = 1\n",
+    })
+    bad = layer_violations(graph(mods))
+    assert len(bad) == 1 and bad[0].startswith("ledgercheck.reference.ledger imports ledgercheck.conformance.model"), bad
