@@ -397,6 +397,19 @@ def _explicit(h: Harness) -> None:
     check(got["status"] == "done" and got["result"] == {"answer": 42}, "core.close_out.explicit", f"close-out gave {got['status']} {got['result']!r}", h)
 
 
+@case("core.close_out.explicit", "with-reason")
+def _explicit_with_reason(h: Harness) -> None:
+    """``reason`` is an optional argument of close-out: giving one changes nothing but the
+    recorded reason (every status close-out reaches without a guard)."""
+    for status in [t.dst for t in h.spec.edges_of("close_out") if t.src == "running" and not t.guard]:
+        wid = h.create()
+        tok = h.claim(wid)
+        h.do("close_out", work_id=wid, token=tok, status=status, reason="the worker says why")
+        got = h.raw("get", work_id=wid).value
+        check(got["status"] == status, "core.close_out.explicit",
+              f"close-out as {status} with a reason gave {got['status']}", h)
+
+
 @case("core.close_out.explicit", "holder-only")
 def _holder_only(h: Harness) -> None:
     wid = h.create()
