@@ -142,6 +142,13 @@ class Harness:
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
 
     # ------------------------------------------------------------------ lifecycle
+    def start_case(self, clause: str, seed: int | None = None) -> None:
+        """Get ready for one clause test, as the plugin runs it: a fresh ledger, the clause it
+        judges in focus, no operation found not offered yet."""
+        self.unoffered_here = []
+        self.fresh(seed=seed)
+        self.focus = clause
+
     def fresh(self, seed: int | None = None, directory: str | None = None) -> None:
         """A fresh, isolated ledger, a fresh model and a fresh clock.
 

@@ -880,10 +880,8 @@ def run_case(h: Any, case: Any) -> Catch | None:
     from .harness import AdapterFailure, ClauseFailure, DriveBlocked, NotApplicable, NotOffered
     from .plugin import SIDE_FINDING_CLAUSES
 
-    h.unoffered_here = []
     try:
-        h.fresh()
-        h.focus = case.clause
+        h.start_case(case.clause)
         case.fn(h)
     except ClauseFailure as exc:
         return Catch(case.name, exc.clauses, str(exc).splitlines()[-1][:300])

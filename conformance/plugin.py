@@ -485,10 +485,8 @@ class ClauseItem(LedgerItem):
 
     def runtest(self) -> None:
         h = self.sess.harness
-        h.unoffered_here = []
         try:
-            h.fresh()
-            h.focus = self.case.clause
+            h.start_case(self.case.clause)
             self.case.fn(h)
         except NotApplicable as exc:
             h.tolerated = []  # a scenario that does not apply vouches for nothing

@@ -479,9 +479,7 @@ def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> lis
     from .clauses import NoCheck
     from .harness import DriveBlocked, NotOffered
 
-    h.fresh(seed=doc.get("seed", 0))
-    h.focus = case.clause
-    h.unoffered_here = []
+    h.start_case(case.clause, seed=doc.get("seed", 0))
     try:
         case.fn(h)
     except ClauseFailure as exc:

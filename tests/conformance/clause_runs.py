@@ -16,10 +16,8 @@ def clause_test_failures(h: Harness, spec, keep) -> dict[str, list[str]]:
     for case in all_cases(spec):
         if not keep(case):
             continue
-        h.unoffered_here = []
         try:
-            h.fresh()
-            h.focus = case.clause
+            h.start_case(case.clause)
             case.fn(h)
         except ClauseFailure as exc:
             failed.setdefault(case.clause, []).extend(exc.clauses)

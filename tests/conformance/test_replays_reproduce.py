@@ -44,10 +44,8 @@ def _failing_traces(spec: Spec, module: str, out: Path) -> list[tuple[str, str, 
             for case in all_cases(spec):
                 if case.clause != cls.BREAKS:
                     continue
-                h.unoffered_here = []
                 try:
-                    h.fresh()
-                    h.focus = case.clause
+                    h.start_case(case.clause)
                     case.fn(h)
                 except ClauseFailure as exc:
                     path = out / f"{cls.__name__}-{case.name}.json"
