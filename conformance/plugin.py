@@ -614,7 +614,7 @@ class StatefulItem(LedgerItem):
                                        f"same way when the example was replayed)")
                     raise found from None
             except ClauseFailure as exc:
-                self.user_properties.append(("ledger_clause", exc.clauses[0]))
+                self.user_properties.append(("ledger_clause", exc.violations[0].clause))  # the first found: the cause
                 self.user_properties.append(("ledger_counterexample", "\n".join(getattr(exc, "__notes__", []) or []) or str(exc)))
                 sess._harness, keep = h, sess._harness
                 try:
