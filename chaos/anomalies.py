@@ -28,10 +28,10 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, NamedTuple
 
-from .history import Final, History, Meta, Nemesis, Record, no_gc, to_dict
+from .history import EffectRow, Final, History, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work")
@@ -188,7 +188,7 @@ class _Item:
 
 
 _T1 = attrgetter("t1")
-_INVOKE_FIELDS = itemgetter("op", "process", "args", "t", "id")
+_INVOKE_FIELDS = attrgetter("op", "process", "args", "t", "id")
 
 
 def _num(v: Any) -> float | None:
@@ -243,12 +243,13 @@ class _Checker:
         applied = deduplicated = 0
         nemesis, kills = self.nemesis, self.kills
         item = self.item
+        effect_row = EffectRow
         for i in others:
             obj = rows[i]
-            if obj["type"] == "effect":
-                if obj["applied"]:
-                    effects = item(obj["work_id"]).effects
-                    key = obj["key"]
+            if type(obj) is effect_row:
+                if obj.applied:
+                    effects = item(obj.work_id).effects
+                    key = obj.key
                     if key in effects:
                         effects[key].append(i)
                     else:
@@ -257,10 +258,10 @@ class _Checker:
                 else:
                     deduplicated += 1
             else:
-                fault = obj["fault"]
+                fault = obj.fault
                 nemesis[fault] += 1
-                if fault == "kill" and obj.get("process"):
-                    kills[obj["process"]].append((obj["t"], i))
+                if fault == "kill" and obj.process:
+                    kills[obj.process].append((obj.t, i))
         if applied:
             self.counts["effects_applied"] = applied
         if deduplicated:
@@ -282,7 +283,7 @@ class _Checker:
         for ii in invokes:
             obj = rows[ii]
             name, process, args, t0, oid = fields(obj)
-            now = obj.get("now")
+            now = obj.now
             if type(now) is not float:  # the ledger time of the invoke, else of its arguments
                 if now is None:
                     now = args.get("now")
@@ -295,9 +296,9 @@ class _Checker:
                 outcome, t1, r = "indefinite", INF, None
             else:
                 c = rows[ci]
-                outcome = c["outcome"]
-                t1 = c["t"]
-                r = c.get("result")
+                outcome = c.outcome
+                t1 = c.t
+                r = c.result
                 if outcome == "ok":
                     n_ok += 1
                     if type(r) is dict:
@@ -705,7 +706,7 @@ class _Checker:
         for key, effs in it.effects.items():
             if len(effs) < 2:
                 continue
-            if delivery == "at-least-once" or self._rerun_by_operator(it, rows[effs[0]]["t"], rows[effs[1]]["t"]):
+            if delivery == "at-least-once" or self._rerun_by_operator(it, rows[effs[0]].t, rows[effs[1]].t):
                 permitted[len(effs)] += 1
                 continue
             why = (f"the effect {key[:16]} of {it.work_id} was applied {len(effs)} times; "
