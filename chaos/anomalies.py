@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import msgspec
+
 from .history import EffectRow, Final, History, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
@@ -95,24 +97,23 @@ def _line_dict(rec: Record) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- the index
-class Op:
-    """One operation: its invoke and (if any) its completion, by their rows in the history."""
+class Op(msgspec.Struct, gc=False, eq=False):
+    """One operation: its invoke and (if any) its completion, by their rows in the history.  A
+    msgspec struct: the index makes one per operation, and builds it in C (no Python call);
+    eq=False keeps identity comparison and hashing, gc=False because an operation refers only to
+    JSON values (no cycle can go through it)."""
 
-    __slots__ = ("inv", "comp", "name", "process", "args", "t0", "t1", "now", "outcome", "result", "work_id")
-
-    def __init__(self, inv: int, comp: int | None, name: str, process: str, args: dict[str, Any], t0: float,
-                 t1: float, now: float | None, outcome: str, result: Any, work_id: str | None) -> None:
-        self.inv = inv  # the row of the invoke
-        self.comp = comp  # the row of the completion
-        self.name = name
-        self.process = process
-        self.args = args
-        self.t0 = t0
-        self.t1 = t1  # INF for an operation that never completed: it may have taken effect at any later time
-        self.now = now  # the ledger time it was asked at, if known
-        self.outcome = outcome  # ok | refused | indefinite (also for one that never completed)
-        self.result = result
-        self.work_id = work_id
+    inv: int  # the row of the invoke
+    comp: int | None  # the row of the completion
+    name: str
+    process: str
+    args: dict[str, Any]
+    t0: float
+    t1: float  # INF for an operation that never completed: it may have taken effect at any later time
+    now: float | None  # the ledger time it was asked at, if known
+    outcome: str  # ok | refused | indefinite (also for one that never completed)
+    result: Any
+    work_id: str | None
 
     @property
     def ok(self) -> bool:

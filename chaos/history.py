@@ -26,7 +26,7 @@ import gc
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -445,35 +445,43 @@ def _read(data: bytes, name: str) -> History:
         raise HistoryError(name, line(0), f"unsupported history format {meta_row.format!r} (this reader reads {FORMAT})")
     meta: Meta = _build(meta_row, line(0))  # type: ignore[assignment]
     built: dict[int, Record] = {0: meta}
+    ops = _op_rows(rows, name, line)
     final: Final | None = None
+    if type(rows[-1]) is FinalRow:
+        final = built[len(rows) - 1] = _build(rows[-1], line(len(rows) - 1))  # type: ignore[assignment]
+    return History(meta, rows, final, name, numbers, built, ops)
+
+
+def _op_rows(rows: list[Row], name: str, line: Callable[[int], int]) -> OpRows:
+    """Where the operations are, checking the history's shape after its meta record (no second
+    meta record, nothing after the final record, every operation id invoked once and completed at
+    most once after its invoke): raises HistoryError naming the first line where it is wrong."""
     invoked: dict[int, int] = {}  # operation id -> the row of its invoke
     completes: dict[int, int] = {}  # operation id -> the row of its completion
     others: list[int] = []
-    inv, comp, eff, nem = InvokeRow, CompleteRow, EffectRow, NemesisRow
     for idx, row in enumerate(rows):
         cls = type(row)
-        if cls is inv:
+        if cls is InvokeRow:
             i = row.id
             if i in invoked:
                 raise HistoryError(name, line(idx), f"operation id {i} is invoked twice")
             invoked[i] = idx
-        elif cls is comp:
+        elif cls is CompleteRow:
             i = row.id
             if i not in invoked:
                 raise HistoryError(name, line(idx), f"complete of operation id {i} has no earlier invoke")
             if i in completes:
                 raise HistoryError(name, line(idx), f"operation id {i} is completed twice")
             completes[i] = idx
-        elif cls is eff or cls is nem:
-            others.append(idx)
         elif cls is MetaRow:
             if idx:
                 raise HistoryError(name, line(idx), "a second meta record (a history has exactly one, first)")
-        else:  # the final record
-            final = built[idx] = _build(row, line(idx))  # type: ignore[assignment]
+        elif cls is FinalRow:
             if idx + 1 < len(rows):  # anything after it
                 raise HistoryError(name, line(idx + 1), f"a {rows[idx + 1].kind} record after the final record")
-    return History(meta, rows, final, name, numbers, built, OpRows(list(invoked.values()), completes, others))
+        else:
+            others.append(idx)
+    return OpRows(list(invoked.values()), completes, others)
 
 
 def _refusal(exc: msgspec.DecodeError, data: bytes, name: str) -> HistoryError:
