@@ -189,7 +189,8 @@ class _Item:
 
 
 _T1 = attrgetter("t1")
-_INVOKE_FIELDS = attrgetter("op", "process", "args", "t", "id")
+_INVOKE_FIELDS = attrgetter("op", "process", "args", "t", "id", "now")
+_COMPLETE_FIELDS = attrgetter("outcome", "t", "result")
 
 
 def _num(v: Any) -> float | None:
@@ -278,13 +279,13 @@ class _Checker:
         roles = _ROLES
         completion = completes.get
         fields = _INVOKE_FIELDS
+        cfields = _COMPLETE_FIELDS
         nums = (int, float)
         new = _new_tuple
         new_op = Op
         for ii in invokes:
             obj = rows[ii]
-            name, process, args, t0, oid = fields(obj)
-            now = obj.now
+            name, process, args, t0, oid, now = fields(obj)
             if type(now) is not float:  # the ledger time of the invoke, else of its arguments
                 if now is None:
                     now = args.get("now")
@@ -296,10 +297,7 @@ class _Checker:
             if ci is None:
                 outcome, t1, r = "indefinite", INF, None
             else:
-                c = rows[ci]
-                outcome = c.outcome
-                t1 = c.t
-                r = c.result
+                outcome, t1, r = cfields(rows[ci])
                 if outcome == "ok":
                     n_ok += 1
                     if type(r) is dict:
