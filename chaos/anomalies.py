@@ -130,9 +130,9 @@ class Op(msgspec.Struct, gc=False, eq=False):
         return a.get("token", a.get("lease_token"))
 
 
-@dataclass(slots=True)
-class Grant:
-    """One acquisition of an item's lease (claim or resume) that happened."""
+class Grant(msgspec.Struct, gc=False, eq=False):
+    """One acquisition of an item's lease (claim or resume) that happened.  A msgspec struct, as
+    Op: built in C; compared by identity."""
 
     op: Op | None  # None: seen only in a snapshot, no operation of the history is known to have made it
     owner: Any
@@ -143,8 +143,8 @@ class Grant:
     seen: Op | None = None  # for an indefinite grant: the operation whose result showed it
     seen_final: bool = False
     killed: Nemesis | None = None  # its caller was killed then: an in-flight grant was done by that time
-    renewals: list[tuple[float, float, Op]] = field(default_factory=list)  # (completed t, expires, op)
-    releases: list[Op] = field(default_factory=list)
+    renewals: list[tuple[float, float, Op]] = msgspec.field(default_factory=list)  # (completed t, expires, op)
+    releases: list[Op] = msgspec.field(default_factory=list)
 
     @property
     def t_done(self) -> float:
