@@ -211,6 +211,7 @@ class FinalRow(msgspec.Struct, tag_field="type", tag="final", gc=False):
 Row = MetaRow | InvokeRow | CompleteRow | EffectRow | NemesisRow | FinalRow
 _ROWS: dict[str, type[Row]] = {c.kind: c for c in (MetaRow, InvokeRow, CompleteRow, EffectRow, NemesisRow, FinalRow)}
 _DECODE_LINES = msgspec.json.Decoder(Row).decode_lines
+_DECODE_ONE = msgspec.json.Decoder(Row).decode
 
 # type -> (class, required fields with their accepted JSON types, optional fields)
 _NUM = (int, float)
@@ -426,9 +427,9 @@ def _read(data: bytes, name: str) -> History:
     the same one-line message, naming its line, as ever."""
     try:
         rows = _DECODE_LINES(data)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
         _diagnose(data.split(b"\n"), name)  # raises, naming the line and the problem
-        raise _refusal(exc, data, name) from None  # only msgspec refuses it (a key given twice, ...)
+        raise _refusal(data, name) from None  # what only msgspec refuses
     numbers = None  # row i is line i + 1, unless msgspec skipped blank lines
     if len(rows) != data.count(b"\n") + (not data.endswith(b"\n")):
         numbers = [n for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip()]
@@ -484,18 +485,23 @@ def _op_rows(rows: list[Row], name: str, line: Callable[[int], int]) -> OpRows:
     return OpRows(list(invoked.values()), completes, others)
 
 
-def _refusal(exc: msgspec.DecodeError, data: bytes, name: str) -> HistoryError:
-    """msgspec's refusal as a HistoryError naming the line: a validation error names the row
-    (``$[i]``, blank lines not counted), a decoding error the byte."""
-    text = str(exc)
-    m = re.search(r" - at `\$\[(\d+)\]\.?([^`]*)`$", text)
-    if m:
-        rows = [n for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip()]
-        idx = int(m.group(1))
-        where = f" (field {m.group(2)!r})" if m.group(2) else ""
-        return HistoryError(name, rows[idx] if idx < len(rows) else None, f"{text[:m.start()]}{where}")
-    b = re.search(r"\(byte (\d+)\)$", text)
-    return HistoryError(name, data.count(b"\n", 0, int(b.group(1))) + 1 if b else None, f"not JSON ({text})")
+def _refusal(data: bytes, name: str) -> HistoryError:
+    """What msgspec refuses and the record-by-record check lets through (a field given twice, the
+    first time with the wrong type; nesting deeper than Python's recursion limit), as a
+    HistoryError naming the line (found by decoding line by line) and the field."""
+    decode = _DECODE_ONE
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            decode(raw)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            text = str(exc)
+            m = re.search(r" - at `\$\.?([^`]*)`$", text)
+            if m is None:
+                return HistoryError(name, n, f"not JSON ({text})")
+            return HistoryError(name, n, f"{text[:m.start()]}" + (f" (field {m.group(1)!r})" if m.group(1) else ""))
+    return HistoryError(name, None, "the decoder refuses the file, though no line of it alone")
 
 
 @contextmanager

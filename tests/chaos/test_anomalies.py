@@ -671,6 +671,11 @@ FINAL = '{"type":"final","t":9,"items":{}}'
     # decoder's choice), naming the field
     ([META, '{"type":"nemesis","fault":"kill","t":"soon","t":1}'], 2, "(field 't')"),
     (["", META, "", '{"type":"nemesis","fault":"kill","t":"soon","t":1}'], 4, "(field 't')"),
+    # nesting deeper than the decoders go: one line naming it, never a traceback
+    ([META, '{"type":"invoke","id":1,"process":"w1","op":"claim","args":{"x":' + "[" * 1010 + "]" * 1010 + '},"t":0.1}'],
+     2, "not JSON"),
+    ([META, '{"type":"invoke","id":1,"process":"w1","op":"claim","args":{"x":' + "[" * 5000 + "]" * 5000 + '},"t":0.1}'],
+     2, "not JSON"),
 ])
 def test_malformed_histories_are_refused_with_one_line(tmp_path: Path, lines: list[str], line: int | None,
                                                        problem: str) -> None:
