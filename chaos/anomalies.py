@@ -176,16 +176,15 @@ class Snap(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-class _Item:
-    __slots__ = ("work_id", "ops", "snaps", "creates", "effects", "final")
+class _Item(msgspec.Struct, gc=False, eq=False):
+    """What the history shows of one item (a struct: built in C)."""
 
-    def __init__(self, work_id: str) -> None:
-        self.work_id = work_id
-        self.final: dict[str, Any] | None = None  # the final read's snapshot
-        self.ops: list[Op] = []
-        self.snaps: list[Snap] = []
-        self.creates: list[Op] = []
-        self.effects: dict[str, list[int]] = {}  # key -> the rows of its applied effects
+    work_id: str
+    final: dict[str, Any] | None = None  # the final read's snapshot
+    ops: list[Op] = msgspec.field(default_factory=list)
+    snaps: list[Snap] = msgspec.field(default_factory=list)
+    creates: list[Op] = msgspec.field(default_factory=list)
+    effects: dict[str, list[int]] = msgspec.field(default_factory=dict)  # key -> the rows of its applied effects
 
 
 _T1 = attrgetter("t1")
