@@ -29,7 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -163,17 +163,14 @@ class Grant(msgspec.Struct, gc=False, eq=False):
         return tuple(ops)
 
 
-class Snap(NamedTuple):
-    """An item's snapshot as an operation (or the final read) returned it.  A tuple: the index
-    makes one for nearly every operation, and builds it with ``tuple.__new__`` (no Python call)."""
+class Snap(msgspec.Struct, gc=False, eq=False):
+    """An item's snapshot as an operation (or the final read) returned it.  A struct: the index
+    makes one for nearly every operation, and builds it in C, untracked by the collector."""
 
     work: Mapping[str, Any]
     op: Op | None  # None: the final read
     t0: float
     t1: float
-
-
-_new_tuple = tuple.__new__
 
 
 class _Item(msgspec.Struct, gc=False, eq=False):
@@ -280,8 +277,8 @@ class _Checker:
         fields = _INVOKE_FIELDS
         cfields = _COMPLETE_FIELDS
         nums = (int, float)
-        new = _new_tuple
         new_op = Op
+        new_snap = Snap
         for ii in invokes:
             obj = rows[ii]
             name, process, args, t0, oid, now = fields(obj)
@@ -319,7 +316,7 @@ class _Checker:
                 it = items.get(w_id)
                 if it is None:
                     it = items[w_id] = _Item(w_id)
-                it.snaps.append(new(Snap, (work, op, t0, t1)))
+                it.snaps.append(new_snap(work, op, t0, t1))
             elif outcome == "ok":
                 if r is None:
                     if name == "claim":
@@ -327,7 +324,7 @@ class _Checker:
                 elif name == "list" and type(r) is list:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
-                            item(w["work_id"]).snaps.append(new(Snap, (w, op, t0, t1)))
+                            item(w["work_id"]).snaps.append(new_snap(w, op, t0, t1))
             if name in roles:
                 role = roles[name]
                 if role & 1:
