@@ -28,10 +28,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from operator import attrgetter
+from typing import Any
 
-from .history import Final, History, Meta, Nemesis, Record, no_gc, to_dict
+import msgspec
+
+from .history import EffectRow, Final, History, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work")
@@ -97,24 +99,23 @@ def _line_dict(rec: Record) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- the index
-class Op:
-    """One operation: its invoke and (if any) its completion, by their rows in the history."""
+class Op(msgspec.Struct, gc=False, eq=False):
+    """One operation: its invoke and (if any) its completion, by their rows in the history.  A
+    msgspec struct: the index makes one per operation, and builds it in C (no Python call);
+    eq=False keeps identity comparison and hashing, gc=False because an operation refers only to
+    JSON values (no cycle can go through it)."""
 
-    __slots__ = ("inv", "comp", "name", "process", "args", "t0", "t1", "now", "outcome", "result", "work_id")
-
-    def __init__(self, inv: int, comp: int | None, name: str, process: str, args: dict[str, Any], t0: float,
-                 t1: float, now: float | None, outcome: str, result: Any, work_id: str | None) -> None:
-        self.inv = inv  # the row of the invoke
-        self.comp = comp  # the row of the completion
-        self.name = name
-        self.process = process
-        self.args = args
-        self.t0 = t0
-        self.t1 = t1  # INF for an operation that never completed: it may have taken effect at any later time
-        self.now = now  # the ledger time it was asked at, if known
-        self.outcome = outcome  # ok | refused | indefinite (also for one that never completed)
-        self.result = result
-        self.work_id = work_id
+    inv: int  # the row of the invoke
+    comp: int | None  # the row of the completion
+    name: str
+    process: str
+    args: dict[str, Any]
+    t0: float
+    t1: float  # INF for an operation that never completed: it may have taken effect at any later time
+    now: float | None  # the ledger time it was asked at, if known
+    outcome: str  # ok | refused | indefinite (also for one that never completed)
+    result: Any
+    work_id: str | None
 
     @property
     def ok(self) -> bool:
@@ -131,9 +132,9 @@ class Op:
         return a.get("token", a.get("lease_token"))
 
 
-@dataclass(slots=True)
-class Grant:
-    """One acquisition of an item's lease (claim or resume) that happened."""
+class Grant(msgspec.Struct, gc=False, eq=False):
+    """One acquisition of an item's lease (claim or resume) that happened.  A msgspec struct, as
+    Op: built in C; compared by identity."""
 
     op: Op | None  # None: seen only in a snapshot, no operation of the history is known to have made it
     owner: Any
@@ -144,8 +145,8 @@ class Grant:
     seen: Op | None = None  # for an indefinite grant: the operation whose result showed it
     seen_final: bool = False
     killed: Nemesis | None = None  # its caller was killed then: an in-flight grant was done by that time
-    renewals: list[tuple[float, float, Op]] = field(default_factory=list)  # (completed t, expires, op)
-    releases: list[Op] = field(default_factory=list)
+    renewals: list[tuple[float, float, Op]] = msgspec.field(default_factory=list)  # (completed t, expires, op)
+    releases: list[Op] = msgspec.field(default_factory=list)
 
     @property
     def t_done(self) -> float:
@@ -164,9 +165,9 @@ class Grant:
         return tuple(ops)
 
 
-class Snap(NamedTuple):
-    """An item's snapshot as an operation (or the final read) returned it.  A tuple: the index
-    makes one for nearly every operation, and builds it with ``tuple.__new__`` (no Python call)."""
+class Snap(msgspec.Struct, gc=False, eq=False):
+    """An item's snapshot as an operation (or the final read) returned it.  A struct: the index
+    makes one for nearly every operation, and builds it in C, untracked by the collector."""
 
     work: Mapping[str, Any]
     op: Op | None  # None: the final read
@@ -174,23 +175,20 @@ class Snap(NamedTuple):
     t1: float
 
 
-_new_tuple = tuple.__new__
+class _Item(msgspec.Struct, gc=False, eq=False):
+    """What the history shows of one item (a struct: built in C)."""
 
-
-class _Item:
-    __slots__ = ("work_id", "ops", "snaps", "creates", "effects", "final")
-
-    def __init__(self, work_id: str) -> None:
-        self.work_id = work_id
-        self.final: dict[str, Any] | None = None  # the final read's snapshot
-        self.ops: list[Op] = []
-        self.snaps: list[Snap] = []
-        self.creates: list[Op] = []
-        self.effects: dict[str, list[int]] = {}  # key -> the rows of its applied effects
+    work_id: str
+    final: dict[str, Any] | None = None  # the final read's snapshot
+    ops: list[Op] = msgspec.field(default_factory=list)
+    snaps: list[Snap] = msgspec.field(default_factory=list)
+    creates: list[Op] = msgspec.field(default_factory=list)
+    effects: dict[str, list[int]] = msgspec.field(default_factory=dict)  # key -> the rows of its applied effects
 
 
 _T1 = attrgetter("t1")
-_INVOKE_FIELDS = itemgetter("op", "process", "args", "t", "id")
+_INVOKE_FIELDS = attrgetter("op", "process", "args", "t", "id", "now")
+_COMPLETE_FIELDS = attrgetter("outcome", "t", "result")
 
 
 def _num(v: Any) -> float | None:
@@ -248,12 +246,13 @@ class _Checker:
         applied = deduplicated = 0
         nemesis, kills = self.nemesis, self.kills
         item = self.item
+        effect_row = EffectRow
         for i in others:
             obj = rows[i]
-            if obj["type"] == "effect":
-                if obj["applied"]:
-                    effects = item(obj["work_id"]).effects
-                    key = obj["key"]
+            if type(obj) is effect_row:
+                if obj.applied:
+                    effects = item(obj.work_id).effects
+                    key = obj.key
                     if key in effects:
                         effects[key].append(i)
                     else:
@@ -262,12 +261,12 @@ class _Checker:
                 else:
                     deduplicated += 1
             else:
-                fault = obj["fault"]
+                fault = obj.fault
                 nemesis[fault] += 1
-                if obj["t"] > self.last_fault_t:
-                    self.last_fault_t = obj["t"]
-                if fault == "kill" and obj.get("process"):
-                    kills[obj["process"]].append((obj["t"], i))
+                if obj.t > self.last_fault_t:
+                    self.last_fault_t = obj.t
+                if fault == "kill" and obj.process:
+                    kills[obj.process].append((obj.t, i))
         if applied:
             self.counts["effects_applied"] = applied
         if deduplicated:
@@ -283,13 +282,13 @@ class _Checker:
         roles = _ROLES
         completion = completes.get
         fields = _INVOKE_FIELDS
+        cfields = _COMPLETE_FIELDS
         nums = (int, float)
-        new = _new_tuple
         new_op = Op
+        new_snap = Snap
         for ii in invokes:
             obj = rows[ii]
-            name, process, args, t0, oid = fields(obj)
-            now = obj.get("now")
+            name, process, args, t0, oid, now = fields(obj)
             if type(now) is not float:  # the ledger time of the invoke, else of its arguments
                 if now is None:
                     now = args.get("now")
@@ -301,10 +300,7 @@ class _Checker:
             if ci is None:
                 outcome, t1, r = "indefinite", INF, None
             else:
-                c = rows[ci]
-                outcome = c["outcome"]
-                t1 = c["t"]
-                r = c.get("result")
+                outcome, t1, r = cfields(rows[ci])
                 if outcome == "ok":
                     n_ok += 1
                     if type(r) is dict:
@@ -327,7 +323,7 @@ class _Checker:
                 it = items.get(w_id)
                 if it is None:
                     it = items[w_id] = _Item(w_id)
-                it.snaps.append(new(Snap, (work, op, t0, t1)))
+                it.snaps.append(new_snap(work, op, t0, t1))
             elif outcome == "ok":
                 if r is None:
                     if name == "claim":
@@ -335,7 +331,7 @@ class _Checker:
                 elif name == "list" and type(r) is list:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
-                            item(w["work_id"]).snaps.append(new(Snap, (w, op, t0, t1)))
+                            item(w["work_id"]).snaps.append(new_snap(w, op, t0, t1))
             if name in roles:
                 role = roles[name]
                 if role & 1:
@@ -712,7 +708,7 @@ class _Checker:
         for key, effs in it.effects.items():
             if len(effs) < 2:
                 continue
-            if delivery == "at-least-once" or self._rerun_by_operator(it, rows[effs[0]]["t"], rows[effs[1]]["t"]):
+            if delivery == "at-least-once" or self._rerun_by_operator(it, rows[effs[0]].t, rows[effs[1]].t):
                 permitted[len(effs)] += 1
                 continue
             why = (f"the effect {key[:16]} of {it.work_id} was applied {len(effs)} times; "

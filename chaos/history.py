@@ -17,20 +17,24 @@ record is one ``O_APPEND`` write), provided each process is given its own ``id_o
 :func:`load_history` refuses malformed input with one line naming ``file:line`` and the
 problem (:class:`HistoryError`): a file or line over the size limits, bad JSON, an unknown
 record type, a missing or mistyped field, a second meta or final, an operation id used twice,
-a ``complete`` with no ``invoke`` (or a second one).
+a ``complete`` with no ``invoke`` (or a second one).  It decodes and validates every line in C
+with msgspec, into one row struct per record (:data:`Row`); record objects (the dataclasses
+below) are built from rows only when asked for.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
+import msgspec
 import orjson
 
 FORMAT = "ledgercheck-history/1"
@@ -140,6 +144,77 @@ class Final:
 
 Record = Meta | Invoke | Complete | Effect | Nemesis | Final
 
+
+# ---------------------------------------------------------------------------- rows (the wire)
+# What load_history keeps of each line: a msgspec Struct per record type, decoded and validated in
+# C by msgspec (one tagged union on the "type" field).  They hold the same fields with the same
+# accepted JSON types as the records above and as _SCHEMA below (int | float keeps an integer an
+# integer; bool is neither int nor float to msgspec, as to the checks below); fields the format
+# does not name are skipped, as from_dict skips them.  gc=False: a row holds only JSON values, so it
+# is never part of a cycle and the collector need not track it.
+class MetaRow(msgspec.Struct, tag_field="type", tag="meta", gc=False):
+    kind: ClassVar[str] = "meta"
+    format: str
+    adapter: dict[str, Any]
+    declared: dict[str, Any]
+    timings: dict[str, Any]
+    seed: int | None = None
+    workers: int | None = None
+    items: int | None = None
+    nemesis: dict[str, Any] | None = None
+
+
+class InvokeRow(msgspec.Struct, tag_field="type", tag="invoke", gc=False):
+    kind: ClassVar[str] = "invoke"
+    id: int
+    process: str
+    op: str
+    args: dict[str, Any]
+    t: int | float
+    now: int | float | None = None
+
+
+class CompleteRow(msgspec.Struct, tag_field="type", tag="complete", gc=False):
+    kind: ClassVar[str] = "complete"
+    id: int
+    process: str
+    op: str
+    outcome: Literal["ok", "refused", "indefinite"]
+    t: int | float
+    result: Any = None
+    error: Any = None
+
+
+class EffectRow(msgspec.Struct, tag_field="type", tag="effect", gc=False):
+    kind: ClassVar[str] = "effect"
+    process: str
+    work_id: str
+    key: str
+    applied: bool
+    t: int | float
+    count: int | None = None
+
+
+class NemesisRow(msgspec.Struct, tag_field="type", tag="nemesis", gc=False):
+    kind: ClassVar[str] = "nemesis"
+    fault: str
+    t: int | float
+    process: str | None = None
+    point: Any = None
+
+
+class FinalRow(msgspec.Struct, tag_field="type", tag="final", gc=False):
+    kind: ClassVar[str] = "final"
+    t: int | float
+    items: dict[str, Any]
+    recovery: dict[str, Any] | None = None
+
+
+Row = MetaRow | InvokeRow | CompleteRow | EffectRow | NemesisRow | FinalRow
+_ROWS: dict[str, type[Row]] = {c.kind: c for c in (MetaRow, InvokeRow, CompleteRow, EffectRow, NemesisRow, FinalRow)}
+_DECODE_LINES = msgspec.json.Decoder(Row).decode_lines
+_DECODE_ONE = msgspec.json.Decoder(Row).decode
+
 # type -> (class, required fields with their accepted JSON types, optional fields)
 _NUM = (int, float)
 _SCHEMA: dict[str, tuple[type, dict[str, tuple[type, ...]], dict[str, tuple[type, ...]]]] = {
@@ -200,14 +275,19 @@ def from_dict(obj: Mapping[str, Any], line: int = 0, path: str = "<history>") ->
 _FIELDS = {kind: (cls, (*required, *optional)) for kind, (cls, required, optional) in _SCHEMA.items()}
 
 
-def _build(obj: Mapping[str, Any], line: int) -> Record:
-    """The record of a JSON object already validated (as every row of a History is): what
-    from_dict builds, without checking again."""
-    cls, names = _FIELDS[obj["type"]]
-    kwargs = {name: obj[name] for name in names if name in obj}
-    if cls is Final and kwargs.get("recovery") is None:
+def _build(row: Row, line: int) -> Record:
+    """The record of a row (already validated, as every row of a History is): what from_dict
+    builds, without checking again."""
+    cls, names = _FIELDS[row.kind]
+    kwargs = {name: getattr(row, name) for name in names}
+    if cls is Final and kwargs["recovery"] is None:
         kwargs["recovery"] = {}
     return cls(line=line, **kwargs)
+
+
+def _row(rec: Record) -> Row:
+    """The row of a record (what load_history would keep of its line)."""
+    return _ROWS[rec.type](**{name: getattr(rec, name) for name in _FIELDS[rec.type][1]})
 
 
 # ------------------------------------------------------------------------------------ history
@@ -220,7 +300,7 @@ class OpRows(NamedTuple):
 class History:
     """A whole history: the meta record, every record in file order, the final record.
 
-    ``rows`` holds each record's JSON object, validated, in file order.  Record objects are built
+    ``rows`` holds each record's row (a :data:`Row` struct, validated), in file order.  Record objects are built
     from them when asked for (:meth:`record`, :attr:`records`), once each, so the same row always
     gives the same object: the checker reads the rows and builds records only for the excerpts
     it reports.
@@ -228,7 +308,7 @@ class History:
 
     __slots__ = ("meta", "final", "path", "rows", "_lines", "_built", "_ops")
 
-    def __init__(self, meta: Meta, rows: list[dict[str, Any]], final: Final | None, path: str = "<history>",
+    def __init__(self, meta: Meta, rows: list[Row], final: Final | None, path: str = "<history>",
                  lines: list[int] | None = None, built: dict[int, Record] | None = None,
                  ops: OpRows | None = None) -> None:
         self.meta = meta
@@ -247,11 +327,11 @@ class History:
             completes: dict[int, int] = {}
             others: list[int] = []
             for i, obj in enumerate(self.rows):
-                kind = obj["type"]
+                kind = obj.kind
                 if kind == "invoke":
                     invokes.append(i)
                 elif kind == "complete":
-                    completes[obj["id"]] = i
+                    completes[obj.id] = i  # type: ignore[union-attr]
                 elif kind == "effect" or kind == "nemesis":
                     others.append(i)
             self._ops = OpRows(invokes, completes, others)
@@ -278,7 +358,7 @@ class History:
         """A history from records or their JSON objects, validated like a file."""
         recs = [r if not isinstance(r, Mapping) else from_dict(r, i + 1, path) for i, r in enumerate(records)]
         meta, final = _validate(recs, path)
-        return cls(meta, [to_dict(r) for r in recs], final, path, [r.line or i + 1 for i, r in enumerate(recs)],
+        return cls(meta, [_row(r) for r in recs], final, path, [r.line or i + 1 for i, r in enumerate(recs)],
                    dict(enumerate(recs)))
 
 
@@ -331,12 +411,99 @@ def load_history(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTE
         raise HistoryError(name, None, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # grew after the size was taken
         raise HistoryError(name, None, f"file is over the limit of {max_bytes} bytes")
-    lines = data.split(b"\n")
-    if len(data) > max_line and max(map(len, lines)) > max_line:  # no line is longer than the file
-        n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
-        raise HistoryError(name, n, f"line is {len(lines[n - 1])} bytes, over the limit of {max_line}")
+    if len(data) > max_line:  # no line is longer than the file
+        lines = data.split(b"\n")
+        if max(map(len, lines)) > max_line:
+            n = next(i for i, raw in enumerate(lines, start=1) if len(raw) > max_line)
+            raise HistoryError(name, n, f"line is {len(lines[n - 1])} bytes, over the limit of {max_line}")
     with no_gc():
-        return _read(lines, name)
+        return _read(data, name)
+
+
+def _read(data: bytes, name: str) -> History:
+    """Parse and validate every record in one C-level pass (msgspec decodes each line into its
+    row struct, checking every field's presence and type and the record type), then check the
+    history's shape: a meta record first (of this format), an operation id invoked once and
+    completed at most once after its invoke, nothing after the final record.  Whatever msgspec
+    refuses is named by :func:`_diagnose`, the reader's record-by-record check, so a bad file gets
+    the same one-line message, naming its line, as ever."""
+    try:
+        rows = _DECODE_LINES(data)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
+        _diagnose(data.split(b"\n"), name)  # raises, naming the line and the problem
+        raise _refusal(data, name) from None  # what only msgspec refuses
+    numbers = None  # row i is line i + 1, unless msgspec skipped blank lines
+    if len(rows) != data.count(b"\n") + (not data.endswith(b"\n")):
+        numbers = [n for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip()]
+
+    def line(idx: int) -> int:
+        return idx + 1 if numbers is None else numbers[idx]
+
+    if not rows:
+        raise HistoryError(name, None, "empty history (no meta record)")
+    meta_row = rows[0]
+    if type(meta_row) is not MetaRow:
+        raise HistoryError(name, line(0), "the history does not start with a meta record")
+    if meta_row.format != FORMAT:
+        raise HistoryError(name, line(0), f"unsupported history format {meta_row.format!r} (this reader reads {FORMAT})")
+    meta: Meta = _build(meta_row, line(0))  # type: ignore[assignment]
+    built: dict[int, Record] = {0: meta}
+    ops = _op_rows(rows, name, line)
+    final: Final | None = None
+    if type(rows[-1]) is FinalRow:
+        final = built[len(rows) - 1] = _build(rows[-1], line(len(rows) - 1))  # type: ignore[assignment]
+    return History(meta, rows, final, name, numbers, built, ops)
+
+
+def _op_rows(rows: list[Row], name: str, line: Callable[[int], int]) -> OpRows:
+    """Where the operations are, checking the history's shape after its meta record (no second
+    meta record, nothing after the final record, every operation id invoked once and completed at
+    most once after its invoke): raises HistoryError naming the first line where it is wrong."""
+    invoked: dict[int, int] = {}  # operation id -> the row of its invoke
+    completes: dict[int, int] = {}  # operation id -> the row of its completion
+    others: list[int] = []
+    for idx, row in enumerate(rows):
+        cls = type(row)
+        if cls is InvokeRow:
+            i = row.id
+            if i in invoked:
+                raise HistoryError(name, line(idx), f"operation id {i} is invoked twice")
+            invoked[i] = idx
+        elif cls is CompleteRow:
+            i = row.id
+            if i not in invoked:
+                raise HistoryError(name, line(idx), f"complete of operation id {i} has no earlier invoke")
+            if i in completes:
+                raise HistoryError(name, line(idx), f"operation id {i} is completed twice")
+            completes[i] = idx
+        elif cls is MetaRow:
+            if idx:
+                raise HistoryError(name, line(idx), "a second meta record (a history has exactly one, first)")
+        elif cls is FinalRow:
+            if idx + 1 < len(rows):  # anything after it
+                raise HistoryError(name, line(idx + 1), f"a {rows[idx + 1].kind} record after the final record")
+        else:
+            others.append(idx)
+    return OpRows(list(invoked.values()), completes, others)
+
+
+def _refusal(data: bytes, name: str) -> HistoryError:
+    """What msgspec refuses and the record-by-record check lets through (a field given twice, the
+    first time with the wrong type; nesting deeper than Python's recursion limit), as a
+    HistoryError naming the line (found by decoding line by line) and the field."""
+    decode = _DECODE_ONE
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            decode(raw)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            text = str(exc)
+            m = re.search(r" - at `\$\.?([^`]*)`$", text)
+            if m is None:
+                return HistoryError(name, n, f"not JSON ({text})")
+            return HistoryError(name, n, f"{text[:m.start()]}" + (f" (field {m.group(1)!r})" if m.group(1) else ""))
+    return HistoryError(name, None, "the decoder refuses the file, though no line of it alone")
 
 
 @contextmanager
@@ -390,14 +557,12 @@ def _parse(lines: list[bytes], name: str) -> tuple[list[Any], list[int] | None]:
     return values, numbers
 
 
-def _read(lines: list[bytes], name: str) -> History:
-    """Parse and validate.  Invokes, completes, effects and nemesis records (nearly every line)
-    take a fast path with the same checks from_dict makes, and stay plain JSON objects (History
-    builds records from them when asked); anything else, or anything odd, goes through
-    from_dict, which names the problem.  The loop does only what each record needs: the line
-    number is worked out when a problem is named, and the two checks of the history's shape
-    that concern one record (a meta record first, nothing after the final record) are made
-    once, where that record is."""
+def _diagnose(lines: list[bytes], name: str) -> None:
+    """Name what is wrong with a history msgspec refused, record by record in file order (the
+    reader's checks written out in Python: the same checks as the row structs and _read make, with
+    a message for each): raises HistoryError naming the first bad line.  Invokes, completes,
+    effects and nemesis records take a fast path with the same checks from_dict makes; anything
+    else, or anything odd, goes through from_dict, which names the problem."""
     rows, numbers = _parse(lines, name)
 
     def line(idx: int) -> int:
@@ -411,7 +576,6 @@ def _read(lines: list[bytes], name: str) -> History:
     completes: dict[int, int] = {}  # operation id -> the row of its completion
     others: list[int] = []
     meta: Meta | None = None
-    final: Final | None = None
     nums = _NUMS
     outcomes = OUTCOMES
     for idx, obj in enumerate(rows):
@@ -476,7 +640,6 @@ def _read(lines: list[bytes], name: str) -> History:
             elif meta is None:
                 raise HistoryError(name, line(idx), "the history does not start with a meta record")
             elif kind == "final":
-                final = rec  # type: ignore[assignment]
                 if idx + 1 < len(rows):  # anything after it
                     nxt = rows[idx + 1]
                     if type(nxt) is not dict:
@@ -485,7 +648,6 @@ def _read(lines: list[bytes], name: str) -> History:
                     raise HistoryError(name, line(idx + 1), f"a {nxt.get('type')} record after the final record")
     if meta is None:
         raise HistoryError(name, None, "empty history (no meta record)")
-    return History(meta, rows, final, name, numbers, built, OpRows(list(invoked.values()), completes, others))
 
 
 _FAST = ("invoke", "complete", "effect", "nemesis")  # the record types _read checks on its fast path

@@ -667,6 +667,15 @@ FINAL = '{"type":"final","t":9,"items":{}}'
     ([META, INV, COMP, COMP], 4, "operation id 1 is completed twice"),
     ([META, '{"type":"nemesis","fault":"kill","process":3,"t":1}'], 2, "nemesis field 'process' has the wrong type"),
     ([META, '{"type":"nemesis","fault":"kill","t":true}'], 2, "nemesis field 't' has the wrong type (bool)"),
+    # a field given twice, the first time with the wrong type: refused (which one counts is the
+    # decoder's choice), naming the field
+    ([META, '{"type":"nemesis","fault":"kill","t":"soon","t":1}'], 2, "(field 't')"),
+    (["", META, "", '{"type":"nemesis","fault":"kill","t":"soon","t":1}'], 4, "(field 't')"),
+    # nesting deeper than the decoders go: one line naming it, never a traceback
+    ([META, '{"type":"invoke","id":1,"process":"w1","op":"claim","args":{"x":' + "[" * 1010 + "]" * 1010 + '},"t":0.1}'],
+     2, "not JSON"),
+    ([META, '{"type":"invoke","id":1,"process":"w1","op":"claim","args":{"x":' + "[" * 5000 + "]" * 5000 + '},"t":0.1}'],
+     2, "not JSON"),
 ])
 def test_malformed_histories_are_refused_with_one_line(tmp_path: Path, lines: list[str], line: int | None,
                                                        problem: str) -> None:
@@ -676,6 +685,13 @@ def test_malformed_histories_are_refused_with_one_line(tmp_path: Path, lines: li
     msg = str(e.value)
     assert "\n" not in msg and problem in msg
     assert msg.startswith(f"{p}:{line}:" if line else f"{p}:")
+
+
+def test_blank_lines_are_skipped_and_records_keep_their_file_lines(tmp_path: Path) -> None:
+    p = _write(tmp_path, ["", META, "  ", INV, "", COMP, FINAL])
+    h = load_history(p)
+    assert [(r.type, r.line) for r in h.records] == [("meta", 2), ("invoke", 4), ("complete", 6), ("final", 7)]
+    assert check(h).counts["op_ok"] == 1
 
 
 def test_size_and_line_limits(tmp_path: Path) -> None:
