@@ -97,7 +97,7 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
     return p
 
 
-MAX_STEPS = 10_000  # a recorded run has at most a few hundred (a stateful example: 100 steps)
+MAX_STEPS = 100_000  # a virtual-clock run records a few hundred; a wall-clock one that waits out a budget, ten thousand and more
 MAX_SECONDS = 1e9  # how far from the run's start a "$t" instant may be (about 31 years)
 HARNESS_OPS = ("hello", "reset")  # sent by the harness itself; a trace step may not name them
 HARNESS_STEPS = ("reopen",)

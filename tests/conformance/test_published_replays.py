@@ -31,6 +31,8 @@ from ledgercheck.conformance.trace import load_trace, replay_harness, run_replay
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
+LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq"]
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "libraries" / "README.md"
 LINE = re.compile(r"^- `(?P<clause>[a-z_.]+)` \((?P<level>[A-Z]+), (?P<outcome>[a-z]+)\): (?P<text>.*)$")
@@ -59,7 +61,7 @@ def published() -> list[Finding]:
 
 def test_the_page_publishes_replays_for_every_library() -> None:
     found = published()
-    assert {f.library for f in found} == {"persist-queue", "dbos", "pgqueuer", "procrastinate"}
+    assert {f.library for f in found} == set(LIBRARIES)
     assert len(found) >= 40
     for f in found:
         argv = shlex.split(f.command)
@@ -82,7 +84,7 @@ def postgres():
                 os.environ["LEDGERCHECK_PG_DSN"] = old
 
 
-@pytest.mark.parametrize("library", ["persist-queue", "dbos", "pgqueuer", "procrastinate"])
+@pytest.mark.parametrize("library", LIBRARIES)
 def test_every_published_replay_reproduces_its_line(library: str, spec: Spec, postgres) -> None:
     findings = [f for f in published() if f.library == library]
     assert findings
