@@ -237,7 +237,7 @@ def _why(result: Any) -> tuple[Any, ...]:
 @pytest.mark.parametrize("cls", bs.ALL, ids=lambda c: c.__name__)
 def test_the_campaign_reports_exactly_the_ledgers_anomaly(cls: type, tmp_path: Path) -> None:
     found, result = campaign_classes(f"python:ledgercheck.fixtures.broken_safety:{cls.__name__}", FAULTS[cls], tmp_path)
-    assert found == set(cls.ANOMALIES), _why(result)
+    assert set(cls.ANOMALIES) <= found <= set(cls.ANOMALIES) | set(getattr(cls, "MAY_ALSO", ())), _why(result)
 
 
 @pytest.mark.parametrize("faults", MIXES)
