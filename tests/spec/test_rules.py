@@ -213,7 +213,7 @@ def test_the_guard_comes_from_the_transition_table(spec: Spec) -> None:
 # The six places that each carried the attempts rule, and the function each has now.
 CALLERS = {
     "reference/recovery.py": "_decide",
-    "conformance/model.py": "_decision",
+    "conformance/model/recovery.py": "_decision",
     "chaos/checker.py": "expected_decision",
     "chaos/storms.py": "_check_barrier",
     "conformance/clauses/recovery.py": "_expected",

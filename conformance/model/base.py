@@ -1,0 +1,542 @@
+"""The model's shared base: state, dispatch and comparisons every profile's operations use.
+
+The model is a *checker*.  For an operation it first says what the contract expects
+(:meth:`ModelBase.expect`): a refusal with one of a set of error codes, or success.  After the
+implementation answered, :meth:`ModelBase.settle` compares the answer with the contract, returns
+the violations (each naming the clause it breaks) and advances the model.  Where the contract
+leaves a choice to the implementation (which queued item a claim takes, the jittered retry
+instant, the opaque lease token, which messages a drain hands out), the model checks that the
+implementation's choice is allowed and then adopts it.
+
+Each profile's operations live in a module of their own (``core.py``, ``lease.py``, ...), as a
+subclass of :class:`ModelBase` naming its ``PROFILE``; ``expect`` finds an operation's handler
+through the profile the contract gives the operation (:func:`dispatch_table`).  The facade
+(``__init__.py``) joins them into :class:`Model`.
+
+It never imports an implementation and performs no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from ledgercheck.spec import Spec, rules
+from ledgercheck.spec.args import arg_problem, is_num
+from ledgercheck.spec.rules import fold
+from ledgercheck.transport.protocol import Outcome
+
+TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Violation:
+    clause: str
+    message: str
+    op: str = ""
+
+    def __str__(self) -> str:
+        return f"[{self.clause}] {self.op + ': ' if self.op else ''}{self.message}"
+
+
+class UnknownClause(KeyError):
+    """A clause id the harness names that the contract does not define."""
+
+    def __init__(self, clause: str, spec: Spec) -> None:
+        super().__init__(clause)
+        self.clause = clause
+        self.contract = f"{spec.name} {spec.version}"
+
+    def __str__(self) -> str:
+        return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
+
+
+@dataclass
+class Refuse:
+    codes: frozenset[str]
+    clause: str
+    why: str
+
+
+@dataclass
+class Accept:
+    handler: Callable[[Any], list[Violation]]
+    clause: str  # blamed when the implementation refuses
+    why: str
+    also_refuse: frozenset[str] = frozenset()  # refusals that are acceptable too (nothing changes)
+    refused_as: Mapping[str, str] = field(default_factory=dict)  # error code -> clause blamed for that refusal
+
+
+Expectation = Refuse | Accept
+
+
+# The holder's write carries the live lease (now <= lease_expires_at + grace): refusing it as
+# stale misjudges which lease is live, the judgement lease.fencing is about.
+_LIVE_LEASE_REFUSED: Mapping[str, str] = {"stale_lease": "lease.fencing"}
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+    def __copy__(self) -> _Any:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _Any:
+        return self  # Model.fork() keeps the one sentinel
+
+
+ANY = _Any()  # in Model.open_fields: any value is allowed
+
+
+class Indefinite(Exception):
+    """Raised by settle() for an indefinite error: the caller must resync the touched items."""
+
+
+_is_num = is_num
+
+
+# The clause that owns each snapshot field, blamed when a field disagrees in a snapshot an
+# operation returned without changing that field (the divergence came from earlier).
+FIELD_OWNER = {
+    "attempt": "retry.exhausted", "started_at": "retry.execution_timeout", "owner": "lease.acquire",
+    "lease_token": "lease.acquire", "lease_version": "lease.version.monotonic", "lease_expires_at": "lease.acquire",
+    "waiting_kind": "waiting.requires_ref", "waiting_ref": "waiting.requires_ref", "waiting_deadline": "waiting.deadline",
+    "next_retry_at": "retry.bounds", "error_class": "retry.schedule", "cancel_requested": "cancel.intent_first",
+    "quarantined": "recovery.quarantine.visible",
+}
+
+
+Handler = Callable[[Any, dict[str, Any]], "Expectation"]
+
+
+def dispatch_table(spec: Spec, cls: type) -> dict[str, Handler]:
+    """Operation name -> its handler, from the contract's data: each operation belongs to one
+    profile (``profile:`` in the contract's operations), and ``cls`` holds, among its bases,
+    one class per profile (its ``PROFILE``) with a method ``_op_<operation>``.  Operations
+    without a profile (the session's hello and reset) and those no base implements are left out:
+    :meth:`ModelBase.expect` refuses them."""
+    key = (cls, tuple((name, op.profile) for name, op in spec.operations.items()))
+    table = _DISPATCH.get(key)
+    if table is None:
+        by_profile = {k.__dict__["PROFILE"]: k for k in cls.__mro__ if k.__dict__.get("PROFILE")}
+        table = {}
+        for name, op in spec.operations.items():
+            owner = by_profile.get(op.profile) if op.profile is not None else None
+            fn = owner.__dict__.get(f"_op_{name}") if owner is not None else None
+            if fn is not None:
+                table[name] = fn
+        _DISPATCH[key] = table
+    return table
+
+
+_DISPATCH: dict[tuple[type, tuple[tuple[str, str | None], ...]], dict[str, Handler]] = {}
+
+
+class ModelBase:
+    """State, dispatch and comparisons; a subclass per profile adds that profile's operations."""
+
+    PROFILE: str | None = None  # the contract profile whose operations a subclass holds
+
+    def __init__(self, spec: Spec, profiles: Iterable[str] | None = None, tolerance: float = TOLERANCE) -> None:
+        self.spec = spec
+        self.profiles = set(profiles) if profiles is not None else set(spec.profiles)
+        self.tol = tolerance
+        self._clause_profile = {c.id: c.profile for c in spec.clauses}
+        self.items: dict[str, dict[str, Any]] = {}
+        self.events: dict[str, list[dict[str, Any]]] = {}
+        self.order: dict[str, int] = {}  # creation sequence
+        self.identity: dict[tuple[Any, ...], str] = {}
+        self.policies: dict[str, dict[str, Any] | None] = {}
+        self.tokens: dict[str, list[str]] = {}  # every token ever issued per item, oldest first
+        self.blame: dict[str, dict[str, str]] = {}  # per item: field -> clause for the last change
+        self.blame_default: dict[str, str] = {}
+        self.receipts: dict[str, dict[str, Any]] = {}
+        self.receipt_order: list[str] = []
+        # items whose receipts recovery marked where the contract also lets them stay pending
+        self.unresolved: set[str] = set()
+        self.inbox: dict[str, list[dict[str, Any]]] = {}
+        self.outbox: dict[str, dict[str, Any]] = {}
+        self.outbox_order: list[str] = []
+        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.touched: set[str] = set()
+        self._events_before: dict[str, int] = {}
+        self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
+        self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
+        self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
+        # status_reason is not compared in general (close-out, cancel and requeue store the
+        # caller's free text); the contract fixes it only for work the monitor marked timeout
+        # (core.expire.timeout_reason): item -> the reasons its record may store, until the
+        # item changes again
+        self.fixed_reason: dict[str, frozenset[str]] = {}
+        # fields whose value after an item's last operation the contract leaves open: item ->
+        # field -> the other values an implementation may store (ANY: whatever it likes).  The
+        # model predicts one value; another allowed one is taken over (snapshot and event data)
+        self.open_fields: dict[str, dict[str, tuple[Any, ...]]] = {}
+        self._handlers = dispatch_table(spec, type(self))
+
+    # ------------------------------------------------------------------ public interface
+    def fork(self) -> Self:
+        return copy.deepcopy(self)
+
+    def claimed(self, clause: str) -> bool:
+        """Whether ``clause`` belongs to a profile under test.  An id the contract does not
+        have is a bug in the harness (a misspelt id would otherwise drop its violation
+        silently), so it raises :class:`UnknownClause`."""
+        try:
+            return self._clause_profile[clause] in self.profiles
+        except KeyError:
+            raise UnknownClause(clause, self.spec) from None
+
+    def keep(self, violations: Iterable[Violation]) -> list[Violation]:
+        return [v for v in violations if self.claimed(v.clause)]
+
+    def expect(self, op: str, args: Mapping[str, Any]) -> Expectation:
+        handler = self._handlers.get(op)
+        if handler is None:
+            owner = self.spec.operations[op].profile if op in self.spec.operations else None
+            raise KeyError(f"the model has no operation {op!r}" + (f" (profile {owner!r})" if owner else ""))
+        bad = self._bad_args(op, args)
+        if bad is not None:
+            clause, msg = bad
+            codes = {"invalid_argument"}
+            wid = args.get("work_id")
+            if isinstance(wid, str) and op not in ("create", "outbox_enqueue") and wid not in self.items:
+                codes.add("not_found")
+            if self._nonterminal_close_out(op, args):
+                # a close-out to a status that exists but is not terminal is both an argument
+                # out of its range and a pair the table forbids (contract.md: "An operation that
+                # would make a forbidden move fails with invalid_transition"): either code is right
+                codes.add("invalid_transition")
+            return Refuse(frozenset(codes), clause, msg)
+        return handler(self, dict(args))
+
+    def settle(self, op: str, exp: Expectation, outcome: Outcome) -> list[Violation]:
+        self.touched = set()
+        if not outcome.ok and not outcome.definite:
+            raise Indefinite(f"{op}: {outcome.code}: {outcome.message}")
+        if isinstance(exp, Refuse):
+            if outcome.ok:
+                return self.keep([Violation(exp.clause, f"should be refused with {'/'.join(sorted(exp.codes))} ({exp.why}) but succeeded", op)])
+            if outcome.code not in exp.codes:
+                return self.keep([Violation(exp.clause, f"refused with {outcome.code!r} but the contract says {'/'.join(sorted(exp.codes))} ({exp.why})", op)])
+            return []
+        if not outcome.ok:
+            if outcome.code in exp.also_refuse:
+                return []
+            if outcome.code == "unsupported":
+                # the harness never gets here: it judges unsupported answers itself as "not offered"
+                # (Harness._unsupported, docs/results.md); a direct user of the model sees a refusal
+                return self.keep([Violation(exp.clause, f"operation not supported by the implementation ({outcome.message})", op)])
+            clause = exp.refused_as.get(outcome.code, exp.clause)
+            return self.keep([Violation(clause, f"refused with {outcome.code!r} ({outcome.message}) but should succeed: {exp.why}", op)])
+        try:
+            found = exp.handler(outcome.value)
+        except _Bad as bad:
+            found = [Violation(bad.clause, bad.message)]
+        return self.keep([Violation(v.clause, v.message, op) for v in found])
+
+    def run(self, op: str, args: Mapping[str, Any], outcome: Outcome) -> list[Violation]:
+        return self.settle(op, self.expect(op, args), outcome)
+
+    # ------------------------------------------------------------------ comparisons
+    def check_work(self, actual: Any, work_id: str | None = None, blame: str | None = None) -> list[Violation]:
+        """Compare an implementation's snapshot with the model's (``blame`` overrides the clause)."""
+        if not isinstance(actual, Mapping):
+            return self.keep([Violation("core.status.enum", f"snapshot is not an object: {actual!r:.80}")])
+        wid = work_id or actual.get("work_id")
+        if wid not in self.items:
+            return self.keep([Violation("core.list.complete", f"unknown work id {wid!r} in a snapshot")])
+        if blame is not None:
+            return self.keep(self._compare_work(self.items[wid], actual, {}, blame))
+        return self.keep(self._compare_work(self.items[wid], actual, self.blame.get(wid, {}), self.blame_default.get(wid, "core.transition.allowed")))
+
+    def check_events(self, work_id: str, actual: Any) -> list[Violation]:
+        return self.keep(self._compare_events(work_id, actual))
+
+    def check_fold(self, actual_work: Mapping[str, Any], actual_events: list[Mapping[str, Any]]) -> list[Violation]:
+        """The implementation's own snapshot must equal the fold of its own events."""
+        folded = fold(self.spec, actual_events)
+        out = []
+        for name, f in self.spec.work_fields.items():
+            if not f.fold or f.compare == "none":
+                continue
+            if not self._same(f.compare, folded.get(name), actual_work.get(name)):
+                out.append(Violation("eventlog.fold", f"{actual_work.get('work_id')}: fold(events).{name} = {folded.get(name)!r} but the snapshot has {actual_work.get(name)!r}"))
+        return self.keep(out)
+
+    # ------------------------------------------------------------------ helpers
+    def _same(self, kind: str, a: Any, b: Any) -> bool:
+        if a is b or (a == b and type(a) is type(b)):
+            return True
+        if kind == "none":
+            return True
+        if kind == "presence":
+            return (a is None) == (b is None)
+        if kind == "time":
+            if a is None or b is None:
+                return a is None and b is None
+            return _is_num(a) and _is_num(b) and abs(a - b) <= self.tol
+        if _is_num(a) and _is_num(b):
+            return a == b
+        return a == b and {type(a), type(b)} <= {int, float}
+
+    def _compare_work(self, expect: Mapping[str, Any], actual: Mapping[str, Any], blame: Mapping[str, str], default: str) -> list[Violation]:
+        out: list[Violation] = []
+        status = actual.get("status")
+        if status not in self.spec.statuses:
+            out.append(Violation("core.status.enum", f"{expect['work_id']}: status {status!r} is not a contract status"))
+            return out
+        for name, kind in self._compared:
+            if name not in actual:
+                out.append(Violation(blame.get(name, default), f"{expect['work_id']}: snapshot lacks field {name!r}"))
+                continue
+            a, b = expect.get(name), actual[name]
+            if (a is b or (a == b and type(a) is type(b))) or self._same(kind, a, b):
+                continue
+            if self._allowed_other(expect["work_id"], name, kind, b):
+                if isinstance(expect, dict):
+                    expect[name] = copy.deepcopy(b)  # the implementation's choice, from now on
+                continue
+            clause = blame.get(name) or (FIELD_OWNER.get(name, default) if default != "core.create.initial" else default)
+            out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
+        fixed = self.fixed_reason.get(expect["work_id"])
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
+                and isinstance(expect, dict):
+            expect["status_reason"] = actual.get("status_reason")  # the phase the record names, from now on
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
+            out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
+                                 f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
+        return out
+
+    def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
+        out: list[Violation] = []
+        exp = self.events.get(wid, [])
+        if not isinstance(actual, list):
+            return [Violation("trail.append_only", f"{wid}: events are not a list")]
+        before = self._events_before.get(wid, len(exp))
+        n = min(len(exp), len(actual))
+        for i in range(n):
+            e, a = exp[i], actual[i]
+            if not isinstance(a, Mapping):
+                out.append(Violation("trail.append_only", f"{wid}: event {i} is not an object"))
+                continue
+            old = i < before
+            seq = self.spec.first_seq + i
+            if a.get("seq") != seq:
+                out.append(Violation("trail.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
+            if a.get("work_id") != wid:
+                clause = "trail.append_only" if old else "trail.one_per_transition"
+                out.append(Violation(clause, f"{wid}: event {seq} in its trail names the item {a.get('work_id')!r}"))
+            if a.get("type") != e["type"]:
+                clause = "trail.append_only" if old else "trail.types"
+                out.append(Violation(clause, f"{wid}: event {seq} is {a.get('type')!r}, the contract says {e['type']!r}"))
+                continue
+            if a.get("from_status") != e["from_status"] or a.get("to_status") != e["to_status"]:
+                clause = "trail.append_only" if old else "trail.one_per_transition"
+                out.append(Violation(clause, f"{wid}: {e['type']} event {seq} records {a.get('from_status')!r} -> {a.get('to_status')!r}, expected {e['from_status']!r} -> {e['to_status']!r}"))
+            data = a.get("data")
+            if not isinstance(data, Mapping):
+                out.append(Violation("eventlog.event_data", f"{wid}: event {seq} has no data object"))
+                continue
+            for fname in self.spec.events[e["type"]].data:
+                kind = self.spec.work_fields[fname].compare
+                if fname not in data:
+                    out.append(Violation("eventlog.event_data", f"{wid}: {e['type']} event {seq} lacks data.{fname}"))
+                elif not self._same(kind if kind != "none" else "exact", e["data"].get(fname), data.get(fname)):
+                    if not old and self._allowed_other(wid, fname, kind if kind != "none" else "exact", data.get(fname)):
+                        e["data"][fname] = copy.deepcopy(data.get(fname))
+                        continue
+                    clause = "trail.append_only" if old else "eventlog.event_data"
+                    out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{fname} = {data.get(fname)!r}, expected {e['data'].get(fname)!r}"))
+        if len(actual) != len(exp):
+            extra = actual[len(exp):] if len(actual) > len(exp) else []
+            missing = exp[len(actual):] if len(exp) > len(actual) else []
+            if len(actual) < before:
+                out.append(Violation("trail.append_only", f"{wid}: {before - len(actual)} earlier event(s) disappeared"))
+            elif missing:
+                names = ", ".join(m["type"] for m in missing)
+                out.append(Violation("trail.one_per_transition", f"{wid}: missing event(s): {names}"))
+            else:
+                names = ", ".join(str(x.get("type")) if isinstance(x, Mapping) else "?" for x in extra)
+                out.append(Violation("trail.one_per_transition", f"{wid}: unexpected extra event(s): {names}"))
+        return out
+
+    def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:
+        if not self.spec.statuses[it["status"]].leased or it["lease_token"] is None:
+            return "no live lease"
+        if token != it["lease_token"]:
+            if token in self.tokens.get(it["work_id"], []):
+                return "token of an earlier lease"
+            return "token is not the item's lease"
+        lt = self.spec.lease_for(it["source_system"])
+        if now > it["lease_expires_at"] + lt.grace + self.tol:
+            return "lease lapsed (past expiry + grace)"
+        return None
+
+    def _ambiguous(self, a: float, b: float) -> bool:
+        """True when a and b are too close to call under this model's tolerance (never at 0)."""
+        return self.tol > 0 and abs(a - b) <= self.tol
+
+    def _forbidden_blame(self, src: str, dst: str | None, op: str) -> str:
+        if dst is not None and (src, dst) in self.spec.forbidden_examples:
+            return "core.transition.corruption"
+        if self.spec.terminal(src) and op != "requeue":
+            return "core.terminal.immutable"
+        if op == "requeue":
+            return "core.requeue.terminal"
+        return "core.transition.forbidden"
+
+    def _refuse_transition(self, it: Mapping[str, Any], dst: str | None, op: str, lease_problem: str | None = None) -> Refuse:
+        codes = {"invalid_transition"}
+        if lease_problem is not None or op in ("renew",):
+            codes.add("stale_lease")
+        if dst is None:
+            for cand in self.spec.statuses:
+                if (it["status"], cand) in self.spec.forbidden_examples:
+                    for t in self.spec.transitions:
+                        if op in t.ops and t.dst == cand:
+                            dst = cand
+        return Refuse(frozenset(codes), self._forbidden_blame(it["status"], dst, op),
+                      f"{it['work_id']} is {it['status']}; {op} cannot move it{' to ' + dst if dst else ''}")
+
+    def _append(self, wid: str, etype: str, src: str | None, dst: str | None, now: float, item: Mapping[str, Any]) -> None:
+        data = {f: copy.deepcopy(item.get(f)) for f in self.spec.events[etype].data}
+        self.events.setdefault(wid, []).append({"type": etype, "from_status": src, "to_status": dst, "at": now, "data": data})
+
+    def _begin(self, *wids: str) -> None:
+        for w in wids:
+            self._events_before[w] = len(self.events.get(w, []))
+            self.touched.add(w)
+            self.open_fields.pop(w, None)
+
+    def _open(self, wid: str, name: str, *alternatives: Any) -> None:
+        """After this operation, ``name`` may also hold one of ``alternatives`` (the contract
+        does not say which); call after ``_begin``."""
+        self.open_fields.setdefault(wid, {})[name] = alternatives
+
+    def _allowed_other(self, wid: str, name: str, kind: str, got: Any) -> bool:
+        alts = self.open_fields.get(wid, {}).get(name)
+        if alts is None:
+            return False
+        return any(x is ANY or self._same(kind, x, got) for x in alts)
+
+    def _commit(self, wid: str, new: dict[str, Any], blame: Mapping[str, str], default: str) -> None:
+        self.fixed_reason.pop(wid, None)
+        self.items[wid] = new
+        self.blame[wid] = dict(blame)
+        self.blame_default[wid] = default
+
+    def _check_returned(self, new: Mapping[str, Any], res: Any, blame: Mapping[str, str], default: str) -> list[Violation]:
+        if not isinstance(res, Mapping):
+            raise _Bad(default, f"expected a work snapshot, got {res!r:.80}")
+        return self._compare_work(new, res, blame, default)
+
+    def _lease_blame(self, it: Mapping[str, Any], base: str) -> str:
+        return "lease.per_source" if it["source_system"] in self.spec.lease_by_source else base
+
+    def _fresh_token(self, wid: str, res: Mapping[str, Any], clause: str) -> tuple[str, list[Violation]]:
+        tok = res.get("lease_token")
+        out = []
+        if not isinstance(tok, str) or not tok:
+            out.append(Violation(clause, f"{wid}: acquiring a lease must give a non-empty token, got {tok!r}"))
+        elif tok in self.tokens.get(wid, []):
+            out.append(Violation(clause, f"{wid}: lease token {tok!r} was issued before; a new lease needs a fresh token"))
+        return tok, out
+
+    # ------------------------------------------------------------------ argument checks
+    def _bad_args(self, op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
+        bad = arg_problem(self.spec, op, args)
+        if bad is None:
+            return None
+        name, problem = bad
+        return self._arg_blame(op, name, args), f"{name} {problem}" if problem.startswith("is ") else f"{name}: {problem}"
+
+    def _nonterminal_close_out(self, op: str, args: Mapping[str, Any]) -> bool:
+        st = args.get("status")
+        if op != "close_out" or not isinstance(st, str) or st not in self.spec.statuses or self.spec.terminal(st):
+            return False
+        bad = arg_problem(self.spec, op, args)
+        return bad is not None and bad[0] == "status"
+
+    def _arg_blame(self, op: str, name: str, args: Mapping[str, Any]) -> str:
+        table = {
+            ("create", "source_system"): "core.create.source_system",
+            ("create", "priority"): "core.create.source_system",
+            ("create", "source_run_id"): "core.scheduler.run_identity",
+            ("create", "retry_policy"): "retry.policy_override",
+            ("set_waiting", "kind"): "waiting.requires_ref",
+            ("set_waiting", "ref"): "waiting.requires_ref",
+            ("fail", "error_class"): "retry.unknown_class",
+        }
+        if (op, name) == ("close_out", "status"):
+            st = args.get("status")
+            return "core.waiting_closeout.exclusive" if st in self._wait_kinds.values() else "core.close_out.explicit"
+        return table.get((op, name), "core.invalid_argument")
+
+    # ------------------------------------------------------------------ shared by the profiles' operations
+    def _lease_guard(self, op: str, a: Mapping[str, Any], dst: str | None) -> tuple[dict[str, Any], Refuse | None]:
+        wid = a["work_id"]
+        if wid not in self.items:
+            return {}, Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
+        it = self.items[wid]
+        lp = self._lease_problem(it, a.get("token"), a["now"])
+        if dst is not None and not self.spec.allowed(it["status"], dst) or dst is not None and op not in self.spec.edge(it["status"], dst).ops:
+            return it, self._refuse_transition(it, dst, op, lp)
+        if lp is not None:
+            return it, Refuse(frozenset({"stale_lease"}), "lease.fencing", f"{wid}: {lp}")
+        return it, None
+
+    def _release(self, new: dict[str, Any]) -> None:
+        new.update(owner=None, lease_token=None, lease_expires_at=None)
+
+    def _open_effects(self, wid: str, op: str, before: Mapping[str, Any], step: str = "move") -> None:
+        """Leave open what the contract leaves open after a step of ``op`` (its may_keep and
+        may_clear effects); call after ``_begin``."""
+        for f, other in rules.open_fields(self.spec, op, before, step).items():
+            self._open(wid, f, other)
+
+    # ------------------------------------------------------------------ resync after indefinite errors
+    def adopt(self, work_id: str, snapshot: Mapping[str, Any], events: list[Mapping[str, Any]]) -> None:
+        """Take an implementation's state of one item as the model's (after an indefinite error)."""
+        self.items[work_id] = {f: copy.deepcopy(snapshot.get(f)) for f in self.spec.work_fields} | {"status_reason": snapshot.get("status_reason")}
+        self.items[work_id]["work_id"] = work_id
+        self.fixed_reason.pop(work_id, None)
+        self.events[work_id] = [
+            {"type": e.get("type"), "from_status": e.get("from_status"), "to_status": e.get("to_status"),
+             "at": e.get("at"), "data": copy.deepcopy(e.get("data") or {})} for e in events
+        ]
+        tok = snapshot.get("lease_token")
+        if tok and tok not in self.tokens.setdefault(work_id, []):
+            self.tokens[work_id].append(tok)
+        self._events_before[work_id] = len(events)
+
+
+class _Bad(Exception):
+    def __init__(self, clause: str, message: str) -> None:
+        self.clause = clause
+        self.message = message
+        super().__init__(message)
+
+
+def _moves(res: Any, clause: str) -> list[Mapping[str, Any]]:
+    if not isinstance(res, list) or not all(isinstance(m, Mapping) and isinstance(m.get("work_id"), str) for m in res):
+        raise _Bad(clause, f"expected a list of moves {{work_id, from_status, to_status, reason}}, got {res!r:.80}")
+    return res
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality of JSON values as JSON sees them: a boolean is no number (Python's True == 1 is
+    not JSON's), an integral float equals its integer (2.0 is 2), containers compare element-wise."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping | list) or isinstance(b, Mapping | list):
+        return False
+    return a == b
+
