@@ -594,7 +594,8 @@ class _Checker:
                 seen = self._close_seen(it, op)
                 if seen is None:
                     continue
-            later = [b for b in grants if b is not a and _after(b, a) and b.t_done < op.t0
+            later = [b for b in grants if b is not a and _after(b, a)
+                     and (b.t_done < op.t0 or self._closed_across(it, op, b))
                      and (b.token != a.token or (b.op is not None and b.op.process != op.process))]
             if not later:
                 continue
@@ -605,6 +606,9 @@ class _Checker:
                    f"{it.work_id} had been granted to {b.owner} (lease_version {b.version})")
             if seen is not None:
                 why += "; the completion was indefinite, but a later read shows its write"
+            elif not b.t_done < op.t0:
+                why += (" (sent before that grant, it completed after it: applied first, it would have let the "
+                        "grant hand out a finished item)")
             extra: list[Op | Record | None] = []
             if isinstance(seen, Snap):
                 extra.append(seen.op if seen.op is not None else self.final_excerpt(it.work_id))
@@ -612,6 +616,18 @@ class _Checker:
                 extra.append(self.final_excerpt(it.work_id))  # the read that shows an indefinite grant
             self.add("stale_write_accepted", it.work_id, why, [*a.proof(), *b.proof(), op, *extra])
             return  # one per item: the first stale write shows the hole
+
+    def _closed_across(self, it: _Item, op: Op, b: Grant) -> bool:
+        """A close-out to a terminal status that was in flight while grant b was made (a late write
+        held up by a partition) and came back ok.  Either order is a violation: applied before b,
+        the grant handed out a finished item; applied after, it was a stale write.  Unless a
+        requeue (or recovery) ran in between, which may make a finished item claimable again."""
+        if op.name != "close_out" or not op.ok or op.args.get("status") not in TERMINAL or not b.t_done < op.t1:
+            return False
+        for r in (*it.ops, *self.requeues):
+            if r.name in REQUEUES and r.maybe and r.t1 > op.t0 and r.t0 < b.t_done:
+                return False
+        return True
 
     def _close_seen(self, it: _Item, op: Op) -> Snap | None:
         """A later snapshot showing the write of an indefinite close-out or fail, if any."""
