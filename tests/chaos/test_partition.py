@@ -176,3 +176,21 @@ def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_ho
     claims = [x for x in ops if x.get("op") == "claim" and x.get("outcome") == "ok"]
     assert late and len(claims) >= 2, a["excerpt"]  # the two grants and the late close-out that was accepted
     assert claims[-1]["t"] < late[-1]["t"]  # accepted after the item was granted to the other worker
+
+
+# ------------------------------------------------------------------------------ libraries
+@pytest.mark.skipif(not os.environ.get("LEDGERCHECK_PARTITION_LIBRARIES"),
+                    reason="library runs under partitions: set LEDGERCHECK_PARTITION_LIBRARIES=1")
+@pytest.mark.parametrize("address", ["pgqueuer", "procrastinate"])
+def test_a_library_on_postgresql_under_partitions(pg_hosts: PgHosts, address: str, tmp_path: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """pgqueuer and procrastinate with their workers on three hosts.  pgqueuer's finding is the one
+    tests/fixtures/confirm_pgqueuer_stale_write.py confirms with the library alone (a job taken
+    over still accepts its first holder's write); whatever either shows must be one of the classes
+    its bugs are known to cause, and every item must end finished."""
+    monkeypatch.setenv("LEDGERCHECK_PG_DSN", pg_hosts.server_dsn)  # the adapters then declare a shared, durable ledger
+    r = run_campaign(address, workers=4, items=20, seed=1, faults="partition", hosts=pg_hosts.net,
+                     reset={"server_dsn": pg_hosts.server_dsn}, out_dir=str(tmp_path / address), time_limit=120)
+    assert r.mode == "processes" and r.history
+    assert _classes(r) <= ({"stale_write_accepted"} if address == "pgqueuer" else set()), r.anomalies[:1]
+    assert set(r.final) <= {"done", "quarantined"}, r.final
