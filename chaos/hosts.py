@@ -150,9 +150,13 @@ class HostNet:
                 raise HostsUnavailable(f"hosts: every {NET}.N.0/24 is in use")
             self.net = free[pid % len(free)]
             self.bridge = f"{tag}b"
-            _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", f"{self.db_address}/24", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
+            try:
+                _ip("link", "add", self.bridge, "type", "bridge")
+                _ip("addr", "add", f"{self.db_address}/24", "dev", self.bridge)
+                _ip("link", "set", self.bridge, "up")
+            except BaseException:
+                self.close()
+                raise
         try:
             for i in range(self.n):
                 h = Host(i, f"{tag}h{i}", f"{NET}.{self.net}.{10 + i}", f"{tag}v{i}", f"{tag}v{i}p")

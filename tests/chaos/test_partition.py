@@ -29,6 +29,7 @@ from ledgercheck.chaos.points import ChaosError
 from ledgercheck.chaos.safety import run_campaign
 from ledgercheck.fixtures import pg_ledger
 from ledgercheck.fixtures.netns import PgHosts, allowed_to_skip, hosts_with_postgres, skip_reason
+from ledgercheck.fixtures.postgres import PostgresUnavailable
 
 ITEMS = 20
 SLOW = (0.2, 0.6)  # seconds a worker works: long enough that a takeover is still running when the partition heals
@@ -45,8 +46,15 @@ def _need_hosts() -> None:
 @pytest.fixture(scope="module")
 def pg_hosts() -> Iterator[PgHosts]:
     _need_hosts()
-    with hosts_with_postgres(3) as ph:
+    try:
+        ctx = hosts_with_postgres(3)
+        ph = ctx.__enter__()
+    except (hostsmod.HostsUnavailable, PostgresUnavailable) as exc:  # root, but no namespaces (or no server) here
+        pytest.fail(str(exc), pytrace=False)
+    try:
         yield ph
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 def _campaign(ph: PgHosts, cls: type, seed: int, *, partition: bool, tmp: Any, latency: tuple[float, float] = SLOW) -> Any:
@@ -194,3 +202,13 @@ def test_a_library_on_postgresql_under_partitions(pg_hosts: PgHosts, address: st
     assert r.mode == "processes" and r.history
     assert _classes(r) <= ({"stale_write_accepted"} if address == "pgqueuer" else set()), r.anomalies[:1]
     assert set(r.final) <= {"done", "quarantined"}, r.final
+
+
+def test_without_root_or_ip_hosts_say_why_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hostsmod.os, "geteuid", lambda: 1000)
+    with pytest.raises(hostsmod.HostsUnavailable, match="network namespaces need root") as err:
+        hostsmod.HostNet(1).create()
+    assert "\n" not in str(err.value) and "LEDGERCHECK_ALLOW_NO_NETNS" in str(err.value)
+    monkeypatch.setattr(hostsmod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(hostsmod.shutil, "which", lambda name: None)
+    assert hostsmod.unavailable() == "network namespaces need the 'ip' tool (iproute2), which is not on PATH"
