@@ -64,9 +64,9 @@ def _hosts(n: int, items: int, rounds: int) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-safety-") as out:
             r = run_campaign(address, seed=1, items=100, workers=4, faults="partition", hosts=ph.net, reset=reset,
                              out_dir=out, time_limit=300)
+            cuts = _count(r.history, "partition")
         print(f"campaign (pg-ledger, 4 workers on {n} hosts, 100 items, partitions): {r.ops} operations, "
-              f"{r.ops_per_s:.0f} ops/s; {r.nemesis.get('partition', 0) or _count(r.history, 'partition')} partitions; "
-              f"{len(r.anomalies or [])} anomalies")
+              f"{r.ops_per_s:.0f} ops/s; {cuts} workers cut off; {len(r.anomalies or [])} anomalies")
 
 
 def _count(path: str | None, fault: str) -> int:
