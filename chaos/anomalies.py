@@ -208,6 +208,7 @@ class _Checker:
         self.items: dict[str, _Item] = {}
         self.ops: list[Op] = []
         self.nemesis: Counter[str] = Counter()
+        self.cuts: list[tuple[str, float, Any, Any]] = []  # partition/heal records: (fault, t, process, host)
         self.last_fault_t = -INF  # the real time of the last fault the nemesis injected
         self._last_global: float | None = None  # see _index_monitor_moves
         self._monitor_moved: dict[str, Op] = {}  # item -> the last monitor/requeue that named it as moved
@@ -267,6 +268,8 @@ class _Checker:
                     self.last_fault_t = obj.t
                 if fault == "kill" and obj.process:
                     kills[obj.process].append((obj.t, i))
+                elif fault in ("partition", "heal"):
+                    self.cuts.append((fault, obj.t, obj.process, obj.point))
         if applied:
             self.counts["effects_applied"] = applied
         if deduplicated:
@@ -910,12 +913,42 @@ class _Checker:
             k = n["leased_lapsed_at_end"]
             self.observations.append(f"{k} item{'s' if k != 1 else ''} still leased under a lapsed lease at the end; "
                                      f"nothing in the history proves they would not come back")
+        self._late_writes()
         indef = n.get("op_indefinite", 0)
         if indef:
             self.observations.append(f"{indef} operation{'s' if indef != 1 else ''} had an indefinite outcome; "
                                      f"each was treated as possibly done unless a later read showed it")
         self.observations.append(f"{n['operations']} operations on {_plural(n['items'], 'item')}{after}; "
                                  f"{_plural(n.get('items_done', 0), 'item')} done at the end")
+
+
+    def _late_writes(self) -> None:
+        """What the writes of cut-off workers did: those sent while the worker's host was partitioned
+        (between a ``partition`` naming the worker and the ``heal`` of its host), by outcome."""
+        if not self.cuts:
+            return
+        windows: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+        open_cuts: dict[Any, list[tuple[Any, float]]] = defaultdict(list)  # host -> (process, cut at)
+        for fault, t, process, host in sorted(self.cuts, key=lambda c: c[1]):
+            if fault == "partition":
+                open_cuts[host].append((process, t))
+            else:
+                for process, t0 in open_cuts.pop(host, []):
+                    windows[process].append((t0, t))
+        for cut in open_cuts.values():  # never healed in the history
+            for process, t0 in cut:
+                windows[process].append((t0, INF))
+        outcome: Counter[str] = Counter()
+        for op in self.ops:
+            if op.name in TOKEN_WRITES and any(a <= op.t0 < b for a, b in windows.get(op.process, ())):
+                outcome[op.outcome] += 1
+        total = sum(outcome.values())
+        self.counts["late_writes"] = total
+        for k, v in outcome.items():
+            self.counts[f"late_writes_{k}"] = v
+        if total:
+            parts = ", ".join(f"{outcome[k]} {k}" for k in ("ok", "refused", "indefinite") if outcome[k])
+            self.observations.append(f"{_plural(total, 'write')} sent by cut-off workers during a partition: {parts}")
 
 
 def _plural(n: int, word: str) -> str:

@@ -821,6 +821,8 @@ def test_a_close_out_in_flight_across_a_takeover_that_comes_back_ok_is_a_stale_w
     assert len(closes) == 1 and closes[0].outcome == "ok"
     assert len(ops(a, "claim")) == 2
     assert_proves(h, a)
+    assert v.counts["late_writes"] == v.counts["late_writes_ok"] == 1  # what the cut-off worker's write did
+    assert "1 write sent by cut-off workers during a partition: 1 ok" in v.observations
     # refused when it finally arrived: the ledger fenced it off; nothing to report
     assert _close_out_in_flight_across_a_takeover("refused")[1].anomalies == []
     # a requeue between the two makes a finished item claimable again: either order may be right

@@ -144,7 +144,7 @@ def _seeds() -> list[int]:
 
 @pytest.mark.parametrize("cls", [pg_ledger.PgLedger, pg_ledger.PgTimeFenced], ids=lambda c: c.__name__)
 def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, cls: type, tmp_path: Any) -> None:
-    indefinite = 0
+    indefinite = late = 0
     seeds = _seeds()
     if cls is pg_ledger.PgTimeFenced and not os.environ.get("LEDGERCHECK_PARTITION_SEEDS"):
         seeds = seeds[:1]  # by default one seed for the second correct form; the option runs it over all
@@ -158,9 +158,11 @@ def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, c
         heals = [x for x in lines if x["type"] == "nemesis" and x["fault"] == "heal"]
         assert cuts and len(heals) >= 1, "the campaign cut no host off"
         indefinite += sum(1 for x in lines if x["type"] == "complete" and x["outcome"] == "indefinite")
+        late += r.observations["counts"].get("late_writes", 0)
     if cls is pg_ledger.PgLedger:
         # a write cut off before its answer came back is recorded as indefinite, and not held against the ledger
         assert indefinite > 0
+    assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
 
 
 # ------------------------------------------------------------------------------ broken ledgers
@@ -177,6 +179,7 @@ def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_ho
             found = part
             break
     assert found is not None, f"the partition campaign missed {cls.__name__} on seeds 2 and 4"
+    assert found.observations["counts"].get("late_writes_ok", 0) >= 1  # a cut-off worker's write went through
     assert _classes(found) == set(cls.ANOMALIES), found.anomalies[:2]
     a = found.anomalies[0]
     ops = [x for x in a["excerpt"] if x.get("type") in ("invoke", "complete")]
