@@ -208,6 +208,7 @@ class _Checker:
         self.items: dict[str, _Item] = {}
         self.ops: list[Op] = []
         self.nemesis: Counter[str] = Counter()
+        self.cuts: list[tuple[str, float, Any, Any]] = []  # partition/heal records: (fault, t, process, host)
         self.last_fault_t = -INF  # the real time of the last fault the nemesis injected
         self._last_global: float | None = None  # see _index_monitor_moves
         self._monitor_moved: dict[str, Op] = {}  # item -> the last monitor/requeue that named it as moved
@@ -267,6 +268,8 @@ class _Checker:
                     self.last_fault_t = obj.t
                 if fault == "kill" and obj.process:
                     kills[obj.process].append((obj.t, i))
+                elif fault in ("partition", "heal"):
+                    self.cuts.append((fault, obj.t, obj.process, obj.point))
         if applied:
             self.counts["effects_applied"] = applied
         if deduplicated:
@@ -594,7 +597,8 @@ class _Checker:
                 seen = self._close_seen(it, op)
                 if seen is None:
                     continue
-            later = [b for b in grants if b is not a and _after(b, a) and b.t_done < op.t0
+            later = [b for b in grants if b is not a and _after(b, a)
+                     and (b.t_done < op.t0 or self._closed_across(it, op, b))
                      and (b.token != a.token or (b.op is not None and b.op.process != op.process))]
             if not later:
                 continue
@@ -605,6 +609,9 @@ class _Checker:
                    f"{it.work_id} had been granted to {b.owner} (lease_version {b.version})")
             if seen is not None:
                 why += "; the completion was indefinite, but a later read shows its write"
+            elif not b.t_done < op.t0:
+                why += (" (sent before that grant, it completed after it: applied first, it would have let the "
+                        "grant hand out a finished item)")
             extra: list[Op | Record | None] = []
             if isinstance(seen, Snap):
                 extra.append(seen.op if seen.op is not None else self.final_excerpt(it.work_id))
@@ -612,6 +619,18 @@ class _Checker:
                 extra.append(self.final_excerpt(it.work_id))  # the read that shows an indefinite grant
             self.add("stale_write_accepted", it.work_id, why, [*a.proof(), *b.proof(), op, *extra])
             return  # one per item: the first stale write shows the hole
+
+    def _closed_across(self, it: _Item, op: Op, b: Grant) -> bool:
+        """A close-out to a terminal status that was in flight while grant b was made (a late write
+        held up by a partition) and came back ok.  Either order is a violation: applied before b,
+        the grant handed out a finished item; applied after, it was a stale write.  Unless a
+        requeue (or recovery) ran in between, which may make a finished item claimable again."""
+        if op.name != "close_out" or not op.ok or op.args.get("status") not in TERMINAL or not b.t_done < op.t1:
+            return False
+        for r in (*it.ops, *self.requeues):
+            if r.name in REQUEUES and r.maybe and r.t1 > op.t0 and r.t0 < b.t_done:
+                return False
+        return True
 
     def _close_seen(self, it: _Item, op: Op) -> Snap | None:
         """A later snapshot showing the write of an indefinite close-out or fail, if any."""
@@ -894,12 +913,42 @@ class _Checker:
             k = n["leased_lapsed_at_end"]
             self.observations.append(f"{k} item{'s' if k != 1 else ''} still leased under a lapsed lease at the end; "
                                      f"nothing in the history proves they would not come back")
+        self._late_writes()
         indef = n.get("op_indefinite", 0)
         if indef:
             self.observations.append(f"{indef} operation{'s' if indef != 1 else ''} had an indefinite outcome; "
                                      f"each was treated as possibly done unless a later read showed it")
         self.observations.append(f"{n['operations']} operations on {_plural(n['items'], 'item')}{after}; "
                                  f"{_plural(n.get('items_done', 0), 'item')} done at the end")
+
+
+    def _late_writes(self) -> None:
+        """What the writes of cut-off workers did: those sent while the worker's host was partitioned
+        (between a ``partition`` naming the worker and the ``heal`` of its host), by outcome."""
+        if not self.cuts:
+            return
+        windows: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+        open_cuts: dict[Any, list[tuple[Any, float]]] = defaultdict(list)  # host -> (process, cut at)
+        for fault, t, process, host in sorted(self.cuts, key=lambda c: c[1]):
+            if fault == "partition":
+                open_cuts[host].append((process, t))
+            else:
+                for process, t0 in open_cuts.pop(host, []):
+                    windows[process].append((t0, t))
+        for cut in open_cuts.values():  # never healed in the history
+            for process, t0 in cut:
+                windows[process].append((t0, INF))
+        outcome: Counter[str] = Counter()
+        for op in self.ops:
+            if op.name in TOKEN_WRITES and any(a <= op.t0 < b for a, b in windows.get(op.process, ())):
+                outcome[op.outcome] += 1
+        total = sum(outcome.values())
+        self.counts["late_writes"] = total
+        for k, v in outcome.items():
+            self.counts[f"late_writes_{k}"] = v
+        if total:
+            parts = ", ".join(f"{outcome[k]} {k}" for k in ("ok", "refused", "indefinite") if outcome[k])
+            self.observations.append(f"{_plural(total, 'write')} sent by cut-off workers during a partition: {parts}")
 
 
 def _plural(n: int, word: str) -> str:

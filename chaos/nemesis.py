@@ -11,6 +11,11 @@ Three faults, each done to real processes:
             SIGCONT: the worker is alive, remembers its old lease token and writes again.
 ``reopen``  a new process opens the same ledger (a ``reset`` with the same ``dir``) while others
             hold work; a reopen must not disturb live holders.
+``partition`` (only with hosts, chaos/hosts.py; not in the default set) the host of a worker that
+            holds work is cut off from the database (its link set down) past the lease's ttl +
+            grace, so another host can take the item over, then healed: what the cut-off worker
+            wrote meanwhile arrives late, and a write cut off before its answer came has an
+            indefinite outcome.
 
 The schedule is drawn from ``random.Random(seed)`` before the campaign starts, so a seed names
 the same sequence of faults (which worker is hit depends on who is alive and holding work at
@@ -30,7 +35,9 @@ import psutil
 from .points import ChaosError
 from .pool import descendants, kill_tree
 
-FAULTS = ("kill", "pause", "reopen")
+FAULTS = ("kill", "pause", "reopen")  # the default set
+HOST_FAULTS = ("partition",)  # need workers on hosts (chaos/hosts.py)
+KNOWN = FAULTS + HOST_FAULTS
 GAP = (0.15, 0.45)  # seconds between two faults (uniform), before scaling to the lease's lapse
 
 
@@ -56,10 +63,10 @@ def parse_faults(text: str | Iterable[str] | None) -> tuple[str, ...]:
     names = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p and p.strip()]
     if names in ([], ["none"]):
         return ()
-    unknown = [n for n in names if n not in FAULTS]
+    unknown = [n for n in names if n not in KNOWN]
     if unknown:
         raise ChaosError(f"unknown fault(s) {', '.join(map(repr, unknown))}: use a comma-separated subset of "
-                         f"{','.join(FAULTS)} (or none)")
+                         f"{','.join(KNOWN)} (or none)")
     return tuple(dict.fromkeys(names))
 
 

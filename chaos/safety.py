@@ -134,6 +134,8 @@ class SafetyParams:
     fail_p: float = 0.1
     record: bool = True
     op_timeout: float = 30.0
+    hosts: Any = None  # a chaos.hosts.HostNet: workers run in its namespaces (None: all on this host)
+    reset_extra: dict[str, Any] = field(default_factory=dict)  # more keys for every process's reset
 
     def active_s(self) -> float:
         if self.duration is not None:
@@ -494,6 +496,10 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
         if p not in sys.path:
             sys.path.insert(0, p)
     try:
+        if cfg.get("netns"):  # a worker on another host: into its network namespace before any connection
+            from .hosts import enter
+
+            enter(str(cfg["netns"]))
         spec = _spec_from(cfg)
         client = connect(cfg["address"], spec, timeout=float(cfg["op_timeout"]))
         out = client.reset(cfg["reset"])
@@ -652,6 +658,8 @@ class _Campaign:
         self.ops_done = 0
         self.logical_paused: list[str] = []
         self.resumes: list[tuple[float, _Proc | str]] = []  # (when, whom) a pause ends
+        self.heals: list[tuple[float, Any]] = []  # (when, which host) a partition ends
+        self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
 
     # -- setup ---------------------------------------------------------------------------------
     def probe(self) -> None:
@@ -671,6 +679,9 @@ class _Campaign:
         self.declared = Declared.of(hs, self.address)
         self.wall = caps.get("clock", "injected") == "wall"
         self.durable = bool(caps.get("durable"))
+        if self.p.hosts is not None and not self.durable:
+            raise ChaosError(f"adapter {self.address}: workers on hosts need a durable ledger they reach over the "
+                             "network; this adapter is not durable")
         self.profiles = list(hs.get("profiles") or [])
         lt = self.spec.lease_for(SOURCE)
         self.ttl, self.grace = lt.ttl, lt.grace
@@ -689,6 +700,7 @@ class _Campaign:
         reset: dict[str, Any] = {"dir": os.path.join(self.work, "ledger"), "contract": doc, "seed": self.p.seed % 2**32}
         if self.wall:
             reset["timeout_scale"] = self.p.wall_scale
+        reset.update(self.p.reset_extra)
         self.sink_path = os.path.join(self.work, "effects.db")
         EffectSink(self.sink_path, self.spec, create=True).close()
         self.flags_path = os.path.join(self.work, "flags")
@@ -732,7 +744,8 @@ class _Campaign:
                      "grace": self.grace * (self.p.wall_scale if self.wall else 1.0),
                      "speedup": self.tb.speedup, "lapse_s": self.lapse_real, "t0_wall": self.wall0},
             seed=self.p.seed, workers=self.p.workers, items=self.p.items,
-            nemesis={"faults": list(self.p.faults), "seed": self.p.seed, "schedule": self.schedule})
+            nemesis={"faults": list(self.p.faults), "seed": self.p.seed, "schedule": self.schedule,
+                     **({"hosts": len(self.p.hosts.hosts)} if self.p.hosts is not None else {})})
 
     @property
     def mode(self) -> str:
@@ -771,7 +784,11 @@ class _Campaign:
             pid, conn = fork_server().spawn()
         except ForkServerError as exc:
             raise ChaosError(str(exc)) from None
-        conn.send({**self.base_cfg, "actors": actors, "process": name, "slot": slot})
+        cfg: dict[str, Any] = {**self.base_cfg, "actors": actors, "process": name, "slot": slot}
+        if self.p.hosts is not None and role == "worker":
+            cfg["netns"] = self.p.hosts.host_of(slot).path
+            self.placed[name] = self.p.hosts.host_of(slot).netns
+        conn.send(cfg)
         proc = _Proc(name, role, pid, conn, slot)
         self.procs.append(proc)
         return proc
@@ -787,6 +804,7 @@ class _Campaign:
                 if not proc.conn.poll(min(left, 0.05)):
                     # a paused worker may hold a lock the newcomer's open waits for: its pause ends on time
                     self._resume_due(time.monotonic())
+                    self._heal_due(time.monotonic())
                     continue
                 try:
                     msg = proc.conn.recv()
@@ -822,6 +840,9 @@ class _Campaign:
             self._ready([self.monitor])
             self.notes.append(f"the adapter is not durable: {p.workers} logical workers, the producer and the monitor "
                               "ran interleaved in one process (kills and pauses are logical)")
+        if self.placed:
+            self.notes.append(f"{len(self.placed)} workers on {len(self.p.hosts.hosts)} hosts (network namespaces); "
+                              "producer and monitor on the database's host")
         for proc in self.procs:
             proc.conn.send({"cmd": "go"})
         t_setup = time.monotonic() - started
@@ -847,6 +868,15 @@ class _Campaign:
             timings={"setup_s": round(t_setup, 3), "active_s": round(t_active, 3), "quiet_s": round(t_quiet, 3)})
         return result
 
+    def _heal_due(self, now: float) -> None:
+        for item in [h for h in self.heals if h[0] <= now]:
+            self.heals.remove(item)
+            self._heal(item[1])
+
+    def _heal(self, host: Any) -> None:
+        self.p.hosts.heal(host)
+        self._record("heal", None, host.netns)
+
     def _resume_due(self, now: float) -> None:
         for item in [r for r in self.resumes if r[0] <= now]:
             self.resumes.remove(item)
@@ -863,7 +893,7 @@ class _Campaign:
             el = now - a0
             # the phase ends once its time is up, every planned fault was done (one that waited for
             # a holder may come late) and every pause has lasted its full length
-            if el >= active and ((self.produced and not todo and not resumes) or el >= active * 3):
+            if el >= active and ((self.produced and not todo and not resumes and not self.heals) or el >= active * 3):
                 if not self.produced:
                     self.notes.append("the producer had not created every item when the nemesis stopped")
                 if todo:
@@ -872,10 +902,12 @@ class _Campaign:
             if now - started > self.p.time_limit * 0.7:
                 self.notes.append(f"time limit: the nemesis stopped after {el:.1f}s")
                 break
-            nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes] + [now + 0.05])
+            nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes]
+                      + [t for t, _ in self.heals] + [now + 0.05])
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
             self._resume_due(now)
+            self._heal_due(now)
             self._disarm_due(now)
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
@@ -890,6 +922,9 @@ class _Campaign:
         for _, who in list(resumes):
             self._resume(who)
         resumes.clear()
+        for _, host in list(self.heals):
+            self._heal(host)
+        self.heals.clear()
         for proc in self._workers():
             if proc.armed:
                 self._disarm(proc)
@@ -916,6 +951,8 @@ class _Campaign:
         if f.fault == "reopen":
             self._reopen()
             return True
+        if f.fault == "partition":
+            return self._partition(f, holders, may_wait)
         if not cands or (f.fault == "pause" and len(cands) < 2):
             self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
             return True
@@ -940,6 +977,29 @@ class _Campaign:
             victim.paused = True
             self._record("pause", victim.name)
             resumes.append((time.monotonic() + pause_s, victim))
+        return True
+
+    def _partition(self, f: nemesis.Fault, holders: list[_Proc], may_wait: bool) -> bool:
+        """Cut off the host of a worker that holds work, preferring one whose effect is done (its
+        close-out comes next, so it writes while cut off); the heal comes after the lease lapsed and
+        another host had the time to take the item over."""
+        net = self.p.hosts
+        cut = set(net.cut)
+        pool = [p for p in holders if net.host_of(p.slot).index not in cut]
+        done = [p for p in pool if self.flags[p.slot] == EFFECT_DONE]
+        if not done and may_wait:
+            return False
+        pool = done or pool
+        if not pool:
+            self.notes.append(f"partition at {f.at:g}s skipped: no worker holding work on a host still connected")
+            return True
+        victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
+        host = net.host_of(victim.slot)
+        net.partition(host)
+        for p in self._workers():
+            if net.host_of(p.slot) is host:
+                self._record("partition", p.name, host.netns)
+        self.heals.append((time.monotonic() + self.lapse_real * 1.15 + 0.25, host))
         return True
 
     def _logical_fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]]) -> None:
@@ -1179,6 +1239,9 @@ class _Campaign:
                                "from_sink": True})
 
     def close(self) -> None:
+        for _, host in self.heals:  # an error in the middle of a partition: leave the hosts connected
+            self.p.hosts.heal(host)
+        self.heals.clear()
         for proc in self.procs:
             if not proc.dead:
                 try:
@@ -1258,10 +1321,14 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
                  wall_scale: float = 0.01, record: bool = True, check: bool = True,
                  latency: tuple[float, float] = (0.01, 0.08), renew_p: float = 0.3, fail_p: float = 0.1,
                  op_timeout: float = 30.0, progress: Progress | None = None,
-                 tmp_root: str | None = None) -> SafetyResult:
+                 tmp_root: str | None = None, hosts: Any = None,
+                 reset: Mapping[str, Any] | None = None) -> SafetyResult:
     """Run one safety campaign against ``address`` and return its result.
 
-    ``faults``: a subset of ("kill", "pause", "reopen") (or "kill,pause"); ``out_dir`` receives
+    ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"); ``partition``
+    needs ``hosts``, a created :class:`~ledgercheck.chaos.hosts.HostNet` whose namespaces the workers
+    run in (round robin); ``reset`` adds keys to every process's ``reset`` (a ``server_dsn`` the
+    hosts reach, for a ledger on a database server).  ``out_dir`` receives
     ``history.jsonl`` (a temporary directory when None); ``record=False`` writes no history (the
     benchmark's baseline) and checks nothing.  ``check`` runs the offline checker on the history
     and fills ``anomalies`` and ``observations``.  Raises :class:`ChaosError` (one line) when the
@@ -1273,9 +1340,14 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
         raise ChaosError("items must be >= 1")
     if time_limit <= 0:
         raise ChaosError("time limit must be > 0")
-    params = SafetyParams(workers=workers, items=items, seed=seed, faults=nemesis.parse_faults(faults),
+    fault_set = nemesis.parse_faults(faults)
+    if "partition" in fault_set and (hosts is None or not hosts.hosts):
+        raise ChaosError("the partition fault needs workers on hosts (network namespaces): pass hosts, "
+                         "or leave partition out of the faults")
+    params = SafetyParams(workers=workers, items=items, seed=seed, faults=fault_set,
                           duration=duration, time_limit=time_limit, lapse=lapse, wall_scale=wall_scale,
-                          latency=latency, renew_p=renew_p, fail_p=fail_p, record=record, op_timeout=op_timeout)
+                          latency=latency, renew_p=renew_p, fail_p=fail_p, record=record, op_timeout=op_timeout,
+                          hosts=hosts, reset_extra=dict(reset or {}))
     camp = _Campaign(address, spec or default_spec(), params, out_dir if record else None, progress, tmp_root)
     try:
         result = camp.run()

@@ -23,7 +23,7 @@ from ledgercheck.chaos.history import (
     merge_histories,
     process_path,
 )
-from ledgercheck.chaos.history_sim import START, HistoryBuilder, simulate
+from ledgercheck.chaos.history_sim import STALE, START, HistoryBuilder, simulate
 
 T0 = START  # ledger time of the first operation; ttl 45 s, grace 15 s: a lease lapses 60 s after it was granted
 
@@ -786,3 +786,44 @@ def test_claimable_at_the_end_is_not_lost_without_the_proof() -> None:
 def test_a_monitor_that_names_what_it_moved_leaves_other_items_proven() -> None:
     h = _stranded([T0 + 100, T0 + 170], monitor_at=T0 + 95).history()
     assert only(check(h), "lost_work").work_id == "x"
+
+
+def _close_out_in_flight_across_a_takeover(outcome: str, requeue: bool = False) -> tuple[History, Verdict]:
+    """w1's close-out is sent while its lease is live, held up (a partition), and answered after
+    the item's lease lapsed and w2 was granted it (a claim that takes a lapsed lease)."""
+    b = HistoryBuilder()
+    b.create("producer", "x", T0)
+    ta = b.claim("w1", "x", T0 + 1)
+    b.nemesis("partition", "w1")
+    args = {"work_id": "x", "token": ta, "status": "done", "result": {"by": "w1"}, "now": T0 + 2}
+    i = b.invoke("w1", "close_out", args)
+    if requeue:
+        b.requeue("operator", "x", T0 + 70)
+    tb = b.claim("w2", "x", T0 + 71)
+    b.nemesis("heal")
+    snap = None
+    if outcome == "ok":  # the ledger applied the late write over w2's lease
+        st = b.items["x"]
+        st.status, st.owner, st.token, st.expires, st.result, st.finished_at = "done", None, None, None, {"by": "w1"}, T0 + 2
+        snap = st.snapshot()
+    b.complete(i, "w1", "close_out", outcome, snap, None if outcome == "ok" else STALE)
+    if outcome != "ok":
+        b.close_out("w2", "x", tb, T0 + 72)
+    b.final(T0 + 200)
+    return b.history(), check(b.history())
+
+
+def test_a_close_out_in_flight_across_a_takeover_that_comes_back_ok_is_a_stale_write() -> None:
+    h, v = _close_out_in_flight_across_a_takeover("ok")
+    a = only(v, "stale_write_accepted")
+    assert "sent before that grant, it completed after it" in a.explanation
+    closes = ops(a, "close_out")
+    assert len(closes) == 1 and closes[0].outcome == "ok"
+    assert len(ops(a, "claim")) == 2
+    assert_proves(h, a)
+    assert v.counts["late_writes"] == v.counts["late_writes_ok"] == 1  # what the cut-off worker's write did
+    assert "1 write sent by cut-off workers during a partition: 1 ok" in v.observations
+    # refused when it finally arrived: the ledger fenced it off; nothing to report
+    assert _close_out_in_flight_across_a_takeover("refused")[1].anomalies == []
+    # a requeue between the two makes a finished item claimable again: either order may be right
+    assert "stale_write_accepted" not in kinds(_close_out_in_flight_across_a_takeover("ok", requeue=True)[1])
