@@ -442,13 +442,18 @@ def drop_ledger(dsn: str, schema: str) -> None:
 def pg_stored_contract(dsn: str, schema: str) -> dict[str, object] | None:
     """The contract document a PostgreSQL ledger was last opened with, or None."""
     psycopg = require_driver()
+    where = f"{_where(dsn)} schema {schema}"
     try:
-        with psycopg.connect(dsn, autocommit=True, application_name=APPLICATION, connect_timeout=10) as conn:
+        conn = psycopg.connect(dsn, autocommit=True, application_name=APPLICATION, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise LedgerOpenError(f"{where}: cannot connect: {_first_line(exc)}") from None
+    try:
+        with conn:
             if conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'meta'",
                             (check_schema_name(schema),)).fetchone() is None:
                 return None
             row = conn.execute(f'SELECT value FROM "{schema}".meta WHERE key = %s', ("contract",)).fetchone()
     except psycopg.Error as exc:
-        raise LedgerOpenError(f"{_where(dsn)} schema {schema}: cannot read the ledger: {_first_line(exc)}") from None
+        raise LedgerOpenError(f"{where}: cannot read the ledger: {_first_line(exc)}") from None
     return None if row is None else json.loads(row[0])
 

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,8 @@ from ledgercheck.reference.verify import verify
 from ledgercheck.spec import default_spec
 from ledgercheck.transport.pgserver import PostgresServer, PostgresUnavailable, free_port
 from ledgercheck.transport.protocol import LedgerError
+
+from ledgercheck.cli import main
 
 PROCS = [sys.executable, str(Path(__file__).resolve().parent / "pg_procs.py")]
 SOURCE = next(iter(default_spec().source_systems))
@@ -168,35 +169,35 @@ def test_adapter_dir_reopens_the_same_ledger_from_another_process(pg, tmp_path, 
 
 
 # ---------------------------------------------------------------------- operator CLI and errors
-def _cli(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ledgercheck", "ledger", *args], capture_output=True, text=True,
-                          timeout=60, **kw)  # type: ignore[call-overload]
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["ledger", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
-def test_operator_cli_by_connection_string(pg, schema):
+def test_operator_cli_by_connection_string(pg, schema, capsys):
     (wid,) = _queued(pg, schema)
     url = pg.url()
-    shown = _cli("show", "--db", url, "--schema", schema, wid, "--json")
-    assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["work"]["work_id"] == wid
-    listed = _cli("list", "--db", pg.dsn(), "--schema", schema)
-    assert listed.returncode == 0 and wid in listed.stdout
-    ok = _cli("verify", "--db", url, "--schema", schema)
-    assert ok.returncode == 0 and ok.stdout.startswith("ok:"), ok.stdout + ok.stderr
+    rc, out, err = _cli(capsys, "show", "--db", url, "--schema", schema, wid, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["work"]["work_id"] == wid
+    rc, out, err = _cli(capsys, "list", "--db", pg.dsn(), "--schema", schema)
+    assert rc == 0 and wid in out, err
+    rc, out, err = _cli(capsys, "verify", "--db", url, "--schema", schema)
+    assert rc == 0 and out.startswith("ok:"), out + err
     # a ledger whose guard is gone no longer refuses forbidden writes: verify says so
     pg.execute(f'DROP TRIGGER work_guard ON "{schema}".work')
-    bad = _cli("verify", "--db", url, "--schema", schema)
-    assert bad.returncode == 1 and "trigger work_guard: missing" in bad.stdout + bad.stderr
-    missing = _cli("show", "--db", url, "--schema", "no_such_ledger", wid)
-    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
-    assert "no such ledger" in missing.stderr and "Traceback" not in missing.stderr
+    rc, out, err = _cli(capsys, "verify", "--db", url, "--schema", schema)
+    assert rc == 1 and "trigger work_guard: missing" in out + err
+    rc, out, err = _cli(capsys, "show", "--db", url, "--schema", "no_such_ledger", wid)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "no such ledger" in err, err
 
 
-def test_unreachable_server_is_one_line_and_exit_2():
+def test_unreachable_server_is_one_line_and_exit_2(capsys):
     port = free_port()
-    out = _cli("list", "--db", f"postgresql://postgres@127.0.0.1:{port}/postgres")
-    assert out.returncode == 2, out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and "cannot" in out.stderr and "Traceback" not in out.stderr
+    rc, out, err = _cli(capsys, "list", "--db", f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "cannot connect" in err, err
 
 
 def test_missing_driver_names_the_extra(pg):
