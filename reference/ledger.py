@@ -113,6 +113,7 @@ class _Tx:
             hook = led.crash_hook
             try:
                 if hook is not None:
+                    led._flush()
                     hook("ledger.after_event_insert")
                 led._commit()
             except BaseException as exc:
@@ -224,6 +225,9 @@ class Ledger(RecoveryOps, JournalOps):
 
     def _commit(self) -> None:
         self._cur.execute("COMMIT")
+
+    def _flush(self) -> None:
+        """Send whatever the transaction holds back before a crash point fires (nothing on SQLite)."""
 
     # ------------------------------------------------------------------ rules from the Spec
     def _prepare_rules(self) -> None:

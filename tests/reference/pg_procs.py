@@ -30,7 +30,7 @@ def claim(dsn: str, schema: str, work_id: str, hold: str, out: str, role: str, m
 
     led = PgLedger(dsn, schema, crash_hook=hook, busy_timeout=30.0)
     if mode == "nolock":
-        led._begin_sql = "BEGIN"
+        led._begin = lambda: setattr(led._cur, "prefix", [("BEGIN", None)])  # type: ignore[method-assign]
     if role == "second":
         print("ready", flush=True)
         while not os.path.exists(hold):
