@@ -158,6 +158,9 @@ class PgReferenceAdapter(ReferenceAdapter):
     name = "ledgercheck-reference-pg"
 
     def __init__(self, spec: Spec | None = None, synchronous: str = "NORMAL") -> None:
+        from .pg import require_driver
+
+        require_driver()  # without psycopg: one line naming the extra, before any test runs
         super().__init__(spec, synchronous)
         self._scratch_schemas: dict[str, tuple[str, str]] = {}  # contract digest -> (dsn, schema)
         self._dsn: str | None = None

@@ -200,7 +200,7 @@ def test_unreachable_server_is_one_line_and_exit_2(capsys):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "cannot connect" in err, err
 
 
-def test_missing_driver_names_the_extra(pg):
+def test_missing_driver_names_the_extra(pg, tmp_path):
     code = ("import sys; sys.modules['psycopg'] = None\n"
             "from ledgercheck.cli import main\n"
             f"sys.exit(main(['ledger', 'list', '--db', {pg.url()!r}]))")
@@ -208,11 +208,12 @@ def test_missing_driver_names_the_extra(pg):
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "pip install 'ledgercheck[postgres]'" in out.stderr
     code = ("import sys; sys.modules['psycopg'] = None\n"
-            "from ledgercheck.reference.adapter import PgReferenceAdapter\n"
-            "from ledgercheck.transport.protocol import LedgerError\n"
-            "try:\n    PgReferenceAdapter().reset({})\nexcept LedgerError as e:\n    print(e.code, e.message)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.startswith("internal reset: ") and "ledgercheck[postgres]" in out.stdout, out.stdout + out.stderr
+            "from ledgercheck.cli import main\n"
+            "sys.exit(main(['certify', '--adapter', 'reference-pg', '--no-history', '--out', sys.argv[1]]))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "adapter 'reference-pg'" in out.stderr and "pip install 'ledgercheck[postgres]'" in out.stderr
+    assert not (tmp_path / "out").exists()  # refused before any test ran
 
 
 # ---------------------------------------------------------------------- certification
