@@ -102,6 +102,36 @@ def test_operations_rules_and_guards_hold_on_postgresql(pg, schema):
         led.close()
 
 
+@pytest.mark.parametrize("flush", [True, False])
+def test_at_the_crash_point_before_commit_the_writes_are_on_the_server(pg, schema, flush):
+    """Writes held back for one round trip are sent before ``ledger.after_event_insert`` fires:
+    there the transaction holds its lock and its row, as on SQLite.  A ledger that skipped the
+    flush would reach the point with nothing sent (the second case shows the check sees it)."""
+    (wid,) = _queued(pg, schema)
+    seen: dict[str, object] = {}
+    other = psycopg.connect(pg.dsn(), autocommit=True)
+
+    def hook(point: str) -> None:
+        if point != "ledger.after_event_insert":
+            return
+        seen["advisory"] = other.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchone()[0]
+        try:
+            other.execute(f'SELECT 1 FROM "{schema}".work WHERE work_id = %s FOR UPDATE NOWAIT', (wid,))
+            seen["row_locked"] = False
+        except psycopg.errors.LockNotAvailable:
+            seen["row_locked"] = True
+
+    led = PgLedger(pg.dsn(), schema, crash_hook=hook)
+    if not flush:
+        led._flush = lambda: None  # type: ignore[method-assign]
+    try:
+        led.claim(owner="o", now=2.0, work_id=wid)
+    finally:
+        led.close()
+        other.close()
+    assert seen == ({"advisory": 1, "row_locked": True} if flush else {"advisory": 1, "row_locked": False})
+
+
 def test_two_processes_claiming_one_item_give_exactly_one_lease(pg, schema, tmp_path):
     """The first claimer holds its transaction open at the crash point before COMMIT; the second
     must wait for the write lock and then see the first one's lease."""
