@@ -132,6 +132,38 @@ def test_at_the_crash_point_before_commit_the_writes_are_on_the_server(pg, schem
     assert seen == ({"advisory": 1, "row_locked": True} if flush else {"advisory": 1, "row_locked": False})
 
 
+def test_a_writer_waiting_past_the_busy_timeout_gets_busy(pg, schema):
+    """lock_timeout is the busy timeout: a writer queued behind a transaction that stays open
+    gets ``busy`` (as on SQLite), and its own transaction is rolled back cleanly."""
+    import threading
+
+    wids = _queued(pg, schema, 2)
+    inside, release = threading.Event(), threading.Event()
+
+    def hook(point: str) -> None:
+        if point == "ledger.after_event_insert":
+            inside.set()
+            release.wait(30)
+
+    holder = PgLedger(pg.dsn(), schema, crash_hook=hook)
+    waiter = PgLedger(pg.dsn(), schema, busy_timeout=0.2)
+    t = threading.Thread(target=lambda: holder.claim(owner="a", now=2.0, work_id=wids[0]))
+    t.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(LedgerError) as info:
+            waiter.claim(owner="b", now=2.0, work_id=wids[1])
+        assert info.value.code == "busy" and "busy timeout" in info.value.message
+    finally:
+        release.set()
+        t.join(30)
+    try:
+        assert waiter.claim(owner="b", now=3.0, work_id=wids[1])["owner"] == "b"  # usable afterwards
+    finally:
+        holder.close()
+        waiter.close()
+
+
 def test_two_processes_claiming_one_item_give_exactly_one_lease(pg, schema, tmp_path):
     """The first claimer holds its transaction open at the crash point before COMMIT; the second
     must wait for the write lock and then see the first one's lease."""
