@@ -134,3 +134,141 @@ class ReferenceAdapter:
         if ledger is None:
             raise LedgerError("invalid_argument", f"{name}: the adapter has no open ledger; call reset first")
         return getattr(ledger, name)
+
+
+PG_DSN_ENV = "LEDGERCHECK_PG_DSN"
+
+
+class PgReferenceAdapter(ReferenceAdapter):
+    """The reference ledger on PostgreSQL (``--adapter reference-pg``): the same operations and
+    rules as ``reference``, each ledger a schema of a PostgreSQL database.
+
+    ``reset(config)`` understands what ``ReferenceAdapter`` does, plus:
+      ``dsn``      the PostgreSQL database to keep ledgers in; else ``$LEDGERCHECK_PG_DSN``; else
+                   a private server started for this process on 127.0.0.1, whose DSN is then put
+                   into ``$LEDGERCHECK_PG_DSN`` so worker processes started later use it too
+      ``schema``   the ledger's schema name (kept across resets; the operator CLI's ``--schema``)
+      ``dir``      without ``schema``: the ledger's schema is named after this directory, so a new
+                   process given the same ``dir`` reopens the same ledger (``active-work.json``,
+                   with ``pointer``, is written there)
+    Without either, each reset gets an empty scratch ledger (one scratch schema per contract,
+    emptied at every reset and dropped when the adapter closes).
+    """
+
+    name = "ledgercheck-reference-pg"
+
+    def __init__(self, spec: Spec | None = None, synchronous: str = "NORMAL") -> None:
+        from .pg import require_driver
+
+        require_driver()  # without psycopg: one line naming the extra, before any test runs
+        super().__init__(spec, synchronous)
+        self._scratch_schemas: dict[str, tuple[str, str]] = {}  # contract digest -> (dsn, schema)
+        self._dsn: str | None = None
+
+    def hello(self, protocol: str = PROTOCOL_VERSION) -> Handshake:
+        return {**super().hello(protocol), "name": self.name}
+
+    def _server_dsn(self, config: dict[str, Any]) -> str:
+        import os
+
+        if config.get("dsn"):
+            return str(config["dsn"])
+        if os.environ.get(PG_DSN_ENV):
+            return os.environ[PG_DSN_ENV]
+        if self._dsn is None:
+            from ledgercheck.transport.pgserver import PostgresUnavailable, shared_server
+
+            try:
+                self._dsn = shared_server().dsn()
+            except PostgresUnavailable as exc:
+                raise LedgerError("internal", f"reset: no PostgreSQL server to keep the ledger in: {exc}") from None
+            os.environ[PG_DSN_ENV] = self._dsn  # processes started from here on share it
+        return self._dsn
+
+    def reset(self, config: dict[str, Any] | None = None) -> None:
+        import hashlib
+        import os
+
+        from .pg import LedgerOpenError as _Open
+        from .pg import PgLedger, require_driver
+
+        config = config or {}
+        self.close()
+        try:
+            require_driver()
+        except _Open as exc:
+            raise LedgerError("internal", f"reset: {exc}") from None
+        if config.get("contract") is not None:
+            try:
+                self.spec = spec_from_document(config["contract"])
+            except SpecError as exc:
+                raise LedgerError("invalid_argument", f"reset: the contract does not validate: {exc.problems[0]}") from None
+        sync = str(config.get("synchronous", self.synchronous)).upper()
+        if sync not in ("NORMAL", "FULL"):
+            raise LedgerError("invalid_argument", f"reset: synchronous must be NORMAL or FULL, not {sync!r}")
+        dsn = self._server_dsn(config)
+        pointer = None
+        scratch = None
+        if config.get("schema"):
+            schema = str(config["schema"])
+        elif config.get("dir"):
+            root = Path(config["dir"])
+            root.mkdir(parents=True, exist_ok=True)
+            schema = "lc_d_" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:24]
+            pointer = root / "active-work.json"
+        else:
+            scratch = self._scratch_schemas.get(self.spec.digest)
+            if scratch is None or scratch[0] != dsn:
+                scratch = (dsn, f"lc_s_{os.getpid()}_{len(self._scratch_schemas)}_{os.urandom(4).hex()}")
+                self._scratch_schemas[self.spec.digest] = scratch
+            else:
+                self._empty(*scratch)
+            schema = scratch[1]
+            if config.get("pointer"):
+                if self._tmp is None:
+                    self._tmp = tempfile.mkdtemp(prefix="ledgercheck-ref-")
+                pointer = Path(self._tmp) / "active-work.json"
+        try:
+            self.ledger = PgLedger(dsn, schema, self.spec, synchronous=sync,
+                                   pointer_file=str(pointer) if pointer and config.get("pointer") else None,
+                                   crash_hook=self.crash_hook,
+                                   seed=config.get("seed") if isinstance(config.get("seed"), int) else None)
+        except _Open as exc:
+            raise LedgerError("invalid_argument", f"reset: {exc}") from None
+
+    @staticmethod
+    def _empty(dsn: str, schema: str) -> None:
+        """Empty a scratch ledger for the next reset (TRUNCATE fires no row triggers: the guards
+        that refuse deleting work and events do not apply to throwing the whole ledger away)."""
+        import psycopg
+
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f'TRUNCATE "{schema}".work, "{schema}".work_event, "{schema}".effect, "{schema}".inbox, '
+                             f'"{schema}".outbox, "{schema}".log_entry')
+        except psycopg.errors.UndefinedTable:
+            pass  # dropped meanwhile: the open creates it again
+        except psycopg.Error as exc:
+            raise LedgerError("internal", f"reset: cannot empty the scratch ledger {schema}: {exc}") from None
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+            self.ledger = None
+
+    def drop_scratch(self) -> None:
+        """Drop the scratch schemas this adapter made."""
+        from .pg import drop_ledger
+
+        self.close()
+        for dsn, schema in self._scratch_schemas.values():
+            try:
+                drop_ledger(dsn, schema)
+            except Exception:  # noqa: BLE001 - the server may be gone already (interpreter exit)
+                pass
+        self._scratch_schemas.clear()
+
+    def __del__(self) -> None:
+        if self.__dict__.get("_scratch_schemas"):
+            self.drop_scratch()
+        super().__del__()

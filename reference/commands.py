@@ -10,6 +10,9 @@
     requeue    return terminal work to queued (how an operator releases quarantined work)
     verify     check the file's integrity and the ledger's invariants
 
+``--db`` is a ledger file, or a PostgreSQL connection string with ``--schema`` naming the
+ledger there (the ``reference-pg`` adapter's ``schema`` setting).
+
 Exit status: 0 done; 1 the contract refused the operation (its code and message are printed)
 or ``verify`` found problems; 2 bad input (a missing, corrupt or foreign file, an unknown id,
 a bad argument).  Time-dependent commands take ``--now SECONDS`` (default: the current time).
@@ -33,6 +36,7 @@ from ledgercheck.transport.protocol import LedgerError
 
 from .ledger import Ledger, LedgerOpenError
 from .opening import stored_contract
+from .pg import PgLedger, is_pg_address, pg_stored_contract
 from .triage import assess, duration
 from .verify import verify
 
@@ -52,7 +56,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="ledger_cmd", required=True, metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", required=True, metavar="PATH", help="the ledger file")
+    common.add_argument("--db", required=True, metavar="PATH|DSN",
+                        help="the ledger file, or a PostgreSQL connection string (postgresql://... or 'host=... dbname=...')")
+    common.add_argument("--schema", default="ledger", metavar="NAME",
+                        help="with a PostgreSQL --db: the ledger's schema (default: ledger)")
     common.add_argument("--json", action="store_true", help="print JSON")
     common.add_argument("--contract", action="append", default=[], metavar="FILE",
                         help="contract file (repeat for overlays); default: the contract the ledger was last opened with")
@@ -125,7 +132,8 @@ def _spec(args: argparse.Namespace) -> Spec:
     try:
         if args.contract:
             return load_spec(args.contract)
-        doc = stored_contract(args.db, args.busy_timeout)
+        doc = (pg_stored_contract(args.db, args.schema) if is_pg_address(args.db)
+               else stored_contract(args.db, args.busy_timeout))
         return default_spec() if doc is None else spec_from_document(doc)
     except SpecError as exc:
         where = ", ".join(args.contract) if args.contract else f"the contract stored in {args.db}"
@@ -139,6 +147,8 @@ def _open(args: argparse.Namespace) -> Ledger:
         raise Failed(2, "--now must be a finite number of seconds")
     try:
         spec = _spec(args)
+        if is_pg_address(args.db):
+            return PgLedger(args.db, args.schema, spec, busy_timeout=args.busy_timeout, create=False, actor="operator")
         pointer = Path(args.db).parent / POINTER_NAME
         return Ledger(args.db, spec, busy_timeout=args.busy_timeout, create=False, actor="operator",
                       pointer_file=pointer if pointer.exists() else None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -38,6 +39,7 @@ from .opening import LedgerOpenError, check_file, classify, prepare
 from .pointer import ActivePointer
 from .recovery import RecoveryOps
 from .rows import INSERT_EVENT, SELECT_WORK, Rec, decode, encode, load
+from .schema import _triggers as schema_triggers
 from .schema import claim_filter
 
 __all__ = ["CRASH_POINTS", "Ledger", "LedgerOpenError"]
@@ -54,6 +56,7 @@ _BY_IDENTITY = SELECT_WORK + (" WHERE source_system = ? AND source_id = ? AND "
 _BY_ID = SELECT_WORK + " WHERE work_id = ?"
 _VERSION = "SELECT event_count FROM work WHERE seq = ?"
 CACHE_MAX = 4096
+_TRIGGER_NAME = re.compile(r"CREATE TRIGGER (\w+)")
 # monitor scans name their (partial) indexes: a query that could not use one fails loudly
 _LEASED = SELECT_WORK + " INDEXED BY work_lease WHERE lease_token IS NOT NULL"
 _WAIT_DUE = SELECT_WORK + " INDEXED BY work_wait WHERE waiting_deadline < ?"
@@ -67,14 +70,16 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     def op(self: Ledger, *args: Any, **kw: Any) -> Any:
         try:
             return fn(self, *args, **kw)
-        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+        except self._CAUGHT as exc:
             raise self._damaged(exc, fn.__name__) from None
 
     return op
 
 
 class _Tx:
-    """``with ledger._tx as cur``: one IMMEDIATE transaction, crash points, error mapping."""
+    """``with ledger._tx as cur``: one writing transaction (``Ledger._begin``: BEGIN IMMEDIATE on
+    SQLite, one writer at a time on PostgreSQL too, see ``pg.py``), crash points, error mapping.
+    Both backends share it, so the crash points fire at the same logical places."""
 
     __slots__ = ("led",)
 
@@ -85,13 +90,13 @@ class _Tx:
         led = self.led
         led._lock.acquire()
         try:
-            led._waiting(led._cur.execute, "BEGIN IMMEDIATE")
+            led._begin()
         except BaseException as exc:
             # whatever ends the begin (a database error, or an interrupt while it waits for
             # another writer), nothing holds the transaction: roll back what began, release
             led._rollback()
             led._lock.release()
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, led.DB_ERRORS):
                 raise led._db_error(exc) from None
             raise
         return led._cur
@@ -102,18 +107,19 @@ class _Tx:
             if et is not None:
                 led._pending.clear()
                 led._rollback()
-                if isinstance(ev, sqlite3.Error):
+                if isinstance(ev, led.DB_ERRORS):
                     raise led._db_error(ev) from None
                 return False  # LedgerError and damage errors propagate (see _guarded)
             hook = led.crash_hook
             try:
                 if hook is not None:
+                    led._flush()
                     hook("ledger.after_event_insert")
-                led._cur.execute("COMMIT")
+                led._commit()
             except BaseException as exc:
                 led._pending.clear()
                 led._rollback()
-                if isinstance(exc, sqlite3.Error):
+                if isinstance(exc, led.DB_ERRORS):
                     raise led._db_error(exc) from None
                 raise
             if led._pending:
@@ -151,22 +157,7 @@ class Ledger(RecoveryOps, JournalOps):
         if str(synchronous).upper() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
         self.path = Path(path)
-        self.spec = spec or default_spec()
-        self.crash_hook = crash_hook
-        self.actor = actor
-        self.busy_timeout = float(busy_timeout)
-        self.synchronous = str(synchronous).upper()
-        self._lock = threading.Lock()
-        self._tx = _Tx(self)
-        # Records this connection committed or read, by work id.  A cached record is only used
-        # after checking that its event_count (which every change of a row increases, see
-        # schema.py) is still the row's; it saves materialising the whole row again.
-        self._cache: dict[str, Rec] = {}
-        self._pending: list[Rec] = []
-        # jitter draws: from a seeded generator when the caller wants replays to repeat
-        # exactly (the harness's hypothesis runs), from the OS otherwise
-        self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
-        self._prepare_rules()
+        self._setup(spec, crash_hook=crash_hook, actor=actor, busy_timeout=busy_timeout, synchronous=synchronous, seed=seed)
         check_file(self.path, create)
         try:
             self.conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
@@ -201,6 +192,42 @@ class Ledger(RecoveryOps, JournalOps):
             except LedgerError as exc:
                 self.conn.close()
                 raise LedgerOpenError(f"{self.path}: {exc.message}") from None
+
+    def _setup(self, spec: Spec | None, *, crash_hook: Callable[[str], None] | None, actor: str, busy_timeout: float,
+               synchronous: str, seed: int | None) -> None:
+        """What every backend's ledger holds besides its connection."""
+        self.spec = spec or default_spec()
+        self.crash_hook = crash_hook
+        self.actor = actor
+        self.busy_timeout = float(busy_timeout)
+        self.synchronous = str(synchronous).upper()
+        self._lock = threading.Lock()
+        self._tx = _Tx(self)
+        # Records this connection committed or read, by work id.  A cached record is only used
+        # after checking that its event_count (which every change of a row increases, see
+        # schema.py) is still the row's; it saves materialising the whole row again.
+        self._cache: dict[str, Rec] = {}
+        self._pending: list[Rec] = []
+        # jitter draws: from a seeded generator when the caller wants replays to repeat
+        # exactly (the harness's hypothesis runs), from the OS otherwise
+        self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
+        self._prepare_rules()
+
+    # ------------------------------------------------------------------ the backend seam
+    # What differs between the SQLite file and PostgreSQL (``pg.PgLedger`` overrides these):
+    # which exceptions are the database's, how a writing transaction begins and commits, how a
+    # database error becomes a LedgerError.  The operations above them are shared.
+    DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,)
+    _CAUGHT: tuple[type[Exception], ...] = (sqlite3.Error, ValueError, KeyError, TypeError)
+
+    def _begin(self) -> None:
+        self._waiting(self._cur.execute, "BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        self._cur.execute("COMMIT")
+
+    def _flush(self) -> None:
+        """Send whatever the transaction holds back before a crash point fires (nothing on SQLite)."""
 
     # ------------------------------------------------------------------ rules from the Spec
     def _prepare_rules(self) -> None:
@@ -272,6 +299,15 @@ class Ledger(RecoveryOps, JournalOps):
         fk = self._read("PRAGMA foreign_key_check")
         return [r[0] for r in rows if r[0] != "ok"] + [f"foreign key violation in {r[0]} row {r[1]}" for r in fk]
 
+    def guard_triggers(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The guard triggers the file holds and those the schema creates for this contract, by name."""
+        have = dict(self._read("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
+        want = {}
+        for sql in schema_triggers(self.spec):
+            m = _TRIGGER_NAME.match(sql)
+            want[m.group(1) if m else sql] = sql
+        return have, want
+
     def _rollback(self) -> None:
         try:
             if self.conn.in_transaction:
@@ -318,11 +354,11 @@ class Ledger(RecoveryOps, JournalOps):
         with self._lock:
             try:
                 return self._waiting(lambda: self.conn.execute(sql, params).fetchall())
-            except sqlite3.Error as exc:
+            except self.DB_ERRORS as exc:
                 raise self._db_error(exc) from None
 
     def _damaged(self, exc: Exception, op: str) -> LedgerError:
-        if isinstance(exc, sqlite3.Error):
+        if isinstance(exc, self.DB_ERRORS):
             return self._db_error(exc)
         return LedgerError("internal", f"{self.path}: {op}: cannot read the ledger ({type(exc).__name__}: {exc}); "
                                        "the file may be damaged")
@@ -485,7 +521,7 @@ class Ledger(RecoveryOps, JournalOps):
                 if hit is not None and self._waiting(lambda: self.conn.execute(_VERSION, (hit.seq,)).fetchone()) == (hit.n,):
                     return hit.snap.copy()
                 r = self._waiting(lambda: self.conn.execute(_BY_ID, (work_id,)).fetchone())
-            except sqlite3.Error as exc:
+            except self.DB_ERRORS as exc:
                 raise self._db_error(exc) from None
         if r is None:
             raise LedgerError("not_found", f"no work {work_id!r}")

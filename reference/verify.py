@@ -14,16 +14,12 @@ problem among the others, not the end of the check.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import LedgerError
 
 from .ledger import Ledger
-from .schema import _triggers as schema_triggers
-
-_TRIGGER_NAME = re.compile(r"CREATE TRIGGER (\w+)")
 
 
 def verify(ledger: Ledger) -> list[str]:
@@ -60,11 +56,9 @@ def verify(ledger: Ledger) -> list[str]:
 
 def _trigger_problems(ledger: Ledger) -> list[str]:
     """Guard triggers the schema generator creates for this contract that are missing or altered."""
-    have = dict(ledger._read("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
+    have, want = ledger.guard_triggers()
     out = []
-    for sql in schema_triggers(ledger.spec):
-        m = _TRIGGER_NAME.match(sql)
-        name = m.group(1) if m else sql
+    for name, sql in want.items():
         if name not in have:
             out.append(f"trigger {name}: missing (the ledger no longer refuses the writes it guards)")
         elif have[name] != sql:

@@ -1,0 +1,502 @@
+"""The reference ledger on PostgreSQL: the same ``Ledger``, a second backend under it.
+
+Every operation, every rule it applies (through ``ledgercheck.spec.rules``) and every crash point
+is ``ledger.py``'s; this module replaces only what touches the database:
+
+- **the connection**: one psycopg 3 connection per ledger in autocommit mode, so that the
+  ledger's own ``BEGIN``/``COMMIT`` delimit its transactions exactly as on SQLite (no pool: a
+  ledger holds one connection the way the SQLite ledger holds one file handle);
+- **where a ledger lives**: a schema of a database (``dsn`` + ``schema``), so one server holds
+  any number of ledgers and a scratch ledger is dropped with its schema;
+- **the writing transaction**: SQLite's ``BEGIN IMMEDIATE`` admits one writer at a time and
+  every statement of the transaction sees every earlier commit.  Here ``BEGIN`` (READ COMMITTED)
+  is followed by ``pg_advisory_xact_lock`` on the ledger's key: writers of one ledger queue on
+  the lock, and since READ COMMITTED takes a fresh snapshot per statement, every read after the
+  lock sees every commit that preceded it.  The result is the same serial order SQLite gives,
+  without serialization failures to retry (two processes claiming the same item: the second
+  waits, then sees the first's lease).  The lock is the transaction's, so a client killed
+  mid-transaction (SIGKILL) loses its connection, the server rolls the transaction back and the
+  lock goes with it;
+- **SQL**: the ledger's statements are written for SQLite; ``translate`` rewrites the few
+  dialect differences once per statement text (``?`` placeholders, ``ifnull``, ``INDEXED BY``
+  hints, the identity lookup), and the DDL is the SQLite schema's with PostgreSQL types plus
+  PL/pgSQL versions of its guard triggers (same rules, same messages);
+- **errors**: SQLSTATE classes become the same ``LedgerError`` codes the SQLite ledger gives
+  (a guard trigger or CHECK refusing a write, a lock wait past the busy timeout, a lost server).
+
+The driver is optional (``pip install 'ledgercheck[postgres]'``); without it, opening a
+PostgreSQL ledger fails with one line naming the extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ledgercheck.spec import Spec
+
+from .ledger import Ledger, LedgerOpenError
+from .pointer import ActivePointer
+from .schema import (
+    FIXED_INDEXES,
+    FROZEN_WHEN_TERMINAL,
+    SCHEMA_VERSION,
+    TABLES,
+    _event_table,
+    _journal_tables,
+    _work_table,
+    contract_shape,
+    one_of,
+    rule_indexes,
+)
+
+__all__ = ["EXTRA", "PgLedger", "drop_ledger", "is_pg_address", "pg_stored_contract", "require_driver", "translate"]
+
+EXTRA = "pip install 'ledgercheck[postgres]'"
+APPLICATION = "ledgercheck-ledger"
+_NAME_OK = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def require_driver() -> Any:
+    """The psycopg module, or one line saying which extra installs it."""
+    try:
+        import psycopg
+    except ImportError:
+        raise LedgerOpenError(f"the PostgreSQL reference ledger needs the psycopg driver: {EXTRA}") from None
+    return psycopg
+
+
+def is_pg_address(text: str) -> bool:
+    """Whether ``text`` is a PostgreSQL connection string (URL or ``key=value`` form) rather than a file."""
+    return text.startswith(("postgresql://", "postgres://")) or bool(re.match(r"^\s*\w+\s*=", text))
+
+
+def check_schema_name(name: str) -> str:
+    if not _NAME_OK.match(name):
+        raise LedgerOpenError(f"schema {name!r}: not a usable ledger schema name (lower-case letters, digits, _; at most 63)")
+    return name
+
+
+def _where(dsn: str) -> str:
+    """The server and database of a DSN for messages (no password)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - a malformed DSN is reported when connecting
+        return "postgresql"
+    host = parts.get("host") or "localhost"
+    return f"postgresql {host}:{parts.get('port') or 5432}/{parts.get('dbname') or parts.get('user') or ''}"
+
+
+# ---------------------------------------------------------------------- SQL dialect
+_TRANSLATED: dict[str, str] = {}
+_INDEXED_BY = re.compile(r"\s+INDEXED BY \w+")
+_FALSE = re.compile(r"\((0)\) = \(|WHERE 0\b(?!\s*[=<>])")
+
+
+def translate(sql: str) -> str:
+    """A statement of the SQLite ledger in PostgreSQL's dialect (cached per statement text)."""
+    out = _TRANSLATED.get(sql)
+    if out is None:
+        s = sql.replace("ifnull(source_run_id, char(0)) = ifnull(?, char(0))", "source_run_id IS NOT DISTINCT FROM ?")
+        s = _INDEXED_BY.sub("", s).replace("ifnull(", "coalesce(")
+        s = _FALSE.sub(lambda m: "(false) = (" if m.group(1) else "WHERE false", s)
+        s = s.replace("%", "%%").replace("?", "%s")
+        if len(_TRANSLATED) > 4096:
+            _TRANSLATED.clear()
+        out = _TRANSLATED[sql] = s
+    return out
+
+
+def _ddl(sql: str) -> str:
+    """A CREATE statement of the SQLite schema with PostgreSQL's types."""
+    s = sql.replace(") STRICT, WITHOUT ROWID", ")").replace(") STRICT", ")")
+    s = re.sub(r"\bINTEGER\b", "BIGINT", s)
+    s = re.sub(r"\bREAL\b", "DOUBLE PRECISION", s)
+    s = s.replace("ifnull(source_run_id, char(0))", "coalesce(source_run_id, '')")
+    return _FALSE.sub(lambda m: "(false) = (" if m.group(1) else "WHERE false", s)
+
+
+def _raise(message: str) -> str:
+    # SQLSTATE 23000 (integrity_constraint_violation): mapped like SQLite's RAISE(ABORT) in a trigger
+    return f"RAISE EXCEPTION '{message}' USING ERRCODE = '23000';"
+
+
+def guard_functions(spec: Spec, schema: str) -> dict[str, str]:
+    """The PL/pgSQL bodies of the guard triggers, by trigger name: the rules of ``schema.py``'s
+    SQLite triggers, with the same messages."""
+    terminal = one_of("OLD.status", spec.terminal_statuses)
+    frozen = " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}" for c in FROZEN_WHEN_TERMINAL)
+    identity = " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}"
+                           for c in ("seq", "work_id", "source_system", "source_id", "source_run_id", "created_at"))
+    q = f'"{schema}"'
+    work_guard = f"""
+BEGIN
+  IF NEW.status <> OLD.status AND NOT EXISTS (SELECT 1 FROM {q}.allowed_transition WHERE src = OLD.status AND dst = NEW.status) THEN
+    {_raise('invalid_transition: forbidden status change')}
+  END IF;
+  IF NEW.status <> OLD.status AND NEW.event_count <= OLD.event_count THEN
+    {_raise('invalid_transition: a status change must append its event')}
+  END IF;
+  IF NEW.lease_version < OLD.lease_version THEN {_raise('invalid_transition: lease_version decreased')} END IF;
+  IF NEW.event_count <= OLD.event_count THEN
+    {_raise('invalid_transition: every change of a work record appends an event')}
+  END IF;
+  IF {identity} THEN {_raise('invalid_transition: the identity of a work record never changes')} END IF;
+  IF ({terminal}) AND NEW.status = OLD.status AND ({frozen}) THEN
+    {_raise('invalid_transition: a terminal record changes only by requeue')}
+  END IF;
+  RETURN NEW;
+END"""
+    event_matches = f"""
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM {q}.work WHERE work_id = NEW.work_id AND NEW.seq < {spec.first_seq} + event_count
+                 AND (NEW.to_status IS NULL OR NEW.to_status = status)) THEN
+    {_raise('invalid_transition: event does not match its work record')}
+  END IF;
+  RETURN NEW;
+END"""
+    out = {"work_guard": work_guard, "work_no_delete": f"\nBEGIN\n  {_raise('work records are never deleted')}\nEND",
+           "work_event_matches": event_matches}
+    for table in ("work_event", "log_entry"):
+        out[f"{table}_append_only"] = f"\nBEGIN\n  {_raise(f'{table} is append-only')}\nEND"
+    return out
+
+
+_TRIGGER_ON = {
+    "work_guard": "BEFORE UPDATE ON work", "work_no_delete": "BEFORE DELETE ON work",
+    "work_event_matches": "BEFORE INSERT ON work_event",
+    "work_event_append_only": "BEFORE UPDATE OR DELETE ON work_event",
+    "log_entry_append_only": "BEFORE UPDATE OR DELETE ON log_entry",
+}
+
+
+def _schema_ddl(spec: Spec, schema: str) -> list[str]:
+    journal = _journal_tables(spec)
+    tables = [_work_table(spec), _event_table(spec), *FIXED_INDEXES, *journal, *rule_indexes(spec).values()]
+    out = [_ddl(s) for s in tables]
+    for name, body in guard_functions(spec, schema).items():
+        out.append(f"CREATE FUNCTION lc_{name}() RETURNS trigger LANGUAGE plpgsql AS $lc${body}$lc$")
+        out.append(f"CREATE TRIGGER {name} {_TRIGGER_ON[name]} FOR EACH ROW EXECUTE FUNCTION lc_{name}()")
+    return out
+
+
+def _lock_key(schema: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"ledgercheck:{schema}".encode()).digest()[:8], "big", signed=True)
+
+
+# ---------------------------------------------------------------------- connection wrappers
+_DEFERRED = ("UPDATE ", "INSERT INTO ")
+
+
+class _Cursor:
+    """The ledger's cursor: statements are translated, results come from psycopg's cursor.
+
+    Writes whose result the ledger never reads (``UPDATE``s and ``INSERT``s other than the work
+    row's, whose row count tells a duplicate) are held back and sent together with the next
+    statement that needs an answer's round trip, or with ``COMMIT``: an operation's row update,
+    event and commit then cost one round trip instead of three.  They are bound on the client
+    (psycopg's ``ClientCursor``), in the one transaction, so the server refuses them exactly as
+    it would one by one; before a crash point fires they are flushed, so a process killed there
+    has sent what the SQLite ledger would have written.
+    """
+
+    __slots__ = ("_c", "_raw", "pending", "prefix")
+
+    def __init__(self, c: Any, raw: Any) -> None:
+        self._c = c
+        self._raw = raw
+        self.pending: list[tuple[str, Any]] = []
+        self.prefix: list[tuple[str, Any]] = []  # the transaction's BEGIN and lock, sent with the first statement
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        if sql.startswith(_DEFERRED) and not sql.startswith("INSERT INTO work("):
+            self.pending.append((translate(sql), params))
+            return self
+        if self.pending or self.prefix:
+            self.flush((translate(sql), params))
+            return self._c
+        return self._c.execute(translate(sql), params)
+
+    def executemany(self, sql: str, seq: Any) -> None:
+        if self.pending or self.prefix:
+            self.flush()
+        self._c.executemany(translate(sql), list(seq))
+
+    def flush(self, last: tuple[str, Any] | None = None) -> None:
+        """Send the transaction's prefix, the held-back writes and ``last`` in one round trip
+        (psycopg's pipeline mode: statements stay prepared, the first error is raised here)."""
+        stmts = self.prefix + self.pending + ([last] if last else [])
+        self.prefix, self.pending = [], []
+        c = self._c
+        with self._raw.pipeline():
+            for sql, params in stmts:
+                c.execute(sql, params)
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._c.rowcount)
+
+
+class _Conn:
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self.raw.execute(translate(sql), params)
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self.raw.cursor(), self.raw)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+# ---------------------------------------------------------------------- the ledger
+class PgLedger(Ledger):
+    """A work ledger in schema ``schema`` of the PostgreSQL database ``dsn``.
+
+    ``create=False`` refuses a schema that holds no ledger yet (the operator CLI opens that way).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str = "ledger",
+        spec: Spec | None = None,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 5.0,
+        pointer_file: str | None = None,
+        crash_hook: Callable[[str], None] | None = None,
+        actor: str = "ledger",
+        create: bool = True,
+        seed: int | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        psycopg = require_driver()
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.path = f"{_where(dsn)} schema {schema}"  # type: ignore[assignment]  # names the ledger in messages
+        self._setup(spec, crash_hook=crash_hook, actor=actor, busy_timeout=busy_timeout, synchronous=synchronous, seed=seed)
+        self.DB_ERRORS = (psycopg.Error,)
+        self._CAUGHT = (psycopg.Error, ValueError, KeyError, TypeError)
+        self._psycopg = psycopg
+        self._key = _lock_key(schema)
+        try:
+            raw = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
+                                  application_name=APPLICATION)
+        except psycopg.Error as exc:
+            raise LedgerOpenError(f"{self.path}: cannot connect: {_first_line(exc)}") from None
+        raw.adapters.register_dumper(bool, _bool_dumper(psycopg))
+        self.conn = _Conn(raw)  # type: ignore[assignment]
+        try:
+            raw.execute(f'SET search_path TO "{schema}"')
+            raw.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
+            if self.synchronous in ("FULL", "EXTRA"):
+                raw.execute("SET synchronous_commit = on")
+            self._prepare_schema(create)
+        except LedgerOpenError:
+            raw.close()
+            raise
+        except psycopg.Error as exc:
+            raw.close()
+            raise LedgerOpenError(f"{self.path}: not a usable ledger ({_first_line(exc)})") from None
+        self._cur: _Cursor = self.conn.cursor()  # type: ignore[assignment]
+        self.pointer = None
+        if pointer_file is not None:
+            self.pointer = ActivePointer(pointer_file, self.path, durable=self.synchronous in ("FULL", "EXTRA"))
+            try:
+                self.pointer.reconcile(self.active_leases)
+            except OSError as exc:
+                raw.close()
+                raise LedgerOpenError(f"{self.pointer.path}: cannot write the active pointer ({exc.strerror or exc})") from None
+
+    # ------------------------------------------------------------------ schema
+    def _prepare_schema(self, create: bool) -> None:
+        """Create the schema of a new ledger and validate an existing one, under a session lock
+        on the ledger's key (processes opening the same ledger at once create it once)."""
+        raw = self.conn.raw
+        spec = self.spec
+        raw.execute("SELECT pg_advisory_lock(%s)", (self._key,))
+        try:
+            exists = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is not None
+            if not exists:
+                if not create:
+                    raise LedgerOpenError(f"{self.path}: no such ledger (the database has no schema {self.schema!r})")
+                with raw.transaction():
+                    raw.execute(f'CREATE SCHEMA "{self.schema}"')
+                    for sql in _schema_ddl(spec, self.schema):
+                        raw.execute(sql)
+                    raw.cursor().executemany("INSERT INTO meta(key, value) VALUES (%s, %s)", [
+                        ("application", APPLICATION), ("schema_version", str(SCHEMA_VERSION)),
+                        ("contract_shape", json.dumps(contract_shape(spec), sort_keys=True))])
+            self._validate()
+            stored = dict(raw.execute("SELECT key, value FROM meta WHERE key IN ('contract_digest', 'rule_indexes')").fetchall())
+            indexes = json.dumps({k: _ddl(v) for k, v in rule_indexes(spec).items()}, sort_keys=True)
+            have = set(raw.execute("SELECT src, dst FROM allowed_transition").fetchall())
+            if (stored.get("contract_digest") != spec.digest or stored.get("rule_indexes") != indexes
+                    or have != {(t.src, t.dst) for t in spec.transitions}):
+                self._sync_rules(stored.get("rule_indexes"), indexes)
+        finally:
+            raw.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+
+    def _validate(self) -> None:
+        raw = self.conn.raw
+        have = {r[0] for r in raw.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                                          (self.schema,)).fetchall()}
+        if "meta" not in have:
+            what = ", ".join(sorted(have)[:4]) or "no tables"
+            raise LedgerOpenError(f"{self.path}: schema {self.schema!r} is not a ledgercheck ledger ({what})")
+        meta = dict(raw.execute("SELECT key, value FROM meta WHERE key IN ('application', 'schema_version', "
+                                "'contract_shape')").fetchall())
+        if meta.get("application") != APPLICATION:
+            raise LedgerOpenError(f"{self.path}: schema {self.schema!r} is not a ledgercheck ledger (no application mark)")
+        if meta.get("schema_version") != str(SCHEMA_VERSION):
+            raise LedgerOpenError(f"{self.path}: ledger schema version {meta.get('schema_version')}, "
+                                  f"this ledgercheck reads version {SCHEMA_VERSION}")
+        missing = [t for t in TABLES if t not in have]
+        if missing:
+            raise LedgerOpenError(f"{self.path}: damaged ledger, table(s) {', '.join(missing)} missing")
+        stored, want = json.loads(meta.get("contract_shape") or "{}"), contract_shape(self.spec)
+        if stored != want:
+            diff = [k for k in want if stored.get(k) != want[k]]
+            raise LedgerOpenError(f"{self.path}: created for a contract with different {', '.join(diff)}")
+
+    def _sync_rules(self, old_indexes: str | None, indexes: str) -> None:
+        from .opening import _contract_text
+
+        raw, spec = self.conn.raw, self.spec
+        with raw.transaction():
+            raw.execute("DELETE FROM allowed_transition")
+            raw.cursor().executemany("INSERT INTO allowed_transition(src, dst) VALUES (%s, %s)",
+                                     [(t.src, t.dst) for t in spec.transitions])
+            if old_indexes != indexes:
+                for name, sql in json.loads(indexes).items():
+                    raw.execute(f"DROP INDEX IF EXISTS {name}")
+                    raw.execute(sql)
+            raw.cursor().executemany(
+                "INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                [("contract_digest", spec.digest), ("contract", _contract_text(spec)),
+                 ("contract_version", spec.version), ("rule_indexes", indexes)])
+
+    # ------------------------------------------------------------------ the backend seam
+    def _begin(self) -> None:
+        # sent with the transaction's first statement (see _Cursor.flush)
+        self._cur.prefix = [("BEGIN", None), ("SELECT pg_advisory_xact_lock(%s)", (self._key,))]
+
+    def _commit(self) -> None:
+        cur = self._cur
+        if cur.pending or cur.prefix:
+            cur.flush(("COMMIT", None))
+        else:
+            self.conn.raw.execute("COMMIT")
+
+    def _flush(self) -> None:
+        if self._cur.pending or self._cur.prefix:
+            self._cur.flush()
+
+    def _rollback(self) -> None:
+        raw = self.conn.raw
+        self._cur.pending.clear()
+        self._cur.prefix.clear()
+        try:
+            if raw.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+                raw.execute("ROLLBACK")
+        except self._psycopg.Error:
+            pass
+
+    def _waiting(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)  # the server queues lock waits itself, up to lock_timeout
+
+    def _db_error(self, exc: Exception) -> Any:
+        from ledgercheck.transport.protocol import LedgerError
+
+        errors = self._psycopg.errors
+        msg = _first_line(exc)
+        if isinstance(exc, self._psycopg.IntegrityError):
+            if msg.startswith("invalid_transition"):
+                return LedgerError("invalid_transition", msg)
+            return LedgerError("invalid_argument", f"constraint failed: {msg}")
+        if isinstance(exc, errors.LockNotAvailable | errors.QueryCanceled):
+            return LedgerError("busy", f"{self.path}: the ledger stayed locked past the busy timeout ({self.busy_timeout:g}s)")
+        return LedgerError("internal", f"{self.path}: database error: {msg}")
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except self._psycopg.Error:
+            pass
+
+    def discard(self) -> None:
+        self.close()
+
+    def integrity_check(self) -> list[str]:
+        """References the server would refuse to create but an altered schema could hold."""
+        out = []
+        for table, col in (("work_event", "work_id"), ("effect", "work_id"), ("outbox", "work_id")):
+            n = self._read(f"SELECT count(*) FROM {table} t WHERE t.{col} IS NOT NULL "
+                           f"AND NOT EXISTS (SELECT 1 FROM work w WHERE w.work_id = t.{col})")[0][0]
+            if n:
+                out.append(f"{n} row(s) of {table} name a work record that does not exist")
+        return out
+
+    def guard_triggers(self) -> tuple[dict[str, str], dict[str, str]]:
+        have = dict(self._read(
+            "SELECT t.tgname, p.prosrc FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = t.tgfoid "
+            "WHERE n.nspname = ? AND NOT t.tgisinternal", (self.schema,)))
+        return have, guard_functions(self.spec, self.schema)
+
+
+def _bool_dumper(psycopg: Any) -> type:
+    """Booleans go to the database as 0/1 (the flag columns are integers, as on SQLite, where
+    the operations' True/False are stored as 1/0)."""
+    from psycopg.adapt import Dumper
+
+    class BoolAsInt(Dumper):
+        oid = psycopg.adapters.types["int8"].oid
+
+        def dump(self, obj: bool) -> bytes:
+            return b"1" if obj else b"0"
+
+    return BoolAsInt
+
+
+def _first_line(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    text = (getattr(diag, "message_primary", None) if diag is not None else None) or str(exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def drop_ledger(dsn: str, schema: str) -> None:
+    """Remove a ledger (its schema and everything in it)."""
+    psycopg = require_driver()
+    with psycopg.connect(dsn, autocommit=True, application_name=APPLICATION, connect_timeout=5) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{check_schema_name(schema)}" CASCADE')
+
+
+def pg_stored_contract(dsn: str, schema: str) -> dict[str, object] | None:
+    """The contract document a PostgreSQL ledger was last opened with, or None."""
+    psycopg = require_driver()
+    where = f"{_where(dsn)} schema {schema}"
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, application_name=APPLICATION, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise LedgerOpenError(f"{where}: cannot connect: {_first_line(exc)}") from None
+    try:
+        with conn:
+            if conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'meta'",
+                            (check_schema_name(schema),)).fetchone() is None:
+                return None
+            row = conn.execute(f'SELECT value FROM "{schema}".meta WHERE key = %s', ("contract",)).fetchone()
+    except psycopg.Error as exc:
+        raise LedgerOpenError(f"{where}: cannot read the ledger: {_first_line(exc)}") from None
+    return None if row is None else json.loads(row[0])
+
