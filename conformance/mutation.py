@@ -42,13 +42,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 from ledgercheck.spec.contract import parse_duration
 from ledgercheck.transport.clock import QUANTUM, plain
 from ledgercheck.transport.server import Server, _lines
 from ledgercheck.transport.wire import RESULT_DOC, dumps, loads, result_types
-
-from .model import FIELD_OWNER
 
 # ---------------------------------------------------------------------------------------------
 # Mutants
@@ -304,7 +302,8 @@ def _generate(spec: Spec) -> list[Mutant]:
         writes = _event_clauses(spec, op)
         for path in _alter_paths(spec, op, types):
             leaf = path.split(".")[-1]
-            extra = ([FIELD_OWNER[leaf]] if leaf in FIELD_OWNER else []) + (writes if leaf in _event_fields(spec, op) else [])
+            owner = rules.field_owner(spec, leaf)
+            extra = ([owner] if owner is not None else []) + (writes if leaf in _event_fields(spec, op) else [])
             out.append(Mutant("alter", (op, path), own=own_clauses(spec, op, [leaf], extra), site=("value", op, path),
                               what=f"{op}'s answer has {path} changed (type kept)"))
     # lists: reversed, and one element left out

@@ -56,6 +56,7 @@ class WorkField:
     nullable: bool
     compare: str
     fold: bool
+    blame: str | None = None  # the clause that owns the field (work_fields' `blame`)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Arg:
     name: str
     type: str
     required: bool
+    blame: str | None = None  # the clause blamed when the argument is missing or out of range
+    blame_waiting: str | None = None  # ... when its value is a waiting status (close_out's status)
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class Clause:
     profile: str
     source: str
     statement: str
+    judge: str = "harness"  # "chaos": only the chaos exploration's crash windows judge it
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,7 @@ class Spec:
     outbox_pending_max: int
     first_seq: int
     errors: Mapping[str, bool]  # code -> definite
+    error_blame: Mapping[str, str]  # code -> the clause blamed for that refusal when nothing more particular applies
     crash_points: Mapping[str, CrashPoint]
     step_classes: Mapping[str, str]  # name -> effect kind
     decisions: Mapping[str, Mapping[str, Any]]

@@ -8,7 +8,10 @@ is pure: it reads the Spec and the values it is given, and returns a value.
   journal, then ``attempts_exhausted`` (the item's own retry policy counts);
 * ``lease_lapse`` / ``stale_for_recovery`` - which items a scan must classify (``stale``);
 * ``effect_changes`` / ``apply_effects`` / ``open_fields`` - what one step of an operation
-  writes on a snapshot, and what the contract leaves open (``effects`` of an operation).
+  writes on a snapshot, and what the contract leaves open (``effects`` of an operation);
+* ``field_owner`` / ``argument_blame`` / ``chaos_clauses`` - which clause a wrong field or
+  argument breaks (the ``blame`` of work fields, arguments and error codes) and which clauses
+  only the chaos exploration judges (``judge: chaos``).
 """
 
 from __future__ import annotations
@@ -214,3 +217,33 @@ def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 if k in snap and k != "status":
                     snap[k] = v
     return snap
+
+
+# ---------------------------------------------------------------------------------- blame
+def field_owner(spec: Spec, name: str) -> str | None:
+    """The clause that owns snapshot field ``name`` (its ``blame``), or None."""
+    f = spec.work_fields.get(name)
+    return f.blame if f is not None else None
+
+
+def field_owners(spec: Spec) -> dict[str, str]:
+    """Snapshot field -> the clause that owns it, for every field that names one."""
+    return {n: f.blame for n, f in spec.work_fields.items() if f.blame is not None}
+
+
+def argument_blame(spec: Spec, op: str, name: str, value: Any = None) -> str:
+    """The clause blamed when argument ``name`` of ``op`` is missing or out of range (``value``
+    is what the call passed): the argument's own ``blame`` (its ``waiting_status`` one when the
+    value is a waiting status), else the invalid_argument error's."""
+    arg = spec.operations[op].args.get(name) if op in spec.operations else None
+    if arg is not None and arg.blame is not None:
+        if arg.blame_waiting is not None and isinstance(value, str) and value in spec.statuses \
+                and spec.statuses[value].waiting_kind:
+            return arg.blame_waiting
+        return arg.blame
+    return spec.error_blame["invalid_argument"]
+
+
+def chaos_clauses(spec: Spec) -> tuple[str, ...]:
+    """The clauses only the chaos exploration judges (``judge: chaos``), in contract order."""
+    return tuple(c.id for c in spec.clauses if c.judge == "chaos")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import OWNER, Harness, NotApplicable
@@ -526,9 +526,7 @@ def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     a required argument of a type that admits every value).  The contract has no per-profile
     invalid-argument clause; an argument that a specific clause of another profile judges (a
     waiting kind or reference, an error class) is left to that clause's own tests."""
-    from ..model import Model
-
-    judges = Model(spec, list(spec.profiles))  # the model says which clause a bad argument breaks
+    fallback = spec.error_blame["invalid_argument"]
     for op, o in spec.operations.items():
         if o.kind == "session":
             continue
@@ -540,8 +538,8 @@ def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 wrong.append(_MISSING)
             if not wrong:
                 continue
-            judge = judges._arg_blame(op, name, {})
-            if o.profile != "core" and judge != "core.invalid_argument" and spec.clause(judge).profile != "core":
+            judge = rules.argument_blame(spec, op, name)  # the contract says which clause a bad argument breaks
+            if o.profile != "core" and judge != fallback and spec.clause(judge).profile != "core":
                 continue
 
             def fn(h: Harness, op: str = op, name: str = name, wrong: tuple = tuple(wrong), arg=arg) -> None:

@@ -28,17 +28,14 @@ PACKAGES = {
 # connected component.  They are broken at run time by function-level imports; removing one
 # means moving the shared part into a module both sides import.
 KNOWN_CYCLES: set[frozenset[str]] = {
-    # the clause package registers its modules and reads recovery's CHAOS_CLAUSES; every clause
-    # module imports case/cases/check from the package (the others are loaded by name through
-    # importlib, which this test does not see)
-    frozenset({"ledgercheck.conformance.clauses", "ledgercheck.conformance.clauses.recovery"}),
     # a replay file names a storm or an exploration window: replays runs either, both write replays
     frozenset({"ledgercheck.chaos.exploration", "ledgercheck.chaos.replays", "ledgercheck.chaos.storms"}),
     # the pytest plugin builds the safety item and writes results; both use the plugin's helpers
     frozenset({"ledgercheck.conformance.plugin", "ledgercheck.conformance.results_bridge",
                "ledgercheck.conformance.safety_item"}),
 }
-# (spec.load <-> spec.checks was removed: Problem and Positions live in spec/problems.py)
+# (spec.load <-> spec.checks was removed: Problem and Positions live in spec/problems.py; clauses <->
+# clauses.recovery too: which clauses only chaos judges is contract data, rules.chaos_clauses)
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
