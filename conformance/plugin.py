@@ -46,6 +46,7 @@ from .harness import (
     find_exception,
     wall_tolerance,
 )
+from .items import LedgerItem, _opt
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -78,10 +79,6 @@ def argparse_suppress() -> str:
     import argparse
 
     return argparse.SUPPRESS
-
-
-def _opt(config: pytest.Config, name: str) -> Any:
-    return config.getoption(name)
 
 
 class LedgerSession:
@@ -411,63 +408,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 # event-trail integrity: seq numbering from first_seq without gaps, earlier events unchanged,
 # the snapshot equal to the fold of the implementation's own events
 SIDE_FINDING_CLAUSES = frozenset({"trail.append_only", "eventlog.fold"})
-
-
-def _run_dir(config: pytest.Config) -> str:
-    """The traces folder of this run, ``seed<S>-<run id>``: unique per run, so a later run of
-    the same adapter never overwrites a trace an earlier report's replay command names.  Under
-    pytest-xdist every worker uses the controller's test run id (one folder for the run)."""
-    name = getattr(config, "_ledger_run_dir", None)
-    if name is None:
-        import uuid
-
-        winput = getattr(config, "workerinput", None) or {}
-        uid = str(winput.get("testrunuid") or uuid.uuid4().hex)[:8]
-        seed = _opt(config, "ledger_seed")
-        name = f"seed{seed if seed is not None else '-random'}-{uid}"
-        config._ledger_run_dir = name  # type: ignore[attr-defined]
-    return name
-
-
-class LedgerItem(pytest.Item):
-    kind = "clause"
-    clause: str | None = None
-    profile: str | None = None
-
-    @property
-    def sess(self) -> LedgerSession:
-        return self.config._ledger  # type: ignore[attr-defined]
-
-    def reportinfo(self) -> tuple[str, int | None, str]:
-        return ("ledgercheck", 0, self.name)
-
-    def _fail_report(self, failure: ClauseFailure) -> None:
-        h = self.sess.harness
-        from .trace import dump_trace
-
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)[:120]
-        path = self.sess.artifacts / "traces" / self.sess.slug / _run_dir(self.config) / f"{slug}.json"
-        case = getattr(self, "case", None)
-        dump_trace(h, path, failure.violations, self.sess.address, case=case.name if case is not None else None,
-                   judged_by="check" if getattr(failure, "by_check", False) else "model")
-        replay = self.sess.replay_command(path)
-        self.user_properties.append(("ledger_replay", replay))
-        self.user_properties.append(("ledger_blamed", failure.clauses))
-        self._replay = replay
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
-        exc = excinfo.value
-        replay = getattr(self, "_replay", None)
-        tail = f"\nreplay: {replay}" if replay else ""
-        # adapter text reaches the terminal here: control characters are shown, never sent raw
-        if isinstance(exc, ClauseFailure):
-            notes = "\n".join(getattr(exc, "__notes__", []) or [])
-            return terminal(f"clause violated: {', '.join(exc.clauses)}\n{exc}{tail}" + (f"\n{notes}" if notes else ""))
-        if isinstance(exc, AdapterFailure):
-            return terminal(f"ADAPTER ERROR: {exc}")
-        if isinstance(exc, NoCheck):
-            return terminal(f"ERROR: {exc}")
-        return terminal(str(super().repr_failure(excinfo)))
 
 
 class ClauseItem(LedgerItem):
@@ -936,13 +876,3 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         stop.session = session
     if getattr(config, "_ledger", None) is not None and not config.pluginmanager.has_plugin("ledgercheck-collector"):
         config.pluginmanager.register(_Collector(config), "ledgercheck-collector")
-
-
-def artifact_sha256(path: str | None) -> str | None:
-    if not path:
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

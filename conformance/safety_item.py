@@ -22,7 +22,7 @@ import pytest
 
 from .clauses import NoCheck
 from .harness import ClauseFailure
-from .plugin import LedgerItem, _run_dir
+from .items import LedgerItem, _run_dir
 
 ITEMS = 16
 WORKERS = 4
