@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from ledgercheck.reports.text import terminal
+from ledgercheck.spec import Spec
 
 from .clauses import NoCheck
 from .harness import AdapterFailure, ClauseFailure
+from .model import Violation
 
 if TYPE_CHECKING:
     from .plugin import LedgerSession
@@ -90,3 +92,9 @@ def artifact_sha256(path: str | None) -> str | None:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def blamed(spec: Spec, clause: str, message: str) -> Violation:
+    """A violation a chaos run, a lease campaign or a safety campaign reports, as the plugin
+    files it; an id the contract lacks raises UnknownClause (a bug in the checker)."""
+    return Violation(spec.clause(clause).id, message)

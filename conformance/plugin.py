@@ -46,7 +46,7 @@ from .harness import (
     find_exception,
     wall_tolerance,
 )
-from .items import LedgerItem, _opt
+from .items import LedgerItem, _opt, blamed
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -592,7 +592,6 @@ class ChaosItem(LedgerItem):
     def runtest(self) -> None:
         from ledgercheck.chaos import ChaosError, explore
 
-        from .model import Violation
 
         sess = self.sess
         caps = (sess.client.handshake.get("capabilities") or {}) if sess.client else {}
@@ -631,8 +630,8 @@ class ChaosItem(LedgerItem):
             self.user_properties.append(("ledger_error", f"crash windows could not be evaluated: {msg}"))
             raise NoCheck(f"{len(errors)} crash window(s) could not be evaluated: {msg}")
         if bad:
-            found = [Violation(c, f"{w['point']} #{w['occurrence']} ({w.get('step_class')}): {w['message']}"
-                               + (f" -- replay: {w['replay']}" if w.get("replay") else ""))
+            found = [blamed(sess.spec, c, f"{w['point']} #{w['occurrence']} ({w.get('step_class')}): {w['message']}"
+                            + (f" -- replay: {w['replay']}" if w.get("replay") else ""))
                      for w in bad for c in (w["clauses"] or ["recovery.no_loss"])]
             self.user_properties.append(("ledger_clause", found[0].clause))
             if bad[0].get("replay"):
@@ -668,7 +667,6 @@ class LeaseCampaignItem(LedgerItem):
         from ledgercheck.chaos import ChaosError
         from ledgercheck.chaos.leases import run_campaign
 
-        from .model import Violation
 
         sess = self.sess
         skipped: list[tuple[str, str]] = []
@@ -689,7 +687,7 @@ class LeaseCampaignItem(LedgerItem):
                 raise NoCheck(w["message"])
             if w["verdict"] == "fail":
                 self.user_properties.append(("ledger_clause", w["clauses"][0]))
-                raise ClauseFailure([Violation(c, w["message"]) for c in w["clauses"]], f"lease campaign: {self.scenario}")
+                raise ClauseFailure([blamed(self.sess.spec, c, w["message"]) for c in w["clauses"]], f"lease campaign: {self.scenario}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -133,6 +133,19 @@ class Clause:
     judge: str = "harness"  # "chaos": only the chaos exploration's crash windows judge it
 
 
+class UnknownClause(KeyError):
+    """A clause id the harness names that the contract does not define: a bug in the harness (a
+    misspelt id would otherwise drop or misfile its violation without a word)."""
+
+    def __init__(self, clause: str, spec: Spec) -> None:
+        super().__init__(clause)
+        self.clause = clause
+        self.contract = f"{spec.name} {spec.version}"
+
+    def __str__(self) -> str:
+        return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -406,10 +419,15 @@ class Spec:
 
     # ---- clauses ----------------------------------------------------------------------------
     def clause(self, clause_id: str) -> Clause:
-        for c in self.clauses:
-            if c.id == clause_id:
-                return c
-        raise KeyError(clause_id)
+        """The clause with this id; an id the contract lacks raises :class:`UnknownClause`."""
+        found = self._clause_index.get(clause_id)
+        if found is None:
+            raise UnknownClause(clause_id, self)
+        return found
+
+    @functools.cached_property
+    def _clause_index(self) -> dict[str, Clause]:
+        return {c.id: c for c in self.clauses}
 
     def clauses_for(self, profiles: Iterable[str] | None = None) -> tuple[Clause, ...]:
         if profiles is None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from ledgercheck.spec import Spec, rules
+from ledgercheck.spec import Spec, UnknownClause, rules
 from ledgercheck.spec.args import arg_problem, is_num
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import Outcome
@@ -39,18 +39,6 @@ class Violation:
 
     def __str__(self) -> str:
         return f"[{self.clause}] {self.op + ': ' if self.op else ''}{self.message}"
-
-
-class UnknownClause(KeyError):
-    """A clause id the harness names that the contract does not define."""
-
-    def __init__(self, clause: str, spec: Spec) -> None:
-        super().__init__(clause)
-        self.clause = clause
-        self.contract = f"{spec.name} {spec.version}"
-
-    def __str__(self) -> str:
-        return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
 
 
 @dataclass
