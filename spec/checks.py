@@ -666,6 +666,12 @@ def _blame_ids(c: _Ctx) -> None:
             need(("errors", code, "blame"), e["blame"], f"error {code!r}")
     if "invalid_argument" in d["errors"] and not d["errors"]["invalid_argument"].get("blame"):
         c.add(("errors", "invalid_argument"), "error 'invalid_argument' names no blame clause for arguments without their own")
+    judged: dict[str, str] = {}
+    for i, cl in enumerate(d["clauses"]):
+        for j, name in enumerate(cl.get("judges", ())):
+            if name in judged:
+                c.add(("clauses", i, "judges", j), f"clause {cl['id']!r} takes judgement {name!r}, which {judged[name]!r} already takes")
+            judged.setdefault(name, cl["id"])
 
 def _profile_sets(c: _Ctx) -> None:
     """Each set names known profiles and what they require, no set shadows a profile, and one

@@ -131,6 +131,7 @@ class Clause:
     source: str
     statement: str
     judge: str = "harness"  # "chaos": only the chaos exploration's crash windows judge it
+    judges: tuple[str, ...] = ()  # named judgements of the model this clause takes the blame for
 
 
 class UnknownClause(KeyError):

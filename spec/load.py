@@ -636,8 +636,8 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
             {c: frozen_map({p: MatrixEntry(e["decision"], e["effects"]) for p, e in row.items()}) for c, row in doc["matrix"].items()}
         ),
         scanner=frozen_map(doc["scanner"]),
-        clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"], c.get("judge", "harness"))
-                      for c in doc["clauses"]),
+        clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"], c.get("judge", "harness"),
+                             tuple(c.get("judges", ()))) for c in doc["clauses"]),
         attempts_exhausted=doc["attempts_exhausted"]["decision"],
         stale=StaleRule(
             bool(doc["stale"]["lease_lapsed"]),

@@ -9,14 +9,18 @@ is pure: it reads the Spec and the values it is given, and returns a value.
 * ``lease_lapse`` / ``stale_for_recovery`` - which items a scan must classify (``stale``);
 * ``effect_changes`` / ``apply_effects`` / ``open_fields`` - what one step of an operation
   writes on a snapshot, and what the contract leaves open (``effects`` of an operation);
-* ``field_owner`` / ``argument_blame`` / ``chaos_clauses`` - which clause a wrong field or
-  argument breaks (the ``blame`` of work fields, arguments and error codes) and which clauses
-  only the chaos exploration judges (``judge: chaos``).
+* ``field_owner`` / ``argument_blame`` / ``chaos_clauses`` / ``judging_clause`` - which clause a
+  wrong field or argument breaks (the ``blame`` of work fields, arguments and error codes), which
+  clauses only the chaos exploration judges (``judge: chaos``) and which clause takes one of the
+  model's named judgements (``judges``);
+* ``identity_folded`` - whether two identity keys differ only by case, surrounding whitespace or
+  Unicode normalization form.
 """
 
 from __future__ import annotations
 
 import string
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -247,3 +251,23 @@ def argument_blame(spec: Spec, op: str, name: str, value: Any = None) -> str:
 def chaos_clauses(spec: Spec) -> tuple[str, ...]:
     """The clauses only the chaos exploration judges (``judge: chaos``), in contract order."""
     return tuple(c.id for c in spec.clauses if c.judge == "chaos")
+
+
+def judging_clause(spec: Spec, judgement: str, default: str) -> str:
+    """The clause that takes the model's judgement ``judgement`` (its ``judges``), else ``default``."""
+    for c in spec.clauses:
+        if judgement in c.judges:
+            return c.id
+    return default
+
+
+def _fold(value: Any) -> Any:
+    return unicodedata.normalize("NFC", value).strip().casefold() if isinstance(value, str) else value
+
+
+def identity_folded(a: Iterable[Any], b: Iterable[Any]) -> bool:
+    """Whether two identity keys (tuples of ids) are different yet equal once case, surrounding
+    whitespace and Unicode normalization form are ignored: what a ledger comparing ids loosely
+    would take for one unit."""
+    a, b = tuple(a), tuple(b)
+    return a != b and len(a) == len(b) and all(_fold(x) == _fold(y) for x, y in zip(a, b, strict=True))

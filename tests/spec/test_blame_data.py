@@ -99,3 +99,36 @@ def test_chaos_only_clauses_are_marked_in_the_contract(spec: Spec, tmp_path: Pat
                                                      for c in spec.clauses))
     assert "recovery.matrix" in rules.chaos_clauses(marked)
     assert "recovery.matrix" not in {c.clause for c in all_cases(marked)}
+
+
+def test_a_clause_takes_a_named_judgement_of_the_model(spec: Spec, tmp_path: Path) -> None:
+    """A create answered with the record of a unit whose ids differ only by case (whitespace,
+    normalization form) is blamed on the clause that ``judges: [create.identity_folded]``, and
+    on the identity triple's clause while no clause takes that judgement."""
+    def merged_blame(s: Spec) -> list[str]:
+        m = Model(s)
+        first = {"source_system": "manual", "source_id": "Order-7", "now": T}
+        exp = m.expect("create", first)
+        snap = m._new_item("w1", first)
+        assert m.settle("create", exp, Outcome.success({"work": snap, "created": True})) == []
+        exp = m.expect("create", {**first, "source_id": "order-7"})  # another unit: the case differs
+        return [v.clause for v in m.settle("create", exp, Outcome.success({"work": snap, "created": False}))]
+
+    assert rules.identity_folded(("manual", "Order-7", None), ("manual", " order-7", None))
+    assert rules.identity_folded(("manual", "caf\u00e9", None), ("manual", "cafe\u0301", None))  # NFC / NFD
+    assert not rules.identity_folded(("manual", "order-7", None), ("manual", "order-7", None))
+    assert not rules.identity_folded(("manual", "order-7", None), ("manual", "order-8", None))
+    taken = [c.id for c in spec.clauses if "create.identity_folded" in c.judges]
+    assert merged_blame(spec) == (taken or ["core.create.unique_unit"])
+    added = overlay(tmp_path, """\
+        clauses:
+          - id: core.create.case_kept
+            level: MUST
+            profile: core
+            source: 000_c0acfc2210694ce4.txt
+            statement: Two source ids that differ only by case are two units.
+            judges: [create.identity_folded]
+        """) if not taken else None
+    if added is not None:
+        assert rules.judging_clause(added, "create.identity_folded", "x") == "core.create.case_kept"
+        assert merged_blame(added) == ["core.create.case_kept"]
