@@ -120,15 +120,11 @@ def test_a_clause_takes_a_named_judgement_of_the_model(spec: Spec, tmp_path: Pat
     assert not rules.identity_folded(("manual", "order-7", None), ("manual", "order-8", None))
     taken = [c.id for c in spec.clauses if "create.identity_folded" in c.judges]
     assert merged_blame(spec) == (taken or ["core.create.unique_unit"])
-    added = overlay(tmp_path, """\
-        clauses:
-          - id: core.create.case_kept
-            level: MUST
-            profile: core
-            source: 000_c0acfc2210694ce4.txt
-            statement: Two source ids that differ only by case are two units.
-            judges: [create.identity_folded]
-        """) if not taken else None
-    if added is not None:
-        assert rules.judging_clause(added, "create.identity_folded", "x") == "core.create.case_kept"
-        assert merged_blame(added) == ["core.create.case_kept"]
+    # no clause takes it: the identity triple's clause; another clause takes it: that one
+    plain = dataclasses.replace(spec, clauses=tuple(dataclasses.replace(c, judges=()) for c in spec.clauses))
+    assert rules.judging_clause(plain, "create.identity_folded", "fallback") == "fallback"
+    assert merged_blame(plain) == ["core.create.unique_unit"]
+    moved = dataclasses.replace(plain, clauses=tuple(
+        dataclasses.replace(c, judges=("create.identity_folded",)) if c.id == "core.scheduler.run_identity" else c
+        for c in plain.clauses))
+    assert merged_blame(moved) == ["core.scheduler.run_identity"]
