@@ -319,11 +319,13 @@ def _generate(spec: Spec) -> list[Mutant]:
                               what=f"{op}'s list answer is reversed (the contract leaves its order free)"))
         out.append(Mutant("drop_item", (op,), own=own_clauses(spec, op, []), site=("list1", op),
                           what=f"{op}'s list answer lacks its last element"))
-    # case folded in identifiers the ledger compares
+    # case folded in identifiers the ledger compares (the clause that takes the model's
+    # identity-folding judgement, if the contract has one, owns every such mutant too)
+    folding = [c.id for c in spec.clauses if "create.identity_folded" in c.judges]
     for op in ops:
         for name, arg in spec.operations[op].args.items():
             if arg.type in ("string", "nonempty_string") and name not in ("reason", "message", "error", "ref"):
-                out.append(Mutant("fold_case", (op, name), own=own_clauses(spec, op, [name]), site=("upper", op, name),
+                out.append(Mutant("fold_case", (op, name), own=own_clauses(spec, op, [name], folding), site=("upper", op, name),
                                   what=f"{op}'s {name} is folded to lower case before the ledger sees it"))
     # fences skipped: a stale lease token replaced by the live one, a stale expected_seq by the current one
     for op in ops:
