@@ -12,7 +12,7 @@ from typing import Any
 _EXPORTS = {
     "explore": "exploration", "run_one": "exploration", "Explorer": "exploration",
     "storm": "storms",
-    "replay": "replays", "load_replay": "replays",
+    "replay": "rerun", "load_replay": "replays",
     "ChaosError": "points",
     "EffectSink": "sink",
     "Workload": "workload", "default_workload": "workload", "generate_workload": "workload",

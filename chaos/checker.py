@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledgercheck.spec import Allowance, Spec, rules
+from ledgercheck.spec import Allowance, Spec, default_spec, rules
 from ledgercheck.spec.rules import fold
 
 from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, STAGES, leased_status
@@ -33,6 +33,9 @@ TIME_TOLERANCE = 1e-6
 class Violation:
     clause: str
     message: str
+
+    def __post_init__(self) -> None:
+        default_spec().clause(self.clause)  # an id the contract lacks raises UnknownClause: a checker bug
 
     def __str__(self) -> str:
         return f"[{self.clause}] {self.message}"

@@ -321,7 +321,7 @@ def print_storm(s: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replays import replay
+    from .rerun import replay
 
     try:
         _check_paths(args)

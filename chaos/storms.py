@@ -35,7 +35,15 @@ from .exploration import check_adapter
 from .limits import HARD_MAX_WORKERS, MAX_WORKERS, is_number, storm_problem
 from .points import DONE, ChaosError
 from .pool import WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
-from .replays import FORMAT, VERSION, _contract, default_replay_dir, replay_command, write_replay
+from .replays import (
+    FORMAT,
+    VERSION,
+    _contract,
+    default_replay_dir,
+    replay_command,
+    replay_workload,
+    write_replay,
+)
 from .scenario import T0
 from .sink import EffectSink
 from .workload import Item, ItemIndex, Workload, generate_workload
@@ -502,8 +510,6 @@ def storm_from_replay(doc: Mapping[str, Any], spec: Spec, path: str, *, address:
         raise ChaosError(f"{path}: {exc}") from None
     workload = None
     if doc.get("workload") is not None:
-        from .replays import replay_workload
-
         workload = replay_workload(doc, spec, path)
     summary = _run_storm(address or doc["adapter"], spec, params, workload=workload, replay_dir=None, progress=None,
                          worker=doc.get("worker"), timeout=60.0, tmp_root=None, save=False)

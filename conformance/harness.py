@@ -467,7 +467,10 @@ class Harness:
         return out.value
 
     def fail(self, found: list[Violation]) -> None:
-        """Every check raises from here, so hypothesis sees one kind of failure, not several."""
+        """Every check raises from here, so hypothesis sees one kind of failure, not several.  A
+        clause id the contract lacks raises UnknownClause instead: a bug in the check."""
+        for v in found:
+            self.spec.clause(v.clause)
         self.failed = True
         raise ClauseFailure(found, self.context())
 

@@ -42,13 +42,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 from ledgercheck.spec.contract import parse_duration
 from ledgercheck.transport.clock import QUANTUM, plain
 from ledgercheck.transport.server import Server, _lines
 from ledgercheck.transport.wire import RESULT_DOC, dumps, loads, result_types
-
-from .model import FIELD_OWNER
 
 # ---------------------------------------------------------------------------------------------
 # Mutants
@@ -304,7 +302,8 @@ def _generate(spec: Spec) -> list[Mutant]:
         writes = _event_clauses(spec, op)
         for path in _alter_paths(spec, op, types):
             leaf = path.split(".")[-1]
-            extra = ([FIELD_OWNER[leaf]] if leaf in FIELD_OWNER else []) + (writes if leaf in _event_fields(spec, op) else [])
+            owner = rules.field_owner(spec, leaf)
+            extra = ([owner] if owner is not None else []) + (writes if leaf in _event_fields(spec, op) else [])
             out.append(Mutant("alter", (op, path), own=own_clauses(spec, op, [leaf], extra), site=("value", op, path),
                               what=f"{op}'s answer has {path} changed (type kept)"))
     # lists: reversed, and one element left out
@@ -320,11 +319,13 @@ def _generate(spec: Spec) -> list[Mutant]:
                               what=f"{op}'s list answer is reversed (the contract leaves its order free)"))
         out.append(Mutant("drop_item", (op,), own=own_clauses(spec, op, []), site=("list1", op),
                           what=f"{op}'s list answer lacks its last element"))
-    # case folded in identifiers the ledger compares
+    # case folded in identifiers the ledger compares (the clause that takes the model's
+    # identity-folding judgement, if the contract has one, owns every such mutant too)
+    folding = [c.id for c in spec.clauses if "create.identity_folded" in c.judges]
     for op in ops:
         for name, arg in spec.operations[op].args.items():
             if arg.type in ("string", "nonempty_string") and name not in ("reason", "message", "error", "ref"):
-                out.append(Mutant("fold_case", (op, name), own=own_clauses(spec, op, [name]), site=("upper", op, name),
+                out.append(Mutant("fold_case", (op, name), own=own_clauses(spec, op, [name], folding), site=("upper", op, name),
                                   what=f"{op}'s {name} is folded to lower case before the ledger sees it"))
     # fences skipped: a stale lease token replaced by the live one, a stale expected_seq by the current one
     for op in ops:

@@ -46,6 +46,7 @@ from .harness import (
     find_exception,
     wall_tolerance,
 )
+from .items import LedgerItem, _opt, blamed
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -78,10 +79,6 @@ def argparse_suppress() -> str:
     import argparse
 
     return argparse.SUPPRESS
-
-
-def _opt(config: pytest.Config, name: str) -> Any:
-    return config.getoption(name)
 
 
 class LedgerSession:
@@ -413,63 +410,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 SIDE_FINDING_CLAUSES = frozenset({"trail.append_only", "eventlog.fold"})
 
 
-def _run_dir(config: pytest.Config) -> str:
-    """The traces folder of this run, ``seed<S>-<run id>``: unique per run, so a later run of
-    the same adapter never overwrites a trace an earlier report's replay command names.  Under
-    pytest-xdist every worker uses the controller's test run id (one folder for the run)."""
-    name = getattr(config, "_ledger_run_dir", None)
-    if name is None:
-        import uuid
-
-        winput = getattr(config, "workerinput", None) or {}
-        uid = str(winput.get("testrunuid") or uuid.uuid4().hex)[:8]
-        seed = _opt(config, "ledger_seed")
-        name = f"seed{seed if seed is not None else '-random'}-{uid}"
-        config._ledger_run_dir = name  # type: ignore[attr-defined]
-    return name
-
-
-class LedgerItem(pytest.Item):
-    kind = "clause"
-    clause: str | None = None
-    profile: str | None = None
-
-    @property
-    def sess(self) -> LedgerSession:
-        return self.config._ledger  # type: ignore[attr-defined]
-
-    def reportinfo(self) -> tuple[str, int | None, str]:
-        return ("ledgercheck", 0, self.name)
-
-    def _fail_report(self, failure: ClauseFailure) -> None:
-        h = self.sess.harness
-        from .trace import dump_trace
-
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)[:120]
-        path = self.sess.artifacts / "traces" / self.sess.slug / _run_dir(self.config) / f"{slug}.json"
-        case = getattr(self, "case", None)
-        dump_trace(h, path, failure.violations, self.sess.address, case=case.name if case is not None else None,
-                   judged_by="check" if getattr(failure, "by_check", False) else "model")
-        replay = self.sess.replay_command(path)
-        self.user_properties.append(("ledger_replay", replay))
-        self.user_properties.append(("ledger_blamed", failure.clauses))
-        self._replay = replay
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
-        exc = excinfo.value
-        replay = getattr(self, "_replay", None)
-        tail = f"\nreplay: {replay}" if replay else ""
-        # adapter text reaches the terminal here: control characters are shown, never sent raw
-        if isinstance(exc, ClauseFailure):
-            notes = "\n".join(getattr(exc, "__notes__", []) or [])
-            return terminal(f"clause violated: {', '.join(exc.clauses)}\n{exc}{tail}" + (f"\n{notes}" if notes else ""))
-        if isinstance(exc, AdapterFailure):
-            return terminal(f"ADAPTER ERROR: {exc}")
-        if isinstance(exc, NoCheck):
-            return terminal(f"ERROR: {exc}")
-        return terminal(str(super().repr_failure(excinfo)))
-
-
 class ClauseItem(LedgerItem):
     def __init__(self, *, case: ClauseCase, profile: str, **kw: Any) -> None:
         super().__init__(**kw)
@@ -652,7 +592,6 @@ class ChaosItem(LedgerItem):
     def runtest(self) -> None:
         from ledgercheck.chaos import ChaosError, explore
 
-        from .model import Violation
 
         sess = self.sess
         caps = (sess.client.handshake.get("capabilities") or {}) if sess.client else {}
@@ -691,8 +630,8 @@ class ChaosItem(LedgerItem):
             self.user_properties.append(("ledger_error", f"crash windows could not be evaluated: {msg}"))
             raise NoCheck(f"{len(errors)} crash window(s) could not be evaluated: {msg}")
         if bad:
-            found = [Violation(c, f"{w['point']} #{w['occurrence']} ({w.get('step_class')}): {w['message']}"
-                               + (f" -- replay: {w['replay']}" if w.get("replay") else ""))
+            found = [blamed(sess.spec, c, f"{w['point']} #{w['occurrence']} ({w.get('step_class')}): {w['message']}"
+                            + (f" -- replay: {w['replay']}" if w.get("replay") else ""))
                      for w in bad for c in (w["clauses"] or ["recovery.no_loss"])]
             self.user_properties.append(("ledger_clause", found[0].clause))
             if bad[0].get("replay"):
@@ -728,7 +667,6 @@ class LeaseCampaignItem(LedgerItem):
         from ledgercheck.chaos import ChaosError
         from ledgercheck.chaos.leases import run_campaign
 
-        from .model import Violation
 
         sess = self.sess
         skipped: list[tuple[str, str]] = []
@@ -749,7 +687,7 @@ class LeaseCampaignItem(LedgerItem):
                 raise NoCheck(w["message"])
             if w["verdict"] == "fail":
                 self.user_properties.append(("ledger_clause", w["clauses"][0]))
-                raise ClauseFailure([Violation(c, w["message"]) for c in w["clauses"]], f"lease campaign: {self.scenario}")
+                raise ClauseFailure([blamed(self.sess.spec, c, w["message"]) for c in w["clauses"]], f"lease campaign: {self.scenario}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -936,13 +874,3 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         stop.session = session
     if getattr(config, "_ledger", None) is not None and not config.pluginmanager.has_plugin("ledgercheck-collector"):
         config.pluginmanager.register(_Collector(config), "ledgercheck-collector")
-
-
-def artifact_sha256(path: str | None) -> str | None:
-    if not path:
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

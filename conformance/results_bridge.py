@@ -118,7 +118,7 @@ def run_info(config: pytest.Config, started: float, kind: str = "conformance") -
 
 
 def adapter_info(sess: Any) -> dict[str, Any]:
-    from .plugin import artifact_sha256
+    from .items import artifact_sha256
 
     hs = dict(sess.client.handshake) if sess.client else {}
     return {

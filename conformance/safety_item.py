@@ -22,7 +22,7 @@ import pytest
 
 from .clauses import NoCheck
 from .harness import ClauseFailure
-from .plugin import LedgerItem, _run_dir
+from .items import LedgerItem, _run_dir, blamed
 
 ITEMS = 16
 WORKERS = 4
@@ -91,7 +91,6 @@ class SafetyItem(LedgerItem):
         from ledgercheck.chaos.points import ChaosError
         from ledgercheck.chaos.safety import run_campaign
 
-        from .model import Violation
 
         sess = self.sess
         seed = self.config.getoption("ledger_seed") or 0
@@ -106,7 +105,7 @@ class SafetyItem(LedgerItem):
         record = safety_record(result, sess.claimed)
         self.user_properties.append(("ledger_safety", record))
         if record["anomalies"]:
-            found = [Violation(a["clause"], f"{a['class']} {a['work_id']}: {a['explanation']}")
+            found = [blamed(sess.spec, a["clause"], f"{a['class']} {a['work_id']}: {a['explanation']}")
                      for a in record["anomalies"]]
             self.user_properties.append(("ledger_clause", found[0].clause))
             kinds = ", ".join(f"{k} x{n}" for k, n in record["summary"].items())

@@ -9,6 +9,7 @@ from .contract import (
     Spec,
     Status,
     Transition,
+    UnknownClause,
     canonical_json,
     parse_duration,
     sha256_hex,
@@ -17,6 +18,6 @@ from .load import DEFAULT_MANIFEST, SCHEMA_PATH, Problem, SpecError, default_spe
 
 __all__ = [
     "Allowance", "Clause", "DEFAULT_MANIFEST", "LeaseTimings", "Operation", "Problem", "RetryPolicy",
-    "SCHEMA_PATH", "Spec", "SpecError", "Status", "Transition", "canonical_json", "default_spec",
+    "SCHEMA_PATH", "Spec", "SpecError", "Status", "Transition", "UnknownClause", "canonical_json", "default_spec",
     "load_spec", "parse_duration", "sha256_hex",
 ]

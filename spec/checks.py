@@ -641,6 +641,38 @@ def _profiles_and_clauses(c: _Ctx) -> None:
     _profile_sets(c)
 
 
+@check
+def _blame_ids(c: _Ctx) -> None:
+    """Every clause the contract's blame data names (fields, arguments, error codes) exists, and
+    an argument out of range always has a clause to blame."""
+    d = c.doc
+    known = {cl["id"] for cl in d["clauses"]}
+
+    def need(path: tuple[Any, ...], cid: Any, what: str) -> None:
+        if cid not in known:
+            c.add(path, f"{what} blames unknown clause {cid!r}")
+
+    for name, f in d["work_fields"].items():
+        if f.get("blame") is not None:
+            need(("work_fields", name, "blame"), f["blame"], f"work field {name!r}")
+    for op, o in d["operations"].items():
+        for a, spec in o.get("args", {}).items():
+            blame = spec.get("blame")
+            pairs = blame.items() if isinstance(blame, dict) else [(None, blame)] if blame is not None else []
+            for key, cid in pairs:
+                need(("operations", op, "args", a, "blame") + ((key,) if key else ()), cid, f"argument {a!r} of {op!r}")
+    for code, e in d["errors"].items():
+        if e.get("blame") is not None:
+            need(("errors", code, "blame"), e["blame"], f"error {code!r}")
+    if "invalid_argument" in d["errors"] and not d["errors"]["invalid_argument"].get("blame"):
+        c.add(("errors", "invalid_argument"), "error 'invalid_argument' names no blame clause for arguments without their own")
+    judged: dict[str, str] = {}
+    for i, cl in enumerate(d["clauses"]):
+        for j, name in enumerate(cl.get("judges", ())):
+            if name in judged:
+                c.add(("clauses", i, "judges", j), f"clause {cl['id']!r} takes judgement {name!r}, which {judged[name]!r} already takes")
+            judged.setdefault(name, cl["id"])
+
 def _profile_sets(c: _Ctx) -> None:
     """Each set names known profiles and what they require, no set shadows a profile, and one
     set lists every profile: the whole contract has a name."""

@@ -90,7 +90,7 @@ def _cell(text: str) -> str:
 
 
 def clause_table(spec: Spec) -> str:
-    """Every clause as a Markdown table (the generated part of docs/contract.md)."""
+    """Every clause as a Markdown table (docs/contract.md names this command rather than copy it)."""
     lines = ["| Clause | Level | Profile | Source | Statement |", "|---|---|---|---|---|"]
     for c in spec.clauses:
         lines.append(f"| `{c.id}` | {c.level} | {c.profile} | {_cell(c.source)} | {_cell(c.statement)} |")

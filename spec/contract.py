@@ -56,6 +56,7 @@ class WorkField:
     nullable: bool
     compare: str
     fold: bool
+    blame: str | None = None  # the clause that owns the field (work_fields' `blame`)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Arg:
     name: str
     type: str
     required: bool
+    blame: str | None = None  # the clause blamed when the argument is missing or out of range
+    blame_waiting: str | None = None  # ... when its value is a waiting status (close_out's status)
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,21 @@ class Clause:
     profile: str
     source: str
     statement: str
+    judge: str = "harness"  # "chaos": only the chaos exploration's crash windows judge it
+    judges: tuple[str, ...] = ()  # named judgements of the model this clause takes the blame for
+
+
+class UnknownClause(KeyError):
+    """A clause id the harness names that the contract does not define: a bug in the harness (a
+    misspelt id would otherwise drop or misfile its violation without a word)."""
+
+    def __init__(self, clause: str, spec: Spec) -> None:
+        super().__init__(clause)
+        self.clause = clause
+        self.contract = f"{spec.name} {spec.version}"
+
+    def __str__(self) -> str:
+        return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
 
 
 @dataclass(frozen=True)
@@ -277,6 +295,7 @@ class Spec:
     outbox_pending_max: int
     first_seq: int
     errors: Mapping[str, bool]  # code -> definite
+    error_blame: Mapping[str, str]  # code -> the clause blamed for that refusal when nothing more particular applies
     crash_points: Mapping[str, CrashPoint]
     step_classes: Mapping[str, str]  # name -> effect kind
     decisions: Mapping[str, Mapping[str, Any]]
@@ -401,10 +420,15 @@ class Spec:
 
     # ---- clauses ----------------------------------------------------------------------------
     def clause(self, clause_id: str) -> Clause:
-        for c in self.clauses:
-            if c.id == clause_id:
-                return c
-        raise KeyError(clause_id)
+        """The clause with this id; an id the contract lacks raises :class:`UnknownClause`."""
+        found = self._clause_index.get(clause_id)
+        if found is None:
+            raise UnknownClause(clause_id, self)
+        return found
+
+    @functools.cached_property
+    def _clause_index(self) -> dict[str, Clause]:
+        return {c.id: c for c in self.clauses}
 
     def clauses_for(self, profiles: Iterable[str] | None = None) -> tuple[Clause, ...]:
         if profiles is None:

@@ -540,11 +540,18 @@ def _effect_steps(doc: Mapping[str, Any]) -> dict[str, dict[str, EffectStep]]:
     return out
 
 
+def _arg(name: str, v: Mapping[str, Any]) -> Arg:
+    blame = v.get("blame")
+    if isinstance(blame, Mapping):
+        return Arg(name, v["type"], bool(v.get("required", False)), blame["default"], blame.get("waiting_status"))
+    return Arg(name, v["type"], bool(v.get("required", False)), blame)
+
+
 def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -> Spec:
     """Build the frozen Spec from a merged document that passed validation."""
     ops = {}
     for name, o in doc["operations"].items():
-        args = frozen_map({a: Arg(a, v["type"], bool(v.get("required", False))) for a, v in o.get("args", {}).items()})
+        args = frozen_map({a: _arg(a, v) for a, v in o.get("args", {}).items()})
         ev = o.get("event")
         ops[name] = Operation(
             name=name,
@@ -581,7 +588,8 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
             }
         ),
         work_fields=frozen_map(
-            {n: WorkField(n, f["type"], f.get("nullable", False), f["compare"], f.get("fold", False)) for n, f in doc["work_fields"].items()}
+            {n: WorkField(n, f["type"], f.get("nullable", False), f["compare"], f.get("fold", False), f.get("blame"))
+             for n, f in doc["work_fields"].items()}
         ),
         events=frozen_map({n: EventType(n, e["transition"], tuple(e["data"])) for n, e in doc["events"].items()}),
         transitions=tuple(
@@ -615,6 +623,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         outbox_pending_max=int(doc["outbox"]["pending_max"]),
         first_seq=int(doc["eventlog"]["first_seq"]),
         errors=frozen_map({k: bool(v["definite"]) for k, v in doc["errors"].items()}),
+        error_blame=frozen_map({k: v["blame"] for k, v in doc["errors"].items() if v.get("blame")}),
         crash_points=frozen_map(
             {n: CrashPoint(n, c["journal"], bool(c.get("waiting", False)), c["description"]) for n, c in doc["crash_points"].items()}
         ),
@@ -627,7 +636,8 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
             {c: frozen_map({p: MatrixEntry(e["decision"], e["effects"]) for p, e in row.items()}) for c, row in doc["matrix"].items()}
         ),
         scanner=frozen_map(doc["scanner"]),
-        clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"]) for c in doc["clauses"]),
+        clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"], c.get("judge", "harness"),
+                             tuple(c.get("judges", ()))) for c in doc["clauses"]),
         attempts_exhausted=doc["attempts_exhausted"]["decision"],
         stale=StaleRule(
             bool(doc["stale"]["lease_lapsed"]),

@@ -8,12 +8,19 @@ is pure: it reads the Spec and the values it is given, and returns a value.
   journal, then ``attempts_exhausted`` (the item's own retry policy counts);
 * ``lease_lapse`` / ``stale_for_recovery`` - which items a scan must classify (``stale``);
 * ``effect_changes`` / ``apply_effects`` / ``open_fields`` - what one step of an operation
-  writes on a snapshot, and what the contract leaves open (``effects`` of an operation).
+  writes on a snapshot, and what the contract leaves open (``effects`` of an operation);
+* ``field_owner`` / ``argument_blame`` / ``chaos_clauses`` / ``judging_clause`` - which clause a
+  wrong field or argument breaks (the ``blame`` of work fields, arguments and error codes), which
+  clauses only the chaos exploration judges (``judge: chaos``) and which clause takes one of the
+  model's named judgements (``judges``);
+* ``identity_folded`` - whether two identity keys differ only by case, surrounding whitespace or
+  Unicode normalization form.
 """
 
 from __future__ import annotations
 
 import string
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -214,3 +221,53 @@ def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 if k in snap and k != "status":
                     snap[k] = v
     return snap
+
+
+# ---------------------------------------------------------------------------------- blame
+def field_owner(spec: Spec, name: str) -> str | None:
+    """The clause that owns snapshot field ``name`` (its ``blame``), or None."""
+    f = spec.work_fields.get(name)
+    return f.blame if f is not None else None
+
+
+def field_owners(spec: Spec) -> dict[str, str]:
+    """Snapshot field -> the clause that owns it, for every field that names one."""
+    return {n: f.blame for n, f in spec.work_fields.items() if f.blame is not None}
+
+
+def argument_blame(spec: Spec, op: str, name: str, value: Any = None) -> str:
+    """The clause blamed when argument ``name`` of ``op`` is missing or out of range (``value``
+    is what the call passed): the argument's own ``blame`` (its ``waiting_status`` one when the
+    value is a waiting status), else the invalid_argument error's."""
+    arg = spec.operations[op].args.get(name) if op in spec.operations else None
+    if arg is not None and arg.blame is not None:
+        if arg.blame_waiting is not None and isinstance(value, str) and value in spec.statuses \
+                and spec.statuses[value].waiting_kind:
+            return arg.blame_waiting
+        return arg.blame
+    return spec.error_blame["invalid_argument"]
+
+
+def chaos_clauses(spec: Spec) -> tuple[str, ...]:
+    """The clauses only the chaos exploration judges (``judge: chaos``), in contract order."""
+    return tuple(c.id for c in spec.clauses if c.judge == "chaos")
+
+
+def judging_clause(spec: Spec, judgement: str, default: str) -> str:
+    """The clause that takes the model's judgement ``judgement`` (its ``judges``), else ``default``."""
+    for c in spec.clauses:
+        if judgement in c.judges:
+            return c.id
+    return default
+
+
+def _fold(value: Any) -> Any:
+    return unicodedata.normalize("NFC", value).strip().casefold() if isinstance(value, str) else value
+
+
+def identity_folded(a: Iterable[Any], b: Iterable[Any]) -> bool:
+    """Whether two identity keys (tuples of ids) are different yet equal once case, surrounding
+    whitespace and Unicode normalization form are ignored: what a ledger comparing ids loosely
+    would take for one unit."""
+    a, b = tuple(a), tuple(b)
+    return a != b and len(a) == len(b) and all(_fold(x) == _fold(y) for x, y in zip(a, b, strict=True))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 
 from ..harness import ClauseFailure, Harness
 from ..model import Violation
@@ -67,14 +67,16 @@ def _load() -> None:
 
 
 def all_cases(spec: Spec, chaos: bool = True) -> Iterator[ClauseCase]:
-    """Every clause case; clauses judged by crash windows get none when ``chaos`` is on (the
-    chaos tests cover them) and an erroring case when it is off (nothing would judge them)."""
+    """Every clause case; clauses judged by crash windows (``judge: chaos`` in the contract) get
+    none when ``chaos`` is on (the chaos tests cover them) and an erroring case when it is off
+    (nothing would judge them)."""
     _load()
-    from .recovery import CHAOS_CLAUSES
-
+    for registered in REGISTRY:
+        spec.clause(registered)  # a check registered under an id the contract lacks: UnknownClause
+    chaos_judged = rules.chaos_clauses(spec)
     for clause in spec.clauses:
         gens = REGISTRY.get(clause.id, [])
-        if clause.id in CHAOS_CLAUSES:
+        if clause.id in chaos_judged:
             if not chaos:
                 yield ClauseCase(clause.id, "", _no_check(clause.id, "it is judged by crash windows and the chaos exploration was not run"))
             continue

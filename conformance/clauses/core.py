@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Mapping
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import OWNER, Harness, NotApplicable
@@ -526,9 +527,7 @@ def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     a required argument of a type that admits every value).  The contract has no per-profile
     invalid-argument clause; an argument that a specific clause of another profile judges (a
     waiting kind or reference, an error class) is left to that clause's own tests."""
-    from ..model import Model
-
-    judges = Model(spec, list(spec.profiles))  # the model says which clause a bad argument breaks
+    fallback = spec.error_blame["invalid_argument"]
     for op, o in spec.operations.items():
         if o.kind == "session":
             continue
@@ -540,8 +539,8 @@ def _invalid(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 wrong.append(_MISSING)
             if not wrong:
                 continue
-            judge = judges._arg_blame(op, name, {})
-            if o.profile != "core" and judge != "core.invalid_argument" and spec.clause(judge).profile != "core":
+            judge = rules.argument_blame(spec, op, name)  # the contract says which clause a bad argument breaks
+            if o.profile != "core" and judge != fallback and spec.clause(judge).profile != "core":
                 continue
 
             def fn(h: Harness, op: str = op, name: str = name, wrong: tuple = tuple(wrong), arg=arg) -> None:
@@ -774,3 +773,69 @@ def _list_after_changes(h: Harness) -> None:
             for st in statuses:
                 h.do("list", status=st)
     h.do("list")
+
+
+# One identifier in forms only an exact, code point by code point comparison keeps apart: case,
+# surrounding whitespace, Unicode normalization form (NFC and NFD of "cafe" with an acute accent)
+# and characters beyond the Basic Multilingual Plane that differ in one code point.
+ID_FORMS = ("Order-7", "order-7", "ORDER-7", " order-7", "order-7 ", "order-7\t",
+            "caf\u00e9-7", "cafe\u0301-7", "\U0001f4e6-7", "\U0001f4e7-7")
+
+
+def _created(h: Harness, op: str, flag: str, what: str, **args: object) -> Mapping:
+    """Call ``op`` (without the model) and require a new record: ``flag`` is true in its answer."""
+    out = h.raw(op, **args, now=h.now())
+    check(out.ok, "core.identity.exact", f"{op} with {what} was refused ({out.code}: {out.message})", h)
+    check(isinstance(out.value, Mapping) and out.value.get(flag) is True, "core.identity.exact",
+          f"{op} with {what} answered {out.value!r:.160}: taken for one it has already, which differs only "
+          f"by case, whitespace or normalization form", h)
+    return out.value
+
+
+@case("core.identity.exact", "source_id")
+def _identity_source_id(h: Harness) -> None:
+    """Each form of a source id is a unit of its own, stored and read back as given; a work id
+    in another form (case, whitespace, normalization) finds nothing."""
+    made: dict[str, str] = {}
+    for sid in ID_FORMS:
+        w = _created(h, "create", "created", f"source_id {sid!r}", source_system="manual", source_id=sid)["work"]
+        check(w.get("source_id") == sid and w.get("work_id") not in made.values(), "core.identity.exact",
+              f"create with source_id {sid!r} gave {w.get('work_id')!r} holding source_id {w.get('source_id')!r}", h)
+        made[sid] = w["work_id"]
+    for sid, wid in made.items():
+        got = h.raw("get", work_id=wid)
+        check(got.ok and got.value.get("source_id") == sid, "core.identity.exact",
+              f"get({wid!r}) answered {got.value if got.ok else got.code!r:.120}, the record holds source_id {sid!r}", h)
+    for wid in made.values():
+        others = {wid.upper(), wid.lower(), wid.swapcase(), f" {wid}", f"{wid} ", unicodedata.normalize("NFD", wid)}
+        for other in sorted(others - set(made.values())):
+            got = h.raw("get", work_id=other)
+            check(not got.ok, "core.identity.exact", f"get({other!r}) found {got.value.get('work_id') if isinstance(got.value, Mapping) else got.value!r}"
+                  f", but the only ids are exact: {other!r} is none of them", h)
+
+
+@case("core.identity.exact", "keys")
+def _identity_keys(h: Harness) -> None:
+    """Step ids of the effect journal, outbox keys and inbox message ids are idempotency keys:
+    each form is a key of its own (for each keyed profile the adapter claims)."""
+    ops = [op for op in ("effect_begin", "outbox_enqueue", "inbox_deliver") if h.claims(op)]
+    if not ops:
+        raise NotApplicable("the adapter claims no keyed operation (effect journal, outbox, inbox)")
+    if "effect_begin" in ops:
+        wid = _created(h, "create", "created", "a plain source id", source_system="manual", source_id="keys")["work"]["work_id"]
+        cls = next(iter(h.spec.step_classes))
+        keys = set()
+        for step in ID_FORMS:
+            r = _created(h, "effect_begin", "created", f"step_id {step!r}", work_id=wid, step_id=step, tool="tool.x",
+                         input={"n": 1}, step_class=cls)["receipt"]
+            check(r.get("step_id") == step and r.get("key") not in keys, "core.identity.exact",
+                  f"effect_begin with step_id {step!r} gave receipt {r.get('key')!r} for step {r.get('step_id')!r}", h)
+            keys.add(r.get("key"))
+    if "outbox_enqueue" in ops:
+        for key in ID_FORMS:
+            m = _created(h, "outbox_enqueue", "created", f"key {key!r}", key=key, destination="dest", payload={"n": 1})
+            check(m["message"].get("key") == key, "core.identity.exact",
+                  f"outbox_enqueue with key {key!r} stored key {m['message'].get('key')!r}", h)
+    if "inbox_deliver" in ops:
+        for mid in ID_FORMS:
+            _created(h, "inbox_deliver", "delivered", f"message_id {mid!r}", recipient="r", message_id=mid, sender="s", body={"n": 1})

@@ -2,7 +2,8 @@
 
 ``recovery.no_loss``, ``recovery.effects_allowed`` and ``recovery.fencing_after_takeover`` can
 only be judged by killing real processes: the plugin runs the chaos exploration, one test per
-crash point, and every crash window counts for the clauses it checked (see CHAOS_CLAUSES).
+crash point, and every crash window counts for the clauses it checked (``judge: chaos`` in the
+contract, read through ``rules.chaos_clauses``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import Harness, NotApplicable
 from . import CaseFn, case, cases, check
-
-CHAOS_CLAUSES = ("recovery.no_loss", "recovery.effects_allowed", "recovery.fencing_after_takeover")
 
 
 def _stale_with(h: Harness, journal: str, cls: str | None) -> str:

@@ -13,7 +13,6 @@ from ledgercheck.transport.protocol import Outcome
 
 from .base import (
     ANY,
-    FIELD_OWNER,
     TOLERANCE,
     Accept,
     Expectation,
@@ -48,6 +47,6 @@ PROFILE_OPS: tuple[type[ModelBase], ...] = Model.__bases__
 
 
 __all__ = [
-    "ANY", "FIELD_OWNER", "PROFILE_OPS", "TOLERANCE", "Accept", "Expectation", "Indefinite", "Model", "ModelBase",
+    "ANY", "PROFILE_OPS", "TOLERANCE", "Accept", "Expectation", "Indefinite", "Model", "ModelBase",
     "Outcome", "Refuse", "UnknownClause", "Violation", "dispatch_table", "fold", "same_json",
 ]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from ledgercheck.spec import Spec, rules
+from ledgercheck.spec import Spec, UnknownClause, rules
 from ledgercheck.spec.args import arg_problem, is_num
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import Outcome
@@ -39,18 +39,6 @@ class Violation:
 
     def __str__(self) -> str:
         return f"[{self.clause}] {self.op + ': ' if self.op else ''}{self.message}"
-
-
-class UnknownClause(KeyError):
-    """A clause id the harness names that the contract does not define."""
-
-    def __init__(self, clause: str, spec: Spec) -> None:
-        super().__init__(clause)
-        self.clause = clause
-        self.contract = f"{spec.name} {spec.version}"
-
-    def __str__(self) -> str:
-        return f"clause id {self.clause!r} is not in the contract ({self.contract}): a harness bug"
 
 
 @dataclass
@@ -96,17 +84,6 @@ class Indefinite(Exception):
 
 
 _is_num = is_num
-
-
-# The clause that owns each snapshot field, blamed when a field disagrees in a snapshot an
-# operation returned without changing that field (the divergence came from earlier).
-FIELD_OWNER = {
-    "attempt": "retry.exhausted", "started_at": "retry.execution_timeout", "owner": "lease.acquire",
-    "lease_token": "lease.acquire", "lease_version": "lease.version.monotonic", "lease_expires_at": "lease.acquire",
-    "waiting_kind": "waiting.requires_ref", "waiting_ref": "waiting.requires_ref", "waiting_deadline": "waiting.deadline",
-    "next_retry_at": "retry.bounds", "error_class": "retry.schedule", "cancel_requested": "cancel.intent_first",
-    "quarantined": "recovery.quarantine.visible",
-}
 
 
 Handler = Callable[[Any, dict[str, Any]], "Expectation"]
@@ -166,6 +143,7 @@ class ModelBase:
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
         self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
+        self._field_owner = rules.field_owners(spec)  # the contract's `blame` of each snapshot field
         # status_reason is not compared in general (close-out, cancel and requeue store the
         # caller's free text); the contract fixes it only for work the monitor marked timeout
         # (core.expire.timeout_reason): item -> the reasons its record may store, until the
@@ -300,7 +278,7 @@ class ModelBase:
                 if isinstance(expect, dict):
                     expect[name] = copy.deepcopy(b)  # the implementation's choice, from now on
                 continue
-            clause = blame.get(name) or (FIELD_OWNER.get(name, default) if default != "core.create.initial" else default)
+            clause = blame.get(name) or (self._field_owner.get(name, default) if default != "core.create.initial" else default)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
         fixed = self.fixed_reason.get(expect["work_id"])
         if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
@@ -452,7 +430,7 @@ class ModelBase:
         if bad is None:
             return None
         name, problem = bad
-        return self._arg_blame(op, name, args), f"{name} {problem}" if problem.startswith("is ") else f"{name}: {problem}"
+        return rules.argument_blame(self.spec, op, name, args.get(name)), f"{name} {problem}" if problem.startswith("is ") else f"{name}: {problem}"
 
     def _nonterminal_close_out(self, op: str, args: Mapping[str, Any]) -> bool:
         st = args.get("status")
@@ -460,21 +438,6 @@ class ModelBase:
             return False
         bad = arg_problem(self.spec, op, args)
         return bad is not None and bad[0] == "status"
-
-    def _arg_blame(self, op: str, name: str, args: Mapping[str, Any]) -> str:
-        table = {
-            ("create", "source_system"): "core.create.source_system",
-            ("create", "priority"): "core.create.source_system",
-            ("create", "source_run_id"): "core.scheduler.run_identity",
-            ("create", "retry_policy"): "retry.policy_override",
-            ("set_waiting", "kind"): "waiting.requires_ref",
-            ("set_waiting", "ref"): "waiting.requires_ref",
-            ("fail", "error_class"): "retry.unknown_class",
-        }
-        if (op, name) == ("close_out", "status"):
-            st = args.get("status")
-            return "core.waiting_closeout.exclusive" if st in self._wait_kinds.values() else "core.close_out.explicit"
-        return table.get((op, name), "core.invalid_argument")
 
     # ------------------------------------------------------------------ shared by the profiles' operations
     def _lease_guard(self, op: str, a: Mapping[str, Any], dst: str | None) -> tuple[dict[str, Any], Refuse | None]:

@@ -70,6 +70,9 @@ class CoreOps(ModelBase):
             w = res["work"]
             wid = w.get("work_id")
             blame = "core.scheduler.run_identity" if sibling else "core.create.unique_unit"
+            if (wid in self.items or res.get("created") is not True) and any(rules.identity_folded(k, key) for k in self.identity):
+                # taken for a unit whose ids differ only by case, whitespace or normalization form
+                blame = rules.judging_clause(self.spec, "create.identity_folded", blame)
             if not isinstance(wid, str) or not wid:
                 raise _Bad("core.create.initial", f"work_id must be a non-empty string, got {wid!r}")
             if wid in self.items:

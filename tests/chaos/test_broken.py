@@ -104,7 +104,7 @@ def test_a_scan_killed_between_its_two_transactions_is_caught(spec: Spec, scratc
 
 
 def test_a_scan_kill_replays(spec: Spec, scratch: str | None, tmp_path) -> None:
-    from ledgercheck.chaos.replays import replay
+    from ledgercheck.chaos.rerun import replay
 
     adapter = "python:ledgercheck.fixtures.broken_recovery:TwoPhaseRecover"
     ws = explore(adapter, spec, points=["ledger.after_commit"], fencing=False, jobs=1, tmp_root=scratch,

@@ -7,7 +7,8 @@ import os
 
 import pytest
 from chaos_support import FULL
-from ledgercheck.chaos.replays import load_replay, replay
+from ledgercheck.chaos.replays import load_replay
+from ledgercheck.chaos.rerun import replay
 from ledgercheck.chaos.storms import storm
 from ledgercheck.spec import Spec
 

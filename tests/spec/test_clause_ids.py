@@ -65,3 +65,52 @@ def test_model_refuses_an_unknown_clause_id() -> None:
     assert m.claimed("lease.acquire") is True
     with pytest.raises(UnknownClause, match="lease.aquire"):
         m.keep([Violation("lease.aquire", "a misspelt id must not be dropped silently")])
+
+
+# ---- every path a clause id takes into a verdict raises on an id the contract lacks
+def test_the_contract_raises_on_an_unknown_id() -> None:
+    spec = load_spec(None)
+    assert spec.clause("lease.acquire").profile == "lease"
+    with pytest.raises(UnknownClause, match="lease.aquire"):
+        spec.clause("lease.aquire")
+
+
+def test_a_clause_check_failing_with_an_unknown_id_raises() -> None:
+    from ledgercheck.conformance.clauses import check
+    from ledgercheck.conformance.harness import ClauseFailure, Harness
+    from ledgercheck.transport.client import connect
+
+    spec = load_spec(None)
+    client = connect("reference", spec)
+    try:
+        h = Harness(client, spec, client.profiles)
+        h.fresh()
+        with pytest.raises(ClauseFailure):  # a known id fails the check as it should
+            check(False, "lease.acquire", "the check's own failure", h)
+        with pytest.raises(UnknownClause, match="lease.aquire"):
+            check(False, "lease.aquire", "a misspelt id in a clause test", h)
+    finally:
+        client.close()
+
+
+def test_a_check_registered_under_an_unknown_id_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ledgercheck.conformance import clauses
+
+    spec = load_spec(None)
+    assert any(c.clause == "lease.acquire" for c in clauses.all_cases(spec))
+    monkeypatch.setitem(clauses.REGISTRY, "lease.aquire", [lambda spec: []])
+    with pytest.raises(UnknownClause, match="lease.aquire"):
+        list(clauses.all_cases(spec))
+
+
+def test_chaos_and_campaign_findings_with_an_unknown_id_raise() -> None:
+    from ledgercheck.chaos.checker import Violation as ChaosViolation
+    from ledgercheck.conformance.items import blamed
+
+    spec = load_spec(None)
+    assert ChaosViolation("recovery.no_loss", "lost").clause == "recovery.no_loss"
+    with pytest.raises(UnknownClause, match="recovery.no_lost"):
+        ChaosViolation("recovery.no_lost", "a misspelt id in the crash-window checker")
+    assert blamed(spec, "recovery.no_loss", "lost") == Violation("recovery.no_loss", "lost")
+    with pytest.raises(UnknownClause, match="lease.single_holdr"):
+        blamed(spec, "lease.single_holdr", "a misspelt id in a campaign's finding")
