@@ -225,6 +225,53 @@ def _event_clauses(spec: Spec, op: str) -> list[str]:
     return [c.id for c in spec.clauses if any(e in _tokens(c.statement) for e in names)]
 
 
+# words of a result type's name that name no record ("receipt_or_null" carries a receipt)
+GENERIC_RESULT_WORDS = frozenset({"list", "or", "null", "result", "none", "id"})
+
+
+def _record_clauses(spec: Spec, op: str) -> list[str]:
+    """The clauses that say what ``op`` answers when its answer is not a work snapshot: those
+    of the operation's profile naming the operation; failing that, those naming the record its
+    result carries (a receipt, a message).  A changed field of that record breaks
+    them: they say what the ledger stores and hands back for it.  A clause elsewhere that only
+    uses the field's name for something else (the key derivation hashes ``work_id``; it says
+    nothing of what a receipt answer holds) is not one of them."""
+    o = spec.operations[op]
+    prof = o.profile or "core"
+    # a clause's statement and its own name (its id without the profile's prefix: "begin")
+    mine = [(c.id, c.statement + " " + " ".join(c.id.split(".")[1:])) for c in spec.clauses if c.profile == prof]
+    nouns = [w for w in o.returns.split("_") if w not in GENERIC_RESULT_WORDS]
+    for terms in (_op_terms(spec, op), nouns):
+        found = [cid for cid, text in mine if any(_mentions(text, t) for t in terms)]
+        if found:
+            return found
+    return []
+
+
+def _status_owner(spec: Spec, op: str) -> list[str]:
+    """For a status altered in the answer of an operation that moves items: the clause saying a
+    transition moves the record from the one status to the other (the status it answers is
+    the one it moved the item to)."""
+    if not spec.edges_of(op):
+        return []
+    return [c.id for c in spec.clauses if c.id == "core.transition.allowed"]
+
+
+def _in_snapshot(spec: Spec, op: str, path: str, defs: Mapping[str, Any]) -> bool:
+    """Whether ``path`` of ``op``'s answer lies in a work snapshot (for ``alter``)."""
+    schema = _resolve(defs[spec.operations[op].returns], defs)
+    item = _item_schema(schema, defs)
+    if item is not None:
+        schema, path = item, path.removeprefix("[0].")
+    for part in path.split(".")[:-1]:
+        obj = _object_schema(schema, defs)
+        if obj is None or part not in obj.get("properties", {}):
+            return False
+        schema = obj["properties"][part]
+    obj = _object_schema(schema, defs)
+    return obj is not None and set(obj.get("properties", {})) == set(spec.work_fields)
+
+
 def _order_bearing(spec: Spec, op: str) -> bool:
     """Whether the contract fixes the order of ``op``'s list answer: its result's description
     or a clause naming the operation speaks of order."""
@@ -304,6 +351,10 @@ def _generate(spec: Spec) -> list[Mutant]:
             leaf = path.split(".")[-1]
             owner = rules.field_owner(spec, leaf)
             extra = ([owner] if owner is not None else []) + (writes if leaf in _event_fields(spec, op) else [])
+            if _in_snapshot(spec, op, path, types):
+                extra += _status_owner(spec, op) if leaf == "status" else []
+            else:
+                extra += _record_clauses(spec, op)
             out.append(Mutant("alter", (op, path), own=own_clauses(spec, op, [leaf], extra), site=("value", op, path),
                               what=f"{op}'s answer has {path} changed (type kept)"))
     # lists: reversed, and one element left out
@@ -317,7 +368,9 @@ def _generate(spec: Spec) -> list[Mutant]:
         else:
             out.append(Mutant("reorder", (op,), benign=True, site=("list2", op),
                               what=f"{op}'s list answer is reversed (the contract leaves its order free)"))
-        out.append(Mutant("drop_item", (op,), own=own_clauses(spec, op, []), site=("list1", op),
+        item = _object_schema(_item_schema(schema, types) or {}, types)
+        records = [] if item is None or set(item.get("properties", {})) == set(spec.work_fields) else _record_clauses(spec, op)
+        out.append(Mutant("drop_item", (op,), own=own_clauses(spec, op, [], records), site=("list1", op),
                           what=f"{op}'s list answer lacks its last element"))
     # case folded in identifiers the ledger compares (the clause that takes the model's
     # identity-folding judgement, if the contract has one, owns every such mutant too)

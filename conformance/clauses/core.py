@@ -112,6 +112,24 @@ def _unique_later(h: Harness) -> None:
     check(h.item(a)["status"] == "running", "core.create.unique_unit", "re-creating the unit changed it", h)
 
 
+@case("core.create.unique_unit", "duplicate-answers-stored")
+def _unique_answer(h: Harness) -> None:
+    # the second create differs from the first in everything but the unit (another priority, a
+    # payload, a later time) and comes after the record moved on: its answer must be the stored
+    # record as it is now, field by field (the model compares it), not one built from the call
+    spec = h.spec
+    first, second = spec.priority_min, spec.priority_max
+    a = h.create("control", "cmd-echo", priority=first)
+    h.advance(1.0)
+    h.claim(a)
+    h.advance(1.0)
+    out = h.do("create", source_system="control", source_id="cmd-echo", priority=second, payload={"again": True})
+    check(out.ok and out.value["work"]["work_id"] == a, "core.create.unique_unit", "second create did not answer the existing record", h)
+    got = h.raw("get", work_id=a).value
+    check(got.get("priority") == first and got.get("status") == h.item(a)["status"], "core.create.unique_unit",
+          f"re-creating the unit changed it: priority {got.get('priority')!r}, status {got.get('status')!r}", h)
+
+
 # source ids are strings compared as they are: ids differing only by case (or by one non-ASCII
 # letter) are different units, whatever a collation or case-folding index would say
 _UNITS = ("chat-1", "chat-2", "Chat-1", "CHAT-1", "chät-1", "ÇHAT-1", "çhat-1")

@@ -214,8 +214,28 @@ def _fenced(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                   f"{cls}: record of a receipt recovery marked, with the dead holder's token, answered {out.code or 'ok'}", h)
         return fn
 
+    def lapsed(op: str) -> CaseFn:
+        def fn(h: Harness) -> None:
+            # the holder's own token after its lease lapsed (now > expiry + grace), the monitor not
+            # run yet: the lease is no longer live, so the journal write is fenced all the same
+            if op == "effect_record":
+                h.need("effect_record")
+            wid = h.create()
+            tok = h.claim(wid)
+            r = _begin(h, wid, token=tok).value["receipt"] if op == "effect_record" else None
+            h.advance_to(h.lapse_time(wid))  # no expire, no recover
+            if r is None:
+                out = _begin(h, wid, step="step-late", token=tok)
+            else:
+                out = h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"late": True}, token=tok)
+            check(not out.ok and out.code == "stale_lease", "idem.fenced",
+                  f"{op} with the holder's token after its lease lapsed (monitor not run yet) answered {out.code or 'ok'}", h)
+        return fn
+
     yield "begin", begin
     yield "record-after-takeover", record
+    yield "begin-lapsed-before-monitor", lapsed("effect_begin")
+    yield "record-lapsed-before-monitor", lapsed("effect_record")
     for cls in spec.step_classes:
         state = spec.decisions[spec.receipt_decision("pending", cls)].get("receipt_state")
         if state:

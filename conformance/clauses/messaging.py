@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
 
-from ..harness import Harness
+from ..harness import Harness, NotApplicable
 from ..model import same_json
 from . import CaseFn, case, cases, check, durable
 
@@ -68,6 +68,21 @@ def _inflight(h: Harness) -> None:
     first = _drain(h)
     second = _drain(h)
     check(not set(first) & set(second), "inbox.drain.inflight", f"{sorted(set(first) & set(second))} handed out twice", h)
+
+
+@case("inbox.drain.inflight", "not-after-a-while")
+def _inflight_later(h: Harness) -> None:
+    # nothing but a nack returns a drained message: no visibility timeout hands it out again,
+    # however long it stays unacknowledged (the contract's longest window, its retention, passes)
+    if h.wall:
+        raise NotApplicable("a window of days cannot pass on a wall clock")
+    for i in range(2):
+        _deliver(h, f"m{i}", "alice")
+    first = _drain(h)
+    h.advance(h.spec.retention)
+    second = _drain(h)
+    check(not set(first) & set(second), "inbox.drain.inflight",
+          f"{sorted(set(first) & set(second))} handed out again after {h.spec.retention:g}s without a nack", h)
 
 
 @case("inbox.ack", "gone")

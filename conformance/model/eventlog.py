@@ -36,6 +36,9 @@ class EventlogOps(ModelBase):
             got = [(e.get("seq"), e.get("kind"), e.get("payload") or {}) if isinstance(e, Mapping) else None for e in res]
             exp = [(e["seq"], e["kind"], e["payload"]) for e in want]
             same = len(got) == len(exp) and all(g is not None and g[:2] == x[:2] and same_json(g[2], x[2]) for g, x in zip(got, exp, strict=True))
-            return [] if same else [Violation("eventlog.read", f"read({a['stream']!r}, from {start}) gave {[g[0] if g else None for g in got]}, expected seqs {[e[0] for e in exp]}")]
+            if not same:
+                return [Violation("eventlog.read", f"read({a['stream']!r}, from {start}) gave {[g[0] if g else None for g in got]}, expected seqs {[e[0] for e in exp]}")]
+            other = [e.get("stream") for e in res if e.get("stream") != a["stream"]]
+            return [Violation("eventlog.read", f"read({a['stream']!r}) gave entries naming the stream {other[0]!r}")] if other else []
 
         return Accept(h, "eventlog.read", "reading always works")

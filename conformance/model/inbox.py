@@ -136,6 +136,15 @@ class InboxOps(ModelBase):
             if not isinstance(res, list):
                 raise _Bad("inbox.dead_letter", f"expected a list, got {res!r:.80}")
             got = sorted(str(m.get("message_id")) for m in res if isinstance(m, Mapping))
-            return [] if got == sorted(want) else [Violation("inbox.dead_letter", f"dead letters are {got}, expected {sorted(want)}")]
+            if got != sorted(want):
+                return [Violation("inbox.dead_letter", f"dead letters are {got}, expected {sorted(want)}")]
+            box = {m["message_id"]: m for m in self._box(a["recipient"])}
+            out = []
+            for m in res:  # each dead letter as it was delivered, with the nacks that killed it
+                mm = box[m["message_id"]]
+                bad = [f for f in ("sender", "body", "nacks") if not same_json(m.get(f), mm[f])]
+                if bad:
+                    out.append(Violation("inbox.dead_letter", f"dead letter {mm['message_id']!r}: {', '.join(f'{f} is {m.get(f)!r:.40}, expected {mm[f]!r:.40}' for f in bad)}"))
+            return out
 
         return Accept(h, "inbox.dead_letter", "dead letters can always be listed")

@@ -99,9 +99,14 @@ class RetryOps(ModelBase):
                 out.append(Violation("retry.promote", f"promoted {sorted(early)} before next_retry_at (now {now})"))
             if late:
                 out.append(Violation("retry.promote", f"did not promote {sorted(late)}, due at or before {now}"))
+            by_id = {m["work_id"]: m for m in moves}
             for wid in got & (sure | maybe):
                 it = self.items[wid]
                 dst = self.spec.targets("promote_due", it["status"])[0]
+                m = by_id[wid]
+                if m.get("from_status") != it["status"] or m.get("to_status") != dst:
+                    out.append(Violation("retry.promote", f"{wid}: move reported as {m.get('from_status')} -> {m.get('to_status')}, "
+                                                          f"it moved {it['status']} -> {dst}"))
                 new = dict(it)
                 new.update(status=dst, next_retry_at=None)
                 self._begin(wid)

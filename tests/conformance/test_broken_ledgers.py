@@ -3,7 +3,8 @@
 Every class in ``ledgercheck.fixtures.broken`` breaks one clause of the contract (named in its
 ``BREAKS``).  For each of them:
 
-* the clause tests of that clause's profile fail, and a failure names the clause;
+* the clause tests of that clause's profile fail, a failure names the clause, and every failing
+  test of the profile names the broken clause or its own (the attribution, not only the failure);
 * the stateful model-based tests alone (no clause tests) find the bug too, with a fixed seed
   and the same budget for every ledger, and blame that clause.
 
@@ -44,6 +45,11 @@ def test_clause_tests_catch_it(cls, spec, harness_for):
     assert failed, f"{cls.__name__} ({cls.WHAT}) passed every clause test of profile {profile}"
     assert cls.BREAKS in failed, f"{cls.__name__}: expected {cls.BREAKS} to fail, failing clauses were {sorted(failed)}"
     assert cls.BREAKS in failed[cls.BREAKS], f"{cls.__name__}: the failing test of {cls.BREAKS} blamed {failed[cls.BREAKS]}"
+    # attribution, not only failure: a test of another clause may see the bug too (a terminal
+    # record that moves fails core.status.terminal's test as well), but its failure must name the
+    # broken clause or the clause that test is about, never only a third one
+    misblamed = {c: sorted(set(b)) for c, b in failed.items() if cls.BREAKS not in b and c not in b}
+    assert not misblamed, f"{cls.__name__} breaks {cls.BREAKS}; these tests' failures named neither it nor their own clause: {misblamed}"
 
 
 # A ledger whose bug the stateful machines cannot see says why in its STATEFUL_BLIND (claim

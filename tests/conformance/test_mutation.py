@@ -24,6 +24,8 @@ SAMPLE = [
     "fold_case:create:source_id",
     "timing:lease.grace:-",
     "reorder:inbox_drain",
+    # a receipt field altered in an answer: owned by the clause saying what the operation returns
+    "alter:effect_record:work_id",
 ]
 
 
@@ -90,6 +92,21 @@ def test_own_clauses_come_from_the_statements() -> None:
     assert M.own_clauses(SPEC, "renew", ["stale_lease"], refusal=True)[:2] == ("lease.renew.conditions", "lease.renew.grace")
     assert M.mentions("A renewal by the holder", "renew") and M.mentions("An acknowledged message", "ack")
     assert not M.mentions("the statuses of the contract", "state")
+
+
+def test_answer_fields_are_owned_by_what_the_operation_answers() -> None:
+    own = {m.name: m.own for m in M.generate(SPEC) if m.family in ("alter", "drop_item")}
+    # a receipt's work_id in a lookup's answer: the clause saying a lookup returns the stored
+    # receipt, beside the one naming the field (kept: the rule only adds)
+    assert {"idem.record", "idem.key.derivation"} <= set(own["alter:effect_lookup:work_id"])
+    # no clause names effect_mark or effect_list: the clauses speaking of receipts own their answers
+    assert "idem.receipt_states" in own["alter:effect_mark:state"] and "idem.begin" in own["drop_item:effect_list"]
+    assert "inbox.dead_letter" in own["alter:inbox_dead:[0].message_id"]
+    assert "retry.promote" in own["alter:promote_due:[0].from_status"]
+    # a status answered by an operation that moves items; not for a snapshot read back by get
+    assert "core.transition.allowed" in own["alter:close_out:status"]
+    # snapshot fields keep their own rule: no profile-wide additions
+    assert "core.transition.allowed" not in own["alter:claim:lease_expires_at"]
 
 
 def test_unknown_mutant_is_one_line_and_exit_2() -> None:
