@@ -6,7 +6,7 @@ arguments drawn from the contract through ``ArgDraws``) and the scenarios that p
 (conformance/stateful.py) includes the set of every profile the contract gives an enabled
 operation, and drops any rule whose operations (``needs``) are not all enabled.
 
-Things the ledger creates are kept in hypothesis bundles, so a shrunk failing program reads as
+Things the ledger hands out (items, leases, effect keys, outbox keys) are kept in hypothesis bundles, so a shrunk failing program reads as
 a short story: ``work_0 = state.create(...)``, ``lease_0 = state.claim(work=work_0, ...)``,
 ``state.renew(lease=lease_0, use='held')``.
 """
@@ -31,7 +31,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 WORKS = Bundle("work")
 LEASES = Bundle("lease")
 RECEIPTS = Bundle("receipt")
-MESSAGES = Bundle("message")
 LETTERS = Bundle("letter")
 FORGED = "forged-token"
 NEEDS = "_ledger_needs"
@@ -406,12 +405,11 @@ def inbox_rules(c: Ctx) -> type:
         return [m["message_id"] for m in h.model.inbox.get("agent", []) if m["state"] == "inflight"]
 
     class Inbox:
-        @rule(target=MESSAGES, m=st.integers(0, 9), sender=st.integers(0, 2), args=c.draw.call(
+        @rule(m=st.integers(0, 9), sender=st.integers(0, 2), args=c.draw.call(
             "inbox_deliver", ("recipient", "message_id", "sender")))
-        def inbox_deliver(self, m: int, sender: int, args: dict[str, Any]) -> str:
-            mid = f"msg-{m}"
-            h.do("inbox_deliver", recipient="agent", message_id=mid, sender=c.pools.senders[m % 3 if sender else sender], **args)
-            return mid
+        def inbox_deliver(self, m: int, sender: int, args: dict[str, Any]) -> None:
+            h.do("inbox_deliver", recipient="agent", message_id=f"msg-{m}", sender=c.pools.senders[m % 3 if sender else sender],
+                 **args)
 
         @needs("inbox_deliver", "inbox_drain", "inbox_ack", "inbox_dead")
         @rule(m=st.integers(10, 19), sender=st.integers(0, 2), extra=st.integers(0, 1))
@@ -446,12 +444,6 @@ def inbox_rules(c: Ctx) -> type:
         def inbox_nack(self, i: int, args: dict[str, Any]) -> None:
             ids = inflight()
             h.do("inbox_nack", recipient="agent", message_id=ids[i % len(ids)], **args)
-
-        @needs("inbox_ack")
-        @rule(msg=MESSAGES, args=c.draw.call("inbox_ack", ("recipient", "message_id")))
-        def inbox_ack_again(self, msg: str, args: dict[str, Any]) -> None:
-            """An ack of a message delivered earlier, whatever became of it since."""
-            h.do("inbox_ack", recipient="agent", message_id=msg, **args)
 
     return Inbox
 
@@ -517,5 +509,5 @@ def rule_set(profile: str, c: Ctx) -> type | None:
     return cls
 
 
-__all__ = ["Ctx", "Lease", "RULE_SETS", "WORKS", "LEASES", "RECEIPTS", "MESSAGES", "LETTERS", "rule_set", "needs",
+__all__ = ["Ctx", "Lease", "RULE_SETS", "WORKS", "LEASES", "RECEIPTS", "LETTERS", "rule_set", "needs",
            "DriveBlocked", "NotApplicable"]
