@@ -126,19 +126,21 @@ class Ctx:
         ex = self.spec.phase_timeout("execution")
         return None if ex is None or it["started_at"] is None else it["started_at"] + ex
 
-    def guarded_calls(self, wid: str, toks: list[str]) -> list[tuple[str, dict[str, Any]]]:
-        """Every lease-guarded write on ``wid`` with each of ``toks``, in each of its forms."""
+    def guarded_calls(self, wid: str, toks: list[str], every_form: bool = True) -> list[tuple[str, dict[str, Any]]]:
+        """Every lease-guarded write on ``wid`` with each of ``toks``, in each of its forms (or
+        in its first form only)."""
         calls: list[tuple[str, dict[str, Any]]] = []
         on = self.enabled
+        n = None if every_form else 1
         for tok in toks:
             if "renew" in on:
                 calls.append(("renew", {"work_id": wid, "token": tok}))
-            for st_ in self.terminal:
+            for st_ in self.terminal[:n]:
                 calls.append(("close_out", {"work_id": wid, "token": tok, "status": st_}))
             if "fail" in on:
-                calls += [("fail", {"work_id": wid, "token": tok, "error_class": cls}) for cls in self.errors]
+                calls += [("fail", {"work_id": wid, "token": tok, "error_class": cls}) for cls in self.errors[:n]]
             if "set_waiting" in on:
-                for kind in self.kinds:
+                for kind in self.kinds[:n]:
                     calls.append(("set_waiting", {"work_id": wid, "token": tok, "kind": kind, "ref": self.pools.refs[0]}))
                     calls.append(("set_waiting", {"work_id": wid, "token": tok, "kind": kind, "ref": ""}))
             if "effect_begin" in on:
@@ -237,7 +239,7 @@ def core_rules(c: Ctx) -> type:
                 h.do("promote_due")
             if c.status(wid) in c.claimable:
                 h.do("claim", owner=owner, work_id=wid)
-            c.refused_only(c.guarded_calls(wid, [old]))
+            c.refused_only(c.guarded_calls(wid, [old], every_form=False))
             return c.lease_of(wid, owner)
 
     return Core
