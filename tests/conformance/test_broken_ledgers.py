@@ -49,9 +49,8 @@ def test_clause_tests_catch_it(cls, spec, harness_for):
 # Claim order is a SHOULD that the model deliberately leaves open (any queued item is an
 # acceptable claim, so the stateful tests never fail an adapter for its order); only the
 # clause test of core.claim.order judges it.
-# The stateful machine does not yet draw close-out's optional ``reason`` (drawing it reshuffles
-# every seeded run, and at this budget two other ledgers then went unseen): only the clause
-# test's with-reason case judges ReasonMeansFailure for now.
+# (ReasonMeansFailure left this list once the machine drew every optional argument from the
+# contract, close-out's ``reason`` included.)
 STATEFUL_BLIND = {"ClaimIgnoresPriority"}
 
 
