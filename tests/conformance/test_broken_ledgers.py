@@ -53,8 +53,7 @@ def test_clause_tests_catch_it(cls, spec, harness_for):
 
 
 # A ledger whose bug the stateful machines cannot see says why in its STATEFUL_BLIND (claim
-# order, a SHOULD the model leaves open; close-out's optional reason, which the machine does not
-# draw): only its clause test judges it.
+# order, a SHOULD the model leaves open): only its clause test judges it.
 def test_a_stateful_blind_ledger_says_why(spec):
     blind = [cls for cls in broken.ALL if cls.STATEFUL_BLIND is not None]
     assert all(isinstance(cls.STATEFUL_BLIND, str) and len(cls.STATEFUL_BLIND) > 20 for cls in blind)

@@ -1,0 +1,515 @@
+"""The stateful machine's rules, one set per profile of the contract.
+
+A rule set holds the rules of one profile's operations (the generic rule of each operation, its
+arguments drawn from the contract through ``ArgDraws``) and the scenarios that profile is about
+(a failing item retried to the end, a worker dying mid-step, a poisoned message).  The machine
+(conformance/stateful.py) includes the set of every profile the contract gives an enabled
+operation, and drops any rule whose operations (``needs``) are not all enabled.
+
+Things the ledger hands out (items, leases, effect keys, outbox keys) are kept in hypothesis bundles, so a shrunk failing program reads as
+a short story: ``work_0 = state.create(...)``, ``lease_0 = state.claim(work=work_0, ...)``,
+``state.renew(lease=lease_0, use='held')``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, multiple, precondition, rule
+from ledgercheck.spec import Spec
+from ledgercheck.transport.clock import QUANTUM
+
+from .harness import DriveBlocked, Harness, NotApplicable
+from .model import Refuse
+from .stateful_args import ArgDraws, Pools
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+WORKS = Bundle("work")
+LEASES = Bundle("lease")
+RECEIPTS = Bundle("receipt")
+LETTERS = Bundle("letter")
+FORGED = "forged-token"
+NEEDS = "_ledger_needs"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease the ledger handed out: the item and its token (later maybe superseded)."""
+
+    work_id: str
+    token: str
+    owner: str
+
+
+def needs(*ops: str) -> Callable[[F], F]:
+    """Mark a rule as using these operations: it is dropped unless all are enabled."""
+    def mark(fn: F) -> F:
+        setattr(fn, NEEDS, ops)
+        return fn
+    return mark
+
+
+@dataclass
+class Ctx:
+    """What every rule set shares: the harness, the contract's groups of statuses and the
+    helpers that pick tokens, make items and find an item's instants."""
+
+    h: Harness
+    enabled: frozenset[str]
+    pools: Pools = field(default_factory=Pools)
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        self.kinds = list(spec.waiting_statuses)
+        self.classes = list(spec.step_classes)
+        self.errors = list(spec.error_classes)
+        self.terminal = list(spec.terminal_statuses)
+        self.retryable = [c for c, r in spec.error_classes.items() if r]
+        self.sources = list(spec.source_systems)
+        self.claimable = tuple(t.src for t in spec.edges_of("claim"))
+        self.leased = tuple(n for n, s_ in spec.statuses.items() if s_.leased)
+        self.waiting = tuple(spec.waiting_statuses.values())
+        self.monitors = [op for op in spec.operations if op in self.enabled and self.is_monitor(op)]
+        self.policies: list[Any] = [
+            None, {"max_attempts": 8, "initial_backoff": 4.0, "multiplier": 3.0, "max_backoff": 20.0},
+            # a partial policy keeps the default max_backoff, which its initial_backoff may not exceed
+            {"max_attempts": 5, "jitter": "none", "initial_backoff": min(1.0, spec.retry_default.max_backoff)},
+            {"max_attempts": 4, "jitter": "equal"}, {"max_attempts": 1}]
+        self.draw = ArgDraws(spec, self.pools, [p for p in self.policies if p is not None])
+
+    @property
+    def spec(self) -> Spec:
+        return self.h.spec
+
+    def is_monitor(self, op: str) -> bool:
+        """A monitor's scan (the contract's operation kind)."""
+        o = self.spec.operations[op]
+        return o.kind == "monitor"
+
+    def status(self, wid: str) -> str:
+        return self.h.model.items[wid]["status"]
+
+    def token(self, lease: Lease, use: str) -> str:
+        """The lease's own token ("held": the live one or a superseded one), the item's live
+        token ("live", the held one when the item has none now) or a forged one."""
+        if use == "forged":
+            return FORGED
+        if use == "live":
+            return self.h.model.items[lease.work_id]["lease_token"] or lease.token
+        return lease.token
+
+    def lease_of(self, wid: str, owner: str) -> Any:
+        tok = self.h.model.items[wid]["lease_token"]
+        return Lease(wid, tok, owner) if tok and self.status(wid) in self.leased else multiple()
+
+    def fresh(self, i: int) -> str:
+        """A new item (its boundaries lie ahead) of the i-th source system."""
+        h = self.h
+        src = self.sources[i % len(self.sources)]
+        run = {"source_run_id": f"probe-{len(h.model.items)}"} if src in self.spec.run_id_required_for else {}
+        return h.do("create", source_system=src, source_id=f"probe-{len(h.model.items)}", **run).value["work"]["work_id"]
+
+    def boundary(self, it: dict[str, Any], which: str) -> float | None:
+        lt = self.spec.lease_for(it["source_system"])
+        if which == "lease_expiry":
+            return it["lease_expires_at"]
+        if which == "lapse":
+            return None if it["lease_expires_at"] is None else it["lease_expires_at"] + lt.grace
+        if which == "wait_deadline":
+            return it["waiting_deadline"]
+        if which == "next_retry":
+            return it["next_retry_at"]
+        ex = self.spec.phase_timeout("execution")
+        return None if ex is None or it["started_at"] is None else it["started_at"] + ex
+
+    def guarded_calls(self, wid: str, toks: list[str], every_form: bool = True) -> list[tuple[str, dict[str, Any]]]:
+        """Every lease-guarded write on ``wid`` with each of ``toks``, in each of its forms (or
+        in its first form only)."""
+        calls: list[tuple[str, dict[str, Any]]] = []
+        on = self.enabled
+        n = None if every_form else 1
+        for tok in toks:
+            if "renew" in on:
+                calls.append(("renew", {"work_id": wid, "token": tok}))
+            for st_ in self.terminal[:n]:
+                calls.append(("close_out", {"work_id": wid, "token": tok, "status": st_}))
+            if "fail" in on:
+                calls += [("fail", {"work_id": wid, "token": tok, "error_class": cls}) for cls in self.errors[:n]]
+            if "set_waiting" in on:
+                for kind in self.kinds[:n]:
+                    calls.append(("set_waiting", {"work_id": wid, "token": tok, "kind": kind, "ref": self.pools.refs[0]}))
+                    calls.append(("set_waiting", {"work_id": wid, "token": tok, "kind": kind, "ref": ""}))
+            if "effect_begin" in on:
+                calls.append(("effect_begin", {"work_id": wid, "step_id": "step-0", "tool": self.pools.tools[0],
+                                               "input": self.pools.payloads[0], "step_class": self.classes[0], "token": tok}))
+        return calls
+
+    def sweep_calls(self, wid: str) -> list[tuple[str, dict[str, Any]]]:
+        it = self.h.model.items[wid]
+        live = it["lease_token"]
+        toks = [t for t in [live, FORGED, *[t for t in self.h.model.tokens.get(wid, []) if t != live][-1:]] if t]
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for op in ("claim", "resume"):
+            if op in self.enabled:
+                calls.append((op, {"work_id": wid, "owner": self.pools.owners[1]}))
+        for op in ("cancel", "requeue"):
+            if op in self.enabled:
+                calls.append((op, {"work_id": wid}))
+        return calls + self.guarded_calls(wid, toks)
+
+    def refused_only(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        """Send each call the model refuses now (each must be refused and change nothing)."""
+        for op, args in calls:
+            if isinstance(self.h.model.expect(op, dict(args, now=self.h.now())), Refuse):
+                self.h.do(op, **args)
+
+    def lapse(self, wid: str) -> None:
+        """Move the clock past the item's lease expiry and grace."""
+        t = self.boundary(self.h.model.items[wid], "lapse")
+        if t is not None:
+            self.h.advance_to(t + QUANTUM)
+
+
+USE = st.sampled_from(["live", "held", "live", "forged"])  # half the guarded writes with the live token
+
+
+def core_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Core:
+        @rule(target=WORKS, args=c.draw.call("create"))
+        def create(self, args: dict[str, Any]) -> Any:
+            if "retry_policy" in args and "fail" not in c.enabled:
+                args = {k: v for k, v in args.items() if k != "retry_policy"}
+            out = h.do("create", **args)
+            return out.value["work"]["work_id"] if out.ok else multiple()
+
+        @rule(target=LEASES, work=WORKS, by_id=st.booleans(), args=c.draw.call("claim", ("work_id",)))
+        def claim(self, work: str, by_id: bool, args: dict[str, Any]) -> Any:
+            out = h.do("claim", work_id=work if by_id else None, **args)
+            wid = out.value.get("work_id") if out.ok and isinstance(out.value, dict) else None
+            return c.lease_of(wid, args["owner"]) if wid in h.model.items else multiple()
+
+        @rule(lease=LEASES, use=USE, args=c.draw.call("close_out", ("work_id", "token")))
+        def close_out(self, lease: Lease, use: str, args: dict[str, Any]) -> None:
+            h.do("close_out", work_id=lease.work_id, token=c.token(lease, use), **args)
+
+        @rule(work=WORKS, args=c.draw.call("requeue", ("work_id",)))
+        def requeue(self, work: str, args: dict[str, Any]) -> None:
+            h.do("requeue", work_id=work, **args)
+
+        @precondition(lambda self: "expire" in c.monitors)
+        @rule()
+        def expire(self) -> None:
+            h.do("expire")
+
+        @needs("create", "claim")
+        @rule(target=LEASES, how=st.sampled_from(["lapse", "requeue", "fail", "resume"]),
+              owner=c.draw.value("owner", "string"), status=st.sampled_from(c.terminal))
+        def reacquire(self, how: str, owner: str, status: str) -> Any:
+            """The same worker name takes an item again (after its lease lapsed and the monitor
+            ran, after a requeue, a retry or a wait): the token it held before must now be
+            refused, whatever name it comes with."""
+            wid = c.fresh(len(h.model.items))
+            h.do("claim", owner=owner, work_id=wid)
+            old = h.model.items[wid]["lease_token"]
+            if not old:
+                return multiple()
+            if how == "lapse" and "expire" in c.enabled:
+                c.lapse(wid)
+                h.do("expire")
+            elif how == "requeue":
+                h.do("close_out", work_id=wid, token=old, status=status)
+                h.do("requeue", work_id=wid)
+            elif how == "fail" and "fail" in c.enabled and c.retryable:
+                h.do("fail", work_id=wid, token=old, error_class=c.retryable[0])
+            elif how == "resume" and "set_waiting" in c.enabled and c.kinds:
+                h.do("set_waiting", work_id=wid, token=old, kind=c.kinds[0], ref=c.pools.refs[0])
+                if c.status(wid) in c.waiting:
+                    h.do("resume", work_id=wid, owner=owner)
+            if c.status(wid) in c.terminal and "requeue" in c.enabled:  # a lapse that timed the work out
+                h.do("requeue", work_id=wid)
+            nxt = h.model.items[wid]["next_retry_at"]
+            if c.status(wid) == "retry_scheduled" and nxt is not None and "promote_due" in c.enabled:
+                h.advance_to(nxt)
+                h.do("promote_due")
+            if c.status(wid) in c.claimable:
+                h.do("claim", owner=owner, work_id=wid)
+            c.refused_only(c.guarded_calls(wid, [old], every_form=False))
+            return c.lease_of(wid, owner)
+
+    return Core
+
+
+def cancel_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Cancel:
+        @rule(work=WORKS, args=c.draw.call("cancel", ("work_id",)))
+        def cancel(self, work: str, args: dict[str, Any]) -> None:
+            h.do("cancel", work_id=work, **args)
+
+    return Cancel
+
+
+def lease_rules(c: Ctx) -> type:
+    h = c.h
+
+    class LeaseRules:
+        @rule(lease=LEASES, use=USE)
+        def renew(self, lease: Lease, use: str) -> None:
+            h.do("renew", work_id=lease.work_id, token=c.token(lease, use))
+
+    return LeaseRules
+
+
+def waiting_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Waiting:
+        @rule(lease=LEASES, use=USE, args=c.draw.call("set_waiting", ("work_id", "token")))
+        def set_waiting(self, lease: Lease, use: str, args: dict[str, Any]) -> None:
+            h.do("set_waiting", work_id=lease.work_id, token=c.token(lease, use), **args)
+
+        @rule(target=LEASES, work=WORKS, args=c.draw.call("resume", ("work_id",)))
+        def resume(self, work: str, args: dict[str, Any]) -> Any:
+            out = h.do("resume", work_id=work, **args)
+            return c.lease_of(work, args["owner"]) if out.ok else multiple()
+
+    return Waiting
+
+
+def retry_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Retry:
+        @rule(lease=LEASES, use=USE, args=c.draw.call("fail", ("work_id", "token")))
+        def fail(self, lease: Lease, use: str, args: dict[str, Any]) -> None:
+            h.do("fail", work_id=lease.work_id, token=c.token(lease, use), **args)
+
+        @rule()
+        def promote_due(self) -> None:
+            h.do("promote_due")
+
+        @rule(work=WORKS, cls=st.sampled_from(c.errors), times=st.integers(1, 4))
+        def attempt(self, work: str, cls: str, times: int) -> None:
+            """Execution attempts that fail, one after the other on one item: promote when due,
+            claim, fail (retry schedules deepen fast)."""
+            for _ in range(times):
+                it = h.model.items[work]
+                if it["status"] == "retry_scheduled" and "promote_due" in c.enabled:
+                    h.advance_to(it["next_retry_at"])
+                    h.do("promote_due")
+                if c.status(work) in c.claimable:
+                    h.do("claim", owner=c.pools.owners[0], work_id=work)
+                if c.status(work) not in c.leased:
+                    return
+                h.do("fail", work_id=work, token=h.model.items[work]["lease_token"], error_class=cls)
+
+        @needs("claim")
+        @rule(target=WORKS, policy=st.sampled_from(c.policies), cls=st.sampled_from(c.retryable or c.errors))
+        def retries(self, policy: Any, cls: str) -> str:
+            """A fresh item under one retry policy fails with a retryable error until it is
+            failed for good: every backoff delay, the cap and the attempt limit get checked."""
+            args: dict[str, Any] = {"source_system": "manual", "source_id": f"retry-{len(h.model.items)}"}
+            if policy is not None:
+                args["retry_policy"] = policy
+            wid = h.do("create", **args).value["work"]["work_id"]
+            for _ in range(12):
+                h.do("claim", owner=c.pools.owners[0], work_id=wid)
+                if c.status(wid) not in c.leased:
+                    break
+                h.do("fail", work_id=wid, token=h.model.items[wid]["lease_token"], error_class=cls)
+                it = h.model.items[wid]
+                if it["status"] != "retry_scheduled" or "promote_due" not in c.enabled:
+                    break
+                h.advance_to(it["next_retry_at"])
+                h.do("promote_due")
+            return wid
+
+    return Retry
+
+
+def idempotency_rules(c: Ctx) -> type:
+    h = c.h
+    spec = c.spec
+
+    class Idempotency:
+        @rule(target=RECEIPTS, lease=LEASES, step=st.sampled_from(["step-0", "step-1"]),
+              use=st.sampled_from(["live", "live", "none", "held"]),
+              args=c.draw.call("effect_begin", ("work_id", "token", "step_id")))
+        def effect_begin(self, lease: Lease, step: str, use: str, args: dict[str, Any]) -> Any:
+            tok = None if use == "none" else c.token(lease, use)
+            out = h.do("effect_begin", work_id=lease.work_id, step_id=step, token=tok, **args)
+            rec = out.value if out.ok else None
+            return rec["receipt"]["key"] if isinstance(rec, dict) and rec.get("receipt") else multiple()
+
+        @rule(key=RECEIPTS, right_hash=st.booleans(), use=st.sampled_from(["live", "none", "held"]),
+              args=c.draw.call("effect_record", ("key", "input_hash", "token")))
+        def effect_record(self, key: str, right_hash: bool, use: str, args: dict[str, Any]) -> None:
+            rec = h.model.receipts[key]
+            ih = rec["input_hash"] if right_hash else spec.input_hash({"tampered": repr(args.get("result"))})
+            live = h.model.items[rec["work_id"]]["lease_token"]
+            old = [t for t in h.model.tokens.get(rec["work_id"], []) if t != live]
+            tok = {"live": live or FORGED, "none": None}.get(use, old[-1] if old else FORGED)
+            h.do("effect_record", key=key, input_hash=ih, token=tok, **args)
+
+        @rule(key=RECEIPTS, args=c.draw.call("effect_mark", ("key",)))
+        def effect_mark(self, key: str, args: dict[str, Any]) -> None:
+            h.do("effect_mark", key=key, **args)
+
+    return Idempotency
+
+
+def recovery_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Recovery:
+        @rule()
+        def recover(self) -> None:
+            h.do("recover")
+
+        @needs("recover", "effect_begin", "claim")
+        @rule(target=WORKS, cls=st.sampled_from(c.classes), journal=st.sampled_from(["pending", "completed", "none"]),
+              then=st.sampled_from(["recover", "expire"]))
+        def crash(self, cls: str, journal: str, then: str) -> str:
+            """A worker dies mid-step: a fresh item is claimed, an effect of some class is begun
+            (and maybe recorded), the lease lapses, and the monitor and the recovery scan run."""
+            wid = c.fresh(len(h.model.items))
+            h.do("claim", owner=c.pools.owners[2], work_id=wid)
+            it = h.model.items[wid]
+            if it["status"] not in c.leased:
+                return wid
+            if journal != "none":
+                rec = h.do("effect_begin", work_id=wid, step_id="step-0", tool=c.pools.tools[0], input=c.pools.payloads[0],
+                           step_class=cls, token=it["lease_token"]).value
+                if journal == "completed" and rec and "effect_record" in c.enabled:
+                    r = rec["receipt"]
+                    h.do("effect_record", key=r["key"], input_hash=r["input_hash"], result={"done": True}, token=it["lease_token"])
+            c.lapse(wid)
+            if then == "expire" and "expire" in c.enabled:
+                h.do("expire")
+            h.do("recover")
+            return wid
+
+    return Recovery
+
+
+def inbox_rules(c: Ctx) -> type:
+    h = c.h
+    spec = c.spec
+
+    def inflight() -> list[str]:
+        return [m["message_id"] for m in h.model.inbox.get("agent", []) if m["state"] == "inflight"]
+
+    class Inbox:
+        @rule(m=st.integers(0, 9), sender=st.integers(0, 2), args=c.draw.call(
+            "inbox_deliver", ("recipient", "message_id", "sender")))
+        def inbox_deliver(self, m: int, sender: int, args: dict[str, Any]) -> None:
+            h.do("inbox_deliver", recipient="agent", message_id=f"msg-{m}", sender=c.pools.senders[m % 3 if sender else sender],
+                 **args)
+
+        @needs("inbox_deliver", "inbox_drain", "inbox_ack", "inbox_dead")
+        @rule(m=st.integers(10, 19), sender=st.integers(0, 2), extra=st.integers(0, 1))
+        def poison(self, m: int, sender: int, extra: int) -> None:
+            """A message whose handler keeps failing: deliver, then drain and nack it until it is
+            dead-lettered (and once more): the nack count and the dead-letter limit get checked."""
+            mid = f"msg-{m}"
+            h.do("inbox_deliver", recipient="agent", message_id=mid, sender=c.pools.senders[sender], body={"n": m})
+            for _ in range(spec.inbox_max_nacks + 1 + extra):
+                got = h.do("inbox_drain", recipient="agent", max=None).value or []
+                mine = [x for x in got if x.get("message_id") == mid]
+                for x in got:
+                    if x.get("message_id") != mid:
+                        h.do("inbox_ack", recipient="agent", message_id=x["message_id"])
+                if not mine:
+                    break
+                h.do("inbox_nack", recipient="agent", message_id=mid, error="handler keeps failing")
+            h.do("inbox_dead", recipient="agent")
+
+        @rule(args=c.draw.call("inbox_drain", ("recipient",)))
+        def inbox_drain(self, args: dict[str, Any]) -> None:
+            h.do("inbox_drain", recipient="agent", **args)
+
+        @precondition(lambda self: inflight())
+        @rule(i=st.integers(0, 7))
+        def inbox_ack(self, i: int) -> None:
+            ids = inflight()
+            h.do("inbox_ack", recipient="agent", message_id=ids[i % len(ids)])
+
+        @precondition(lambda self: inflight())
+        @rule(i=st.integers(0, 7), args=c.draw.call("inbox_nack", ("recipient", "message_id")))
+        def inbox_nack(self, i: int, args: dict[str, Any]) -> None:
+            ids = inflight()
+            h.do("inbox_nack", recipient="agent", message_id=ids[i % len(ids)], **args)
+
+    return Inbox
+
+
+def outbox_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Outbox:
+        @rule(target=LETTERS, k=st.integers(0, 4), args=c.draw.call("outbox_enqueue", ("key", "work_id")))
+        def outbox_enqueue(self, k: int, args: dict[str, Any]) -> str:
+            key = f"reply-{k}"
+            h.do("outbox_enqueue", key=key, **args)
+            return key
+
+        @rule(args=c.draw.call("outbox_pending"))
+        def outbox_pending(self, args: dict[str, Any]) -> None:
+            h.do("outbox_pending", **args)
+
+        @rule(letter=LETTERS, args=c.draw.call("outbox_mark_sent", ("key",)))
+        def outbox_mark_sent(self, letter: str, args: dict[str, Any]) -> None:
+            h.do("outbox_mark_sent", key=letter, **args)
+
+    return Outbox
+
+
+def eventlog_rules(c: Ctx) -> type:
+    h = c.h
+    spec = c.spec
+
+    class EventLog:
+        @rule(stream=st.sampled_from(["stream-0", "stream-1"]), off=st.sampled_from([0, 0, 0, -1, 1]),
+              args=c.draw.call("log_append", ("stream", "expected_seq")))
+        def log_append(self, stream: str, off: int, args: dict[str, Any]) -> None:
+            last = spec.first_seq - 1 + len(h.model.logs.get(stream, []))
+            h.do("log_append", stream=stream, expected_seq=max(0, last + off), **args)
+
+    return EventLog
+
+
+# rule sets by the profile the contract gives their operations (``Ctx.enabled`` decides which run)
+RULE_SETS: dict[str, Callable[[Ctx], type]] = {
+    "core": core_rules, "cancel": cancel_rules, "lease": lease_rules, "waiting": waiting_rules, "retry": retry_rules,
+    "idempotency": idempotency_rules, "recovery": recovery_rules, "inbox": inbox_rules, "outbox": outbox_rules,
+    "eventlog": eventlog_rules,
+}
+
+
+def rule_ops(name: str, fn: Any, spec: Spec) -> tuple[str, ...]:
+    """The operations a rule uses: those it is marked with, and the operation it is named after."""
+    own = (name,) if name in spec.operations else ()
+    return (*own, *getattr(fn, NEEDS, ()))
+
+
+def rule_set(profile: str, c: Ctx) -> type | None:
+    """The profile's rule set with the rules whose operations are not all enabled removed."""
+    make = RULE_SETS.get(profile)
+    if make is None:
+        return None
+    cls = make(c)
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and not all(op in c.enabled for op in rule_ops(name, fn, c.spec)):
+            delattr(cls, name)
+    return cls
+
+
+__all__ = ["Ctx", "Lease", "RULE_SETS", "WORKS", "LEASES", "RECEIPTS", "LETTERS", "rule_set", "needs",
+           "DriveBlocked", "NotApplicable"]
