@@ -8,7 +8,7 @@ of a long test starting last and running alone.  Module-scoped fixtures are set 
 worker that runs a test of their module.
 
 Scratch files: the session (the xdist controller, or the only process) makes one temporary
-directory, gives it to itself and everything it starts as ``TMPDIR`` (xdist workers, adapters,
+directory (on /dev/shm when it has room, see _ram_disk), gives it to itself and everything it starts as ``TMPDIR`` (xdist workers, adapters,
 servers) and removes it at the end, so what a test's SIGKILLed process could not remove does not
 stay in /tmp (tests/conformance/test_scratch.py checks that a certify run leaves nothing behind).
 """
@@ -64,10 +64,24 @@ def pytest_configure(config):
         config.option.maxschedchunk = 1
     if "PYTEST_XDIST_WORKER" not in os.environ:  # a worker inherits the controller's TMPDIR
         stack = contextlib.ExitStack()
-        root = stack.enter_context(scratch_parent("ledgercheck-tests-"))
+        root = stack.enter_context(scratch_parent("ledgercheck-tests-", under=_ram_disk()))
         # results computed once per run and shared by the workers (chaos_support.shared_once)
         stack.enter_context(_env(SHARED_DIR, root))
         config._ledgercheck_scratch = stack
+
+
+def _ram_disk(need: int = 4 << 30) -> str | None:
+    """/dev/shm when it is writable and has room for a test run's files (the PostgreSQL servers'
+    data directories are the largest part, well under ``need``), else None (the default TMPDIR).
+    Nothing is lost: the tests kill processes, never the machine, so the page cache is all the
+    durability they can observe; a commit there costs no disk flush (DBOS on SQLite spends about
+    half its create time in fsync on disk)."""
+    shm = "/dev/shm"
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    return shm if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize >= need else None
 
 
 @contextlib.contextmanager

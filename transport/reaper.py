@@ -152,12 +152,12 @@ __all__ = ["ADAPTER_TAG", "RUN_TAG", "children", "descendants", "gone", "kill_al
 
 
 @contextlib.contextmanager
-def scratch_parent(prefix: str = "ledgercheck-run-") -> Iterator[str]:
-    """A fresh directory under the current temporary directory, made the temporary directory of
-    this process (``tempfile.tempdir``) and of every process it starts (``TMPDIR``) until the
-    block ends; then the previous settings come back and the directory is removed with whatever
-    is in it.  End the processes that wrote there first (:func:`sweep`)."""
-    root = tempfile.mkdtemp(prefix=prefix)
+def scratch_parent(prefix: str = "ledgercheck-run-", under: str | None = None) -> Iterator[str]:
+    """A fresh directory under ``under`` (default: the current temporary directory), made the
+    temporary directory of this process (``tempfile.tempdir``) and of every process it starts
+    (``TMPDIR``) until the block ends; then the previous settings come back and the directory is
+    removed with whatever is in it.  End the processes that wrote there first (:func:`sweep`)."""
+    root = tempfile.mkdtemp(prefix=prefix, dir=under)
     # /tmp's own permissions: a server that runs as another user (PostgreSQL drops root) still
     # reaches and makes its directory here; what is made inside is as private as its maker says
     os.chmod(root, 0o1777)
