@@ -24,12 +24,14 @@ from ledgercheck.transport.reaper import scratch_parent
 SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads it
 
 # Longest first (wall times of earlier full runs on 2 cores in the comments).  xdist's load
-# scheduling hands each worker two tests to start with (items 0-1 and 2-3), so the two longest
-# library suites are items 0 and 2, one per worker.
+# scheduling hands each worker two tests to start with (items 0-1 and 2-3): DBOS and procrastinate
+# run one after the other on one worker, so the two PostgreSQL suites that judge wall-clock
+# windows (procrastinate, pgqueuer) do not run beside each other (with pgqueuer as item 1 both
+# missed retry windows on a loaded machine).
 SLOW_FIRST = (
     "tests/conformance/test_libraries.py::test_library_suite[dbos]",  # 110-175 s
-    "tests/conformance/test_libraries.py::test_library_suite[pgqueuer]",  # 41-93 s
     "tests/conformance/test_libraries.py::test_library_suite[procrastinate]",  # 80-205 s
+    "tests/conformance/test_libraries.py::test_library_suite[pgqueuer]",  # 41-93 s
     "tests/protocol/test_node_full_ledger.py::test_certified_with_every_open_choice_taken",  # 33-84 s
     "tests/protocol/test_eventsourced_ledger.py",  # 30-62 s
     "tests/conformance/test_independent.py",  # 21-52 s
