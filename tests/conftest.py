@@ -27,7 +27,7 @@ SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads
 # scheduling hands each worker two tests to start with (items 0-1 and 2-3): DBOS and procrastinate
 # run one after the other on one worker, so the two PostgreSQL suites that judge wall-clock
 # windows (procrastinate, pgqueuer) do not run beside each other (with pgqueuer as item 1 both
-# missed retry windows on a loaded machine).
+# failed window clauses on a loaded machine; procrastinate also did alone under that load).
 SLOW_FIRST = (
     "tests/conformance/test_libraries.py::test_library_suite[dbos]",  # 110-175 s
     "tests/conformance/test_libraries.py::test_library_suite[procrastinate]",  # 80-205 s
