@@ -136,7 +136,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     once (the plugin handles them while the suite runs) and the verdict is INCOMPLETE."""
     import uuid
 
-    from ledgercheck.transport.reaper import RUN_TAG, sweep
+    from ledgercheck.transport.reaper import RUN_TAG, scratch_parent, sweep
 
     if args.breaker < 0:
         print("ledgercheck certify: --breaker must be 0 (never) or more", file=sys.stderr)
@@ -153,15 +153,20 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     previous = _handle(stop)
     try:
-        return _certify(args, seen)
-    except KeyboardInterrupt:
-        why = f"interrupted by {seen[0]}" if seen else "interrupted"
-        print(f"ledgercheck certify: INCOMPLETE: {why} before the suite produced its results", file=sys.stderr)
-        return EXIT_ERROR
+        # scratch files go under one directory per run, removed after the sweep together with
+        # what a killed adapter could not remove itself
+        with scratch_parent():
+            try:
+                return _certify(args, seen)
+            except KeyboardInterrupt:
+                why = f"interrupted by {seen[0]}" if seen else "interrupted"
+                print(f"ledgercheck certify: INCOMPLETE: {why} before the suite produced its results", file=sys.stderr)
+                return EXIT_ERROR
+            finally:
+                if previous:
+                    _handle(signal.SIG_IGN)  # the sweep and the scratch removal are not cut short
+                sweep(RUN_TAG, tag)
     finally:
-        if previous:
-            _handle(signal.SIG_IGN)  # the sweep is not cut short
-        sweep(RUN_TAG, tag)
         if old_tag is None:
             os.environ.pop(RUN_TAG, None)
         else:

@@ -3,8 +3,10 @@ exactly as a vendor's package would register its own."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,13 @@ from ledgercheck.transport.protocol import Handshake, LedgerError
 from ledgercheck import PROTOCOL_VERSION, __version__
 
 from .ledger import CRASH_POINTS, Ledger, LedgerOpenError
+
+
+def _remove_scratch(path: str, owner: int) -> None:
+    """Remove an adapter's scratch directory, in the process that made it only (a forked child
+    inherits the finalizer, not the directory)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class ReferenceAdapter:
@@ -36,6 +45,7 @@ class ReferenceAdapter:
         self._tmp: str | None = None
         self._scratch: Path | None = None
         self._serial = 0
+        self._cleanup: weakref.finalize | None = None
         self.crash_hook: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ session
@@ -71,6 +81,9 @@ class ReferenceAdapter:
             # once per contract: a reset costs a file copy, not a schema build
             if self._tmp is None:
                 self._tmp = tempfile.mkdtemp(prefix="ledgercheck-ref-")
+                # removed when the adapter is collected or, at the latest, when the interpreter
+                # exits normally (a killed process leaves it to the run's scratch parent)
+                self._cleanup = weakref.finalize(self, _remove_scratch, self._tmp, os.getpid())
             root = Path(self._tmp)
             self._serial += 1
             path = root / f"ledger-{self._serial}.db"
@@ -115,11 +128,6 @@ class ReferenceAdapter:
             for suffix in ("", "-wal", "-shm"):
                 Path(str(self._scratch) + suffix).unlink(missing_ok=True)
             self._scratch = None
-
-    def __del__(self) -> None:
-        tmp = self.__dict__.get("_tmp")
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def set_crash_hook(self, hook: Callable[[str], None] | None) -> None:
         """Called with a point name at each of the ledger's own crash points (chaos runs)."""

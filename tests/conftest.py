@@ -6,31 +6,109 @@ handing out one test at a time (``--maxschedchunk=1``, set below unless given), 
 then starts both workers on long tests at once and the many short ones fill the gaps, instead
 of a long test starting last and running alone.  Module-scoped fixtures are set up once per
 worker that runs a test of their module.
+
+Scratch files: the session (the xdist controller, or the only process) makes one temporary
+directory (on /dev/shm when it has room, see _ram_disk), gives it to itself and everything it starts as ``TMPDIR`` (xdist workers, adapters,
+servers) and removes it at the end, so what a test's SIGKILLed process could not remove does not
+stay in /tmp (tests/conformance/test_scratch.py checks that a certify run leaves nothing behind).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+
+from ledgercheck.transport.reaper import scratch_parent
+
+SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads it
+
+# Longest first (wall times of earlier full runs on 2 cores in the comments).  xdist's load
+# scheduling hands each worker two tests to start with (items 0-1 and 2-3): DBOS and procrastinate
+# run one after the other on one worker, so the two PostgreSQL suites that judge wall-clock
+# windows (procrastinate, pgqueuer) do not run beside each other (with pgqueuer as item 1 both
+# failed window clauses on a loaded machine; procrastinate also did alone under that load).
 SLOW_FIRST = (
-    "tests/conformance/test_libraries.py::test_library_suite[dbos]",
-    "tests/conformance/test_libraries.py::test_library_suite[procrastinate]",
-    "tests/conformance/test_libraries.py::test_library_suite[pgqueuer]",
-    "tests/protocol/test_eventsourced_ledger.py",
-    "tests/conformance/test_independent.py",
-    "tests/protocol/test_node_full_ledger.py",
-    "tests/conformance/test_libraries.py",
-    "tests/chaos/test_explore.py",
+    "tests/conformance/test_libraries.py::test_library_suite[dbos]",  # 110-175 s
+    "tests/conformance/test_libraries.py::test_library_suite[procrastinate]",  # 80-205 s
+    "tests/conformance/test_libraries.py::test_library_suite[pgqueuer]",  # 41-93 s
+    "tests/protocol/test_node_full_ledger.py::test_certified_with_every_open_choice_taken",  # 33-84 s
+    "tests/protocol/test_eventsourced_ledger.py",  # 30-62 s
+    "tests/conformance/test_independent.py",  # 21-52 s
+    "tests/conformance/test_libraries.py",  # persist-queue 23-75 s, rq 33 s
+    # makes the exhaustive exploration the other tests of the module read (shared_once)
+    "tests/chaos/test_explore.py::test_every_window_passes_in_process",  # 35-50 s
+    "tests/chaos/test_safety_campaign.py::test_cli_exit_codes",  # up to 48 s
+    "tests/conformance/test_published_replays.py::test_every_published_replay_reproduces_its_line[rq]",  # 41 s
+    "tests/conformance/test_doc_literal.py::test_the_doc_literal_ledger_is_certified",  # 33 s
+    "tests/conformance/test_mutation.py::test_benign_rewrites_all_at_once_are_not_flagged",  # 28-33 s
+    "tests/chaos/test_explore.py::test_over_the_wire_first_occurrences",  # 29 s
+    "tests/chaos/test_safety_campaign.py::test_certify_item_passes_a_correct_ledger",  # 26 s
+    "tests/conformance/test_plugin.py::test_shards_merge_into_the_whole",  # 24 s
+    "tests/conformance/test_example_db.py::test_a_failure_one_shard_found_is_replayed_first_by_the_next",  # 2 x 21 s
 )
+# Last: tests that read a result a slow-first test made (chaos_support.shared_once), so they find
+# it made instead of waiting for it while the other worker makes it.
+LAST = (
+    "tests/chaos/test_explore.py::test_windows_cover_every_point_class_and_decision",
+    "tests/chaos/test_explore.py::test_window_shape",
+    "tests/chaos/test_explore.py::test_takeover_windows_refuse_every_stale_write",
+)
+
+
+def _matches(nodeid: str, prefix: str) -> bool:
+    return nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "["))
 
 
 def pytest_configure(config):
     # only where pytest-xdist is loaded (``-p no:xdist`` and plain runs have no such option)
     if getattr(config.option, "maxschedchunk", 0) is None:
         config.option.maxschedchunk = 1
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # a worker inherits the controller's TMPDIR
+        stack = contextlib.ExitStack()
+        root = stack.enter_context(scratch_parent("ledgercheck-tests-", under=_ram_disk()))
+        # results computed once per run and shared by the workers (chaos_support.shared_once)
+        stack.enter_context(_env(SHARED_DIR, root))
+        config._ledgercheck_scratch = stack
+
+
+def _ram_disk(need: int = 4 << 30) -> str | None:
+    """/dev/shm when it is writable and has room for a test run's files (the PostgreSQL servers'
+    data directories are the largest part, well under ``need``), else None (the default TMPDIR).
+    Nothing is lost: the tests kill processes, never the machine, so the page cache is all the
+    durability they can observe; a commit there costs no disk flush (DBOS on SQLite spends about
+    half its create time in fsync on disk)."""
+    shm = "/dev/shm"
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    return shm if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize >= need else None
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def pytest_unconfigure(config):
+    stack = getattr(config, "_ledgercheck_scratch", None)
+    if stack is not None:
+        stack.close()
 
 
 def pytest_collection_modifyitems(items):
     def rank(item) -> int:
-        return next((i for i, p in enumerate(SLOW_FIRST) if item.nodeid == p or item.nodeid.startswith(p + "::")),
-                    len(SLOW_FIRST))
+        if any(_matches(item.nodeid, p) for p in LAST):
+            return len(SLOW_FIRST) + 1
+        return next((i for i, p in enumerate(SLOW_FIRST) if _matches(item.nodeid, p)), len(SLOW_FIRST))
 
     items.sort(key=rank)  # stable: everything else keeps its order

@@ -12,14 +12,22 @@ or one that called ``setsid`` and so has a session and group of its own.  Three 
 
 A process that both escapes its group and clears its environment before its parent dies is out
 of reach; docs/protocol.md says so.
+
+What those processes leave on disk goes the same way: :func:`scratch_parent` gives a run one
+temporary directory that every process it starts inherits as ``TMPDIR`` (Python's ``tempfile``,
+Node.js's ``os.tmpdir()`` and most C libraries honour it) and removes it when the run is over, so
+the scratch files of an adapter killed with SIGKILL, which no cleanup of its own can remove, go too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import psutil
 
@@ -141,3 +149,27 @@ def sweep(name: str, value: str, extra: Iterable[int | psutil.Process] = ()) -> 
 
 
 __all__ = ["ADAPTER_TAG", "RUN_TAG", "children", "descendants", "gone", "kill_all", "kill_group", "processes", "sweep", "tagged"]
+
+
+@contextlib.contextmanager
+def scratch_parent(prefix: str = "ledgercheck-run-", under: str | None = None) -> Iterator[str]:
+    """A fresh directory under ``under`` (default: the current temporary directory), made the
+    temporary directory of this process (``tempfile.tempdir``) and of every process it starts
+    (``TMPDIR``) until the block ends; then the previous settings come back and the directory is
+    removed with whatever is in it.  End the processes that wrote there first (:func:`sweep`)."""
+    root = tempfile.mkdtemp(prefix=prefix, dir=under)
+    # /tmp's own permissions: a server that runs as another user (PostgreSQL drops root) still
+    # reaches and makes its directory here; what is made inside is as private as its maker says
+    os.chmod(root, 0o1777)
+    old_env, old_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = root
+    tempfile.tempdir = root
+    try:
+        yield root
+    finally:
+        tempfile.tempdir = old_tempdir
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
+        shutil.rmtree(root, ignore_errors=True)

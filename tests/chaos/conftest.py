@@ -23,7 +23,10 @@ def scratch_root() -> str | None:
     """/dev/shm when writable (fsync is free there; a process kill does not need it), else the default."""
     shm = "/dev/shm"
     if os.path.isdir(shm) and os.access(shm, os.W_OK):
-        return tempfile.mkdtemp(prefix="ledgercheck-tests-", dir=shm)
+        # inside the test run's scratch directory when that is on /dev/shm already (tests/conftest.py
+        # removes it however a worker ends)
+        under = tempfile.gettempdir() if tempfile.gettempdir().startswith(shm + "/") else shm
+        return tempfile.mkdtemp(prefix="ledgercheck-chaos-", dir=under)
     return None
 
 

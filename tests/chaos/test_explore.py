@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from chaos_support import FULL
+from chaos_support import FULL, shared_once
 from ledgercheck.chaos.exploration import explore
 from ledgercheck.chaos.points import worker_points
 from ledgercheck.spec import Spec
@@ -15,10 +15,12 @@ REQUIRED = {"recovery.marker_kept", "recovery.scan", "recovery.matrix", "recover
             "recovery.quarantine.visible", "eventlog.fold"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def windows(spec: Spec, scratch: str | None, tmp_path_factory) -> list[dict]:
-    return explore("reference", spec, seed=0, jobs=2, tmp_root=scratch,
-                   replay_dir=str(tmp_path_factory.mktemp("replays")))
+    # the exhaustive exploration (the slowest set-up of the test run) is made once per run: a
+    # module-scoped fixture was made again whenever an xdist worker came back to this module
+    return shared_once("explore-windows", lambda: explore("reference", spec, seed=0, jobs=2, tmp_root=scratch,
+                                                          replay_dir=str(tmp_path_factory.mktemp("replays"))))
 
 
 def test_every_window_passes_in_process(windows: list[dict]) -> None:
