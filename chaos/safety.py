@@ -640,8 +640,10 @@ class _Campaign:
         for n in os.listdir(self.out):  # a per-process part left by an earlier campaign in this directory
             if _PART.fullmatch(n):
                 os.unlink(os.path.join(self.out, n))
+        # the working files go where the caller says, else under $TMPDIR when one is set (a run's
+        # scratch parent, removed with it even when this process is killed), else on a RAM disk
         root = tmp_root
-        if root is None and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        if root is None and not os.environ.get("TMPDIR") and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
             root = "/dev/shm"
         self.work = tempfile.mkdtemp(prefix="ledgercheck-safety-", dir=root)
         self.procs: list[_Proc] = []
