@@ -313,7 +313,9 @@ class Harness:
         if not out.ok and out.code == "unsupported" and not (isinstance(exp, Refuse) and "unsupported" in exp.codes):
             return self._unsupported(op, args, exp, form, out)
         self.offered.add(form)
+        self.model.slack = max(0.0, self.clock.now() - args["now"]) if self.wall and type(args.get("now")) in (int, float) else 0.0
         found = self.model.settle(op, exp, out)
+        self.model.slack = 0.0
         if found and self.focus is None and all(v.clause in self._should for v in found):
             self.advisories += found  # the model has applied the answer; the run goes on
             found = []
