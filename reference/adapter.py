@@ -279,4 +279,3 @@ class PgReferenceAdapter(ReferenceAdapter):
     def __del__(self) -> None:
         if self.__dict__.get("_scratch_schemas"):
             self.drop_scratch()
-        super().__del__()

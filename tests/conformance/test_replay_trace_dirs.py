@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ledgercheck.conformance import plugin
+from ledgercheck.conformance import items as plugin
 
 
 def _config(seed, workerinput=None):

@@ -167,6 +167,19 @@ def test_core_create_unique_unit(kit: Any) -> None:
     assert other["created"] is True and other["work"]["work_id"] != first["work"]["work_id"]
 
 
+def test_core_identity_exact(kit: Any) -> None:
+    """Source ids compare code point by code point: case, surrounding whitespace and Unicode
+    normalization form each make a different unit; only the exact same id finds the stored one."""
+    first = kit.led.create(source_system="conversation", source_id="Caf\u00e9-7", now=T0)["work"]
+    variants = ["caf\u00e9-7", "Caf\u00e9-7 ", " Caf\u00e9-7", "Cafe\u0301-7", "Caf\u00e9-7\U0001F600"]
+    made = [kit.led.create(source_system="conversation", source_id=v, now=T0) for v in variants]
+    assert all(m["created"] for m in made)
+    assert [m["work"]["source_id"] for m in made] == variants
+    assert len({m["work"]["work_id"] for m in made} | {first["work_id"]}) == len(variants) + 1
+    again = kit.led.create(source_system="conversation", source_id="Caf\u00e9-7", now=T0 + 1)
+    assert again["created"] is False and again["work"] == first
+
+
 def test_core_create_source_system(kit: Any, spec: Any) -> None:
     kit.refused("invalid_argument", kit.led.create, source_system="fax", source_id="x", now=T0)
     kit.refused("invalid_argument", kit.led.create, source_system="manual", source_id="x", priority=spec.priority_max + 1, now=T0)

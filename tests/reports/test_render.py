@@ -95,9 +95,12 @@ def test_junit_parses_back(realistic) -> None:
     cases = [case for s in suites[:-1] for case in s.findall("testcase")]
     assert len(cases) == sum(c["tests"] for c in realistic["clauses"])
     failing = sorted((c.get("name"), c.get("classname")) for c in cases if c.find("failure") is not None)
+    # (the factory gives each clause one to three cases by its place in the contract, and the last
+    # one fails: which case that is moves when a clause is added)
+    last = {t["clause"]: t["nodeid"] for t in realistic["tests"] if t["outcome"] == "failed"}
     assert failing == [
-        ("core.claim.order", "tests/conformance/test_core.py::test_core_claim_order[case2]"),
-        ("lease.fencing", "tests/conformance/test_lease.py::test_lease_fencing[case2]"),
+        ("core.claim.order", last["core.claim.order"]),
+        ("lease.fencing", last["lease.fencing"]),
         ("recovery.effects_allowed", "crash-window::after_submit_before_record[non_idempotent_with_lookup]#1"),
         ("recovery.matrix", "crash-window::after_submit_before_record[non_idempotent_with_lookup]#1"),
     ]
