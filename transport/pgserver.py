@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .reaper import gone
 from .servers import WATCHDOG_WAIT, SharedServer
 
 __all__ = [
@@ -175,9 +176,9 @@ class PostgresServer:
             if self.pid is not None:
                 self._run(["pg_ctl", "stop", "-D", str(data), "-m", "fast", "-w", "-t", "30"], timeout=40, check=False)
                 deadline = time.monotonic() + 15
-                while _alive(self.pid) and time.monotonic() < deadline:
+                while not gone(self.pid) and time.monotonic() < deadline:
                     time.sleep(0.05)
-                if _alive(self.pid):
+                if not gone(self.pid):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(self.pid, 9)
                 self.pid = None
@@ -202,7 +203,7 @@ class PostgresServer:
 
     @property
     def running(self) -> bool:
-        return self.pid is not None and _alive(self.pid)
+        return self.pid is not None and not gone(self.pid)
 
     # ------------------------------------------------------------------ databases
     def dsn(self, dbname: str = "postgres") -> str:
@@ -278,21 +279,6 @@ class PostgresServer:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours counts as gone
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:  # noqa: BLE001
-        return True
 
 
 def _check_name(name: str) -> None:
