@@ -24,6 +24,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -174,7 +175,11 @@ class PostgresServer:
                 return
             data = self.root / "data"
             if self.pid is not None:
-                self._run(["pg_ctl", "stop", "-D", str(data), "-m", "fast", "-w", "-t", "30"], timeout=40, check=False)
+                if data.is_dir():
+                    self._run(["pg_ctl", "stop", "-D", str(data), "-m", "fast", "-w", "-t", "30"], timeout=40, check=False)
+                else:  # its directory was removed under it (a scratch parent cleaned first): stop it by signal
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGQUIT)
                 deadline = time.monotonic() + 15
                 while not gone(self.pid) and time.monotonic() < deadline:
                     time.sleep(0.05)
