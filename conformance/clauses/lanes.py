@@ -180,6 +180,6 @@ def _order_back(h: Harness) -> None:
 def _push_dup(h: Harness) -> None:
     first = h.do("lane_push", session_key=SK, lane=LANE, task_id="t1", body={"n": 1}).value
     again = h.do("lane_push", session_key=SK, lane=LANE, task_id="t1", body={"n": 1}).value
-    check(first == {"queued": True} and again == {"queued": False}, "lanes.push.idempotent", f"pushes answered {first}, {again}", h)
+    check(first.get("queued") is True and again.get("queued") is False, "lanes.push.idempotent", f"pushes answered {first}, {again}", h)
     tok = _holder(h, "worker-A", "lanes.push.idempotent")
     check(_next(h, tok) == "t1" and _next(h, tok) is None, "lanes.push.idempotent", "the task was handed out twice", h)
