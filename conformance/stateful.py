@@ -81,17 +81,18 @@ def time_steps(spec: Spec) -> list[float]:
     return sorted(vals)
 
 
-LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_")
+LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_", "lane_", "wake_")
 FAMILIES = ("lifecycle", "messaging")
-MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog"})
+MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog", "lanes", "wakeups"})
+ITEMLESS_PROFILES = ("inbox", "outbox", "lanes", "wakeups")  # no work items: the messaging family only
 
 
 def machine_profiles(claimed: Iterable[str], family: str) -> list[str]:
-    """The profiles a machine family checks: messaging = inbox, outbox and the event-log
-    streams; lifecycle = everything else (the event-log profile's fold checks included)."""
+    """The profiles a machine family checks: messaging = inbox, outbox, the event-log streams,
+    lanes and wakeups; lifecycle = everything else (the event-log profile's fold checks included)."""
     if family == "messaging":
         return [p for p in claimed if p in MESSAGING_PROFILES]
-    return [p for p in claimed if p not in ("inbox", "outbox")]
+    return [p for p in claimed if p not in ITEMLESS_PROFILES]
 
 
 def enabled_operations(h: Harness, only: str | None) -> frozenset[str]:

@@ -81,7 +81,7 @@ class ArgDraws:
 
     ENUMS = {"source_system": "source_systems", "status": "statuses", "terminal_status": "terminal_statuses",
              "waiting_kind": "waiting_statuses", "error_class": "error_classes", "step_class": "step_classes",
-             "receipt_state": "receipt_states"}
+             "receipt_state": "receipt_states", "wakeup_kind": "wakeup_kinds"}
 
     def __init__(self, spec: Spec, pools: Pools, policies: list[Any]) -> None:
         self.spec = spec

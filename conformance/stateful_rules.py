@@ -485,11 +485,128 @@ def eventlog_rules(c: Ctx) -> type:
     return EventLog
 
 
+LANES = ("lane-0", "lane-1")
+RUNS = ("run-0", "run-1", "run-2")
+
+
+def lanes_rules(c: Ctx) -> type:
+    h = c.h
+    sk = "session-0"
+
+    def lane(i: int) -> dict[str, Any]:
+        return h.model.lanes.get((sk, LANES[i]), {"token": None, "tokens": [], "tasks": []})
+
+    def tok(i: int, use: str) -> str:
+        """The lane's current token ("live"), its first one ever ("held": superseded once the
+        lane changed hands) or a forged one."""
+        ln = lane(i)
+        if use == "live" and ln["token"]:
+            return str(ln["token"])
+        if use == "held" and ln["tokens"]:
+            return str(ln["tokens"][0])
+        return FORGED
+
+    class Lanes:
+        @rule(i=st.integers(0, 1), who=st.integers(0, 2))
+        def lane_acquire(self, i: int, who: int) -> None:
+            h.do("lane_acquire", session_key=sk, lane=LANES[i], owner=c.pools.owners[who])
+
+        @rule(i=st.integers(0, 1), use=USE)
+        def lane_renew(self, i: int, use: str) -> None:
+            h.do("lane_renew", session_key=sk, lane=LANES[i], token=tok(i, use))
+
+        @rule(i=st.integers(0, 1), use=USE)
+        def lane_release(self, i: int, use: str) -> None:
+            h.do("lane_release", session_key=sk, lane=LANES[i], token=tok(i, use))
+
+        @needs("lane_tasks")
+        @rule(i=st.integers(0, 1), k=st.integers(0, 5), n=st.integers(1, 3))
+        def lane_push(self, i: int, k: int, n: int) -> None:
+            """Follow-up work arrives (the lane busy or not), and the lane's queue is read back."""
+            for j in range(n):
+                h.do("lane_push", session_key=sk, lane=LANES[i], task_id=f"task-{k + j}", body=c.pools.payloads[(k + j) % 6])
+            h.do("lane_tasks", session_key=sk, lane=LANES[i])
+
+        @rule(i=st.integers(0, 1), use=USE)
+        def lane_next(self, i: int, use: str) -> None:
+            h.do("lane_next", session_key=sk, lane=LANES[i], token=tok(i, use))
+
+        @rule(i=st.integers(0, 1), use=USE, k=st.integers(0, 7))
+        def lane_done(self, i: int, use: str, k: int) -> None:
+            handed = [t["task_id"] for t in lane(i)["tasks"] if t["state"] == "handed"] or [f"task-{k}"]
+            h.do("lane_done", session_key=sk, lane=LANES[i], token=tok(i, use), task_id=handed[k % len(handed)])
+
+        @rule(i=st.integers(0, 1))
+        def lane_tasks(self, i: int) -> None:
+            h.do("lane_tasks", session_key=sk, lane=LANES[i])
+
+    return Lanes
+
+
+def wakeups_rules(c: Ctx) -> type:
+    h = c.h
+    kinds = list(c.spec.wakeup_kinds) or ["message"]
+    timers = st.sampled_from([None, None, 0.0, 5.0, 60.0, 600.0])
+
+    def run(r: int) -> str:
+        """One of the runs the model knows (or, past them, a new one)."""
+        known = sorted(h.model.runs)
+        return known[r] if r < len(known) else RUNS[r % len(RUNS)]
+
+    def suspend(rid: str, timer: float | None) -> None:
+        h.do("wake_suspend", run_id=rid, timer_at=None if timer is None else h.now() + timer * h.scale)
+
+    class Wakeups:
+        @rule(r=st.integers(0, 3), timer=timers)
+        def wake_suspend(self, r: int, timer: float | None) -> None:
+            suspend(run(r), timer)
+
+        @rule(r=st.integers(0, 3), kind=st.sampled_from(kinds), times=st.integers(1, 3))
+        def wake_fire(self, r: int, kind: str, times: int) -> None:
+            """One or several wakeups of a kind for a run (merged while it is pending)."""
+            for _ in range(times):
+                h.do("wake_fire", run_id=run(r), kind=kind)
+
+        @rule(who=st.integers(0, 2), times=st.integers(1, 2))
+        def wake_take(self, who: int, times: int) -> None:
+            for _ in range(times):
+                h.do("wake_take", worker=c.pools.owners[who])
+
+        @rule(r=st.integers(0, 3))
+        def wake_get(self, r: int) -> None:
+            h.do("wake_get", run_id=run(r))
+
+        @needs("wake_suspend", "wake_fire", "wake_take")
+        @rule(r=st.integers(0, 2), fired=st.lists(st.sampled_from(kinds), max_size=3), timer=timers,
+              during=st.lists(st.sampled_from(kinds), max_size=2), takes=st.integers(1, 3))
+        def wake_cycle(self, r: int, fired: list[str], timer: float | None, during: list[str], takes: int) -> None:
+            """A run's wake cycle: it suspends (maybe with a timer), wakeups fire, workers take
+            (more than once: the cycle is handed out once), wakeups fire while it runs, and it
+            suspends again (pending at once if one did)."""
+            rid = RUNS[r]
+            if rid in h.model.runs and h.model.runs[rid]["state"] != "running":
+                for _ in range(2):
+                    h.do("wake_take", worker=c.pools.owners[0])
+                if h.model.runs[rid]["state"] != "running":
+                    return
+            suspend(rid, timer)
+            for kind in fired:
+                h.do("wake_fire", run_id=rid, kind=kind)
+            for i in range(takes):
+                h.do("wake_take", worker=c.pools.owners[i % 3])
+            for kind in during:
+                h.do("wake_fire", run_id=rid, kind=kind)
+            if h.model.runs[rid]["state"] == "running":
+                suspend(rid, None)
+
+    return Wakeups
+
+
 # rule sets by the profile the contract gives their operations (``Ctx.enabled`` decides which run)
 RULE_SETS: dict[str, Callable[[Ctx], type]] = {
     "core": core_rules, "cancel": cancel_rules, "lease": lease_rules, "waiting": waiting_rules, "retry": retry_rules,
     "idempotency": idempotency_rules, "recovery": recovery_rules, "inbox": inbox_rules, "outbox": outbox_rules,
-    "eventlog": eventlog_rules,
+    "eventlog": eventlog_rules, "lanes": lanes_rules, "wakeups": wakeups_rules,
 }
 
 

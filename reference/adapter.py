@@ -253,7 +253,7 @@ class PgReferenceAdapter(ReferenceAdapter):
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(f'TRUNCATE "{schema}".work, "{schema}".work_event, "{schema}".effect, "{schema}".inbox, '
-                             f'"{schema}".outbox, "{schema}".log_entry')
+                             f'"{schema}".outbox, "{schema}".log_entry, "{schema}".lane, "{schema}".lane_task, "{schema}".wake_run')
         except psycopg.errors.UndefinedTable:
             pass  # dropped meanwhile: the open creates it again
         except psycopg.Error as exc:

@@ -35,6 +35,7 @@ from ledgercheck.transport.protocol import LedgerError
 
 from .argcheck import Problem, compile_all
 from .journal import JournalOps
+from .lanes import LaneOps
 from .opening import LedgerOpenError, check_file, classify, prepare
 from .pointer import ActivePointer
 from .recovery import RecoveryOps
@@ -134,7 +135,7 @@ class _Tx:
 _RULES: dict[str, dict[str, Any]] = {}
 
 
-class Ledger(RecoveryOps, JournalOps):
+class Ledger(RecoveryOps, JournalOps, LaneOps):
     """A work ledger on a SQLite file (WAL mode).
 
     ``create=False`` refuses a path that does not exist yet instead of making a new ledger
@@ -774,7 +775,8 @@ PUBLIC = (
     "set_waiting", "resume", "fail", "promote_due", "effect_begin", "effect_lookup", "effect_record", "effect_mark",
     "effect_list", "inbox_deliver", "inbox_drain", "inbox_ack", "inbox_nack", "inbox_dead", "outbox_enqueue",
     "outbox_pending", "outbox_mark_sent", "log_append", "log_read", "recover", "active_leases", "status_since",
-    "integrity_check",
+    "integrity_check", "lane_acquire", "lane_renew", "lane_release", "lane_push", "lane_next", "lane_done", "lane_tasks",
+    "wake_suspend", "wake_fire", "wake_take", "wake_get",
 )
 for _name in PUBLIC:
     setattr(Ledger, _name, _guarded(getattr(Ledger, _name)))

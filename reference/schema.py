@@ -25,7 +25,8 @@ from ledgercheck.spec import Spec, rules
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4C444743  # "LDGC"
-TABLES = ("work", "work_event", "effect", "inbox", "outbox", "log_entry", "allowed_transition", "meta")
+TABLES = ("work", "work_event", "effect", "inbox", "outbox", "log_entry", "allowed_transition", "meta", "lane", "lane_task",
+          "wake_run")
 
 # Columns a snapshot is made of, in the order the ledger selects them.
 SNAPSHOT_COLUMNS = (
@@ -163,8 +164,33 @@ def _journal_tables(spec: Spec) -> list[str]:
   stream TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL, at REAL NOT NULL,
   PRIMARY KEY (stream, seq), CHECK (seq >= {spec.first_seq})
 ) STRICT, WITHOUT ROWID""",
+        *lane_tables(),
         "CREATE TABLE allowed_transition (src TEXT NOT NULL, dst TEXT NOT NULL, PRIMARY KEY (src, dst)) STRICT, WITHOUT ROWID",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID",
+    ]
+
+
+def lane_tables() -> list[str]:
+    """The tables of the lanes and wakeups profiles (``lanes.py``), in SQL both backends accept."""
+    return [
+        """CREATE TABLE lane (
+  session_key TEXT NOT NULL, lane TEXT NOT NULL, owner TEXT NOT NULL, token TEXT NOT NULL, version INTEGER NOT NULL,
+  expires_at REAL NOT NULL, released INTEGER NOT NULL, updated_at REAL NOT NULL,
+  PRIMARY KEY (session_key, lane), CHECK (version >= 1), CHECK (released = 0 OR released = 1)
+) STRICT, WITHOUT ROWID""",
+        """CREATE TABLE lane_task (
+  session_key TEXT NOT NULL, lane TEXT NOT NULL, task_id TEXT NOT NULL, arrival INTEGER NOT NULL, body TEXT,
+  state TEXT NOT NULL, handed_version INTEGER, updated_at REAL NOT NULL,
+  PRIMARY KEY (session_key, lane, task_id),
+  CHECK (state = 'queued' OR state = 'handed' OR state = 'done'),
+  CHECK ((state = 'handed') = (handed_version IS NOT NULL))
+) STRICT, WITHOUT ROWID""",
+        "CREATE UNIQUE INDEX lane_task_arrival ON lane_task(session_key, lane, arrival)",
+        """CREATE TABLE wake_run (
+  run_id TEXT PRIMARY KEY, state TEXT NOT NULL, cycle INTEGER NOT NULL, wakeups TEXT NOT NULL, timer_at REAL,
+  worker TEXT, ready INTEGER NOT NULL, updated_at REAL NOT NULL,
+  CHECK (state = 'suspended' OR state = 'pending' OR state = 'running'), CHECK (cycle >= 0)
+) STRICT, WITHOUT ROWID""",
     ]
 
 

@@ -86,6 +86,8 @@ def type_problem(spec: Spec, typ: str, v: Any) -> str | None:
     if typ == "waiting_kind":
         kinds = spec.waiting_statuses
         return None if v in kinds else f"must be one of {', '.join(kinds)}"
+    if typ == "wakeup_kind":
+        return None if v in spec.wakeup_kinds else f"must be one of {', '.join(spec.wakeup_kinds)}"
     if typ == "error_class":
         return None if v in spec.error_classes else "must be an error class of the contract"
     if typ == "step_class":

@@ -20,6 +20,7 @@ ARG_TYPES = {
     "string", "nonempty_string", "time", "duration", "object", "any", "boolean", "positive_int",
     "nonnegative_int", "source_system", "priority", "retry_policy", "status", "terminal_status",
     "waiting_kind", "error_class", "step_class", "receipt_state", "effect_key",
+    "wakeup_kind",
 }
 GUARDS = {"cancel_requested"}
 FIELD_TYPES = {"string", "integer", "boolean", "time", "status", "any"}

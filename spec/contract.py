@@ -303,6 +303,7 @@ class Spec:
     matrix: Mapping[str, Mapping[str, MatrixEntry]]
     scanner: Mapping[str, str]
     clauses: tuple[Clause, ...]
+    wakeup_kinds: tuple[str, ...] = ()  # what may wake a suspended run (profile wakeups)
     attempts_exhausted: str = "quarantine"  # the decision a requeueing one becomes at the attempt limit
     stale: StaleRule = StaleRule(True, None)
     effects: Mapping[str, Mapping[str, EffectStep]] = field(default_factory=dict)  # operation -> step -> effect

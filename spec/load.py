@@ -622,6 +622,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         inbox_drain_max=int(doc["inbox"]["drain_max"]),
         outbox_pending_max=int(doc["outbox"]["pending_max"]),
         first_seq=int(doc["eventlog"]["first_seq"]),
+        wakeup_kinds=tuple(doc.get("wakeups", {}).get("kinds", ())),
         errors=frozen_map({k: bool(v["definite"]) for k, v in doc["errors"].items()}),
         error_blame=frozen_map({k: v["blame"] for k, v in doc["errors"].items() if v.get("blame")}),
         crash_points=frozen_map(

@@ -151,6 +151,40 @@ class AppendResult(TypedDict):
     seq: int
 
 
+class LaneLease(TypedDict):
+    session_key: str
+    lane: str
+    owner: str
+    token: str
+    version: int
+    expires_at: Time
+
+
+class PushResult(TypedDict):
+    queued: bool
+
+
+class LaneTask(TypedDict):
+    task_id: str
+    body: Any
+    state: Literal["queued", "handed"]
+
+
+class WakeRun(TypedDict):
+    run_id: str
+    state: Literal["suspended", "pending", "running"]
+    cycle: int
+    wakeups: list[str]
+    timer_at: Time | None
+
+
+class WakeHandout(TypedDict):
+    run_id: str
+    worker: str
+    cycle: int
+    woken_by: list[str]
+
+
 class Victim(TypedDict):
     work_id: str
     decision: str
@@ -241,6 +275,21 @@ class LedgerAdapter(Protocol):
 
     # recovery
     def recover(self, *, now: Time) -> list[Victim]: ...
+
+    # lanes
+    def lane_acquire(self, *, session_key: str, lane: str, owner: str, now: Time) -> LaneLease | None: ...
+    def lane_renew(self, *, session_key: str, lane: str, token: str, now: Time) -> LaneLease: ...
+    def lane_release(self, *, session_key: str, lane: str, token: str, now: Time) -> None: ...
+    def lane_push(self, *, session_key: str, lane: str, task_id: str, now: Time, body: Any = None) -> PushResult: ...
+    def lane_next(self, *, session_key: str, lane: str, token: str, now: Time) -> LaneTask | None: ...
+    def lane_done(self, *, session_key: str, lane: str, token: str, task_id: str, now: Time) -> None: ...
+    def lane_tasks(self, *, session_key: str, lane: str) -> list[LaneTask]: ...
+
+    # wakeups
+    def wake_suspend(self, *, run_id: str, now: Time, timer_at: Time | None = None) -> WakeRun: ...
+    def wake_fire(self, *, run_id: str, kind: str, now: Time) -> WakeRun: ...
+    def wake_take(self, *, worker: str, now: Time) -> WakeHandout | None: ...
+    def wake_get(self, *, run_id: str) -> WakeRun: ...
 
 
 SESSION_OPS = ("hello", "reset", "close")

@@ -86,7 +86,7 @@ ARG_JSON = {
     "string": STR, "nonempty_string": STR, "time": NUM, "duration": NUM, "object": OBJ, "any": ANY,
     "boolean": BOOL, "positive_int": INT, "nonnegative_int": INT, "source_system": STR, "priority": INT,
     "retry_policy": OBJ, "status": STR, "terminal_status": STR, "waiting_kind": STR, "error_class": STR,
-    "step_class": STR, "receipt_state": STR, "effect_key": STR,
+    "step_class": STR, "receipt_state": STR, "effect_key": STR, "wakeup_kind": STR,
 }
 
 # What each result type is, in words (the shapes themselves come from result_types()).
@@ -113,6 +113,14 @@ RESULT_DOC = {
     "append_result": "The seq the entry was stored at.",
     "log_list": "Log entries in seq order.",
     "victim_list": "Stale items recovery acted on, with the decision taken.",
+    "lane_lease": "A lane's lease: who holds the (session key, lane), its token, version and expiry.",
+    "lane_lease_or_null": "The lane's new lease, or `null` while another lease on the lane is live.",
+    "push_result": "Whether the task was queued (`false`: the lane already holds that task id).",
+    "lane_task": "A task of a lane's queue; `state` is `queued` or `handed` (handed to the holder, not yet done).",
+    "lane_task_or_null": "The task handed to the lane's holder, or `null` when none is queued.",
+    "lane_task_list": "A lane's tasks not yet done, in arrival order.",
+    "wake_run": "A run of the wakeups profile: its state, wake cycles so far, the wakeups merged into its next hand-out and its timer.",
+    "wake_handout_or_null": "The run handed out, its wake cycle and the wakeups it was woken by, or `null` when no run is pending.",
     "handshake": "Who the adapter is and what it claims (see *The handshake*).",
 }
 
@@ -158,6 +166,16 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
         "log_list": {"type": "array", "items": {"$ref": "#/$defs/log_entry"}},
         "victim": _obj({"work_id": STR, "decision": STR, "reason": STR}, ["work_id", "decision"]),
         "victim_list": {"type": "array", "items": {"$ref": "#/$defs/victim"}},
+        "lane_lease": _obj({"session_key": STR, "lane": STR, "owner": STR, "token": STR, "version": INT, "expires_at": NUM}),
+        "lane_lease_or_null": _nullable({"$ref": "#/$defs/lane_lease"}),
+        "push_result": _obj({"queued": BOOL}),
+        "lane_task": _obj({"task_id": STR, "body": ANY, "state": {"enum": ["queued", "handed"]}}),
+        "lane_task_or_null": _nullable({"$ref": "#/$defs/lane_task"}),
+        "lane_task_list": {"type": "array", "items": {"$ref": "#/$defs/lane_task"}},
+        "wake_run": _obj({"run_id": STR, "state": {"enum": ["suspended", "pending", "running"]}, "cycle": INT,
+                          "wakeups": {"type": "array", "items": STR}, "timer_at": _nullable(NUM)}),
+        "wake_handout": _obj({"run_id": STR, "worker": STR, "cycle": INT, "woken_by": {"type": "array", "items": STR}}),
+        "wake_handout_or_null": _nullable({"$ref": "#/$defs/wake_handout"}),
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
             "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL,

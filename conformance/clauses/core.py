@@ -490,6 +490,7 @@ def _valid_args(h: Harness, op: str, wid: str) -> dict:
         "retry_policy": {}, "status": h.spec.initial_status, "terminal_status": h.spec.terminal_statuses[0],
         "waiting_kind": next(iter(h.spec.waiting_statuses)), "error_class": next(iter(h.spec.error_classes)),
         "step_class": next(iter(h.spec.step_classes)), "receipt_state": "unknown", "effect_key": "0" * 64,
+        "wakeup_kind": next(iter(h.spec.wakeup_kinds), "message"),
     }
     args = {}
     for name, arg in h.spec.operations[op].args.items():

@@ -29,16 +29,18 @@ from .core import CoreOps
 from .eventlog import EventlogOps
 from .idempotency import IdempotencyOps
 from .inbox import InboxOps
+from .lanes import LanesOps
 from .lease import LeaseOps
 from .outbox import OutboxOps
 from .recovery import RecoveryOps
 from .retry import RetryOps
 from .trail import TrailOps
 from .waiting import WaitingOps
+from .wakeups import WakeupsOps
 
 
 class Model(CoreOps, TrailOps, CancelOps, LeaseOps, WaitingOps, RetryOps, IdempotencyOps, InboxOps, OutboxOps,
-            EventlogOps, RecoveryOps):
+            EventlogOps, RecoveryOps, LanesOps, WakeupsOps):
     """The contract as a state machine.  ``profiles`` limits which clauses may be reported."""
 
 

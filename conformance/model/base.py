@@ -141,6 +141,8 @@ class ModelBase:
         self.outbox: dict[str, dict[str, Any]] = {}
         self.outbox_order: list[str] = []
         self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.lanes: dict[tuple[str, str], dict[str, Any]] = {}  # (session key, lane) -> lease and tasks (lanes.py)
+        self.runs: dict[str, dict[str, Any]] = {}  # run id -> state, cycle, wakeups, timer (wakeups.py)
         self.touched: set[str] = set()
         self._events_before: dict[str, int] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status

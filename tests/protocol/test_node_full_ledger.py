@@ -1,7 +1,7 @@
 """A second, independent ledger in another language: fixtures/node/full-ledger.js.
 
 It was written from the docs and the contract alone (never from the reference or the model),
-claims all eleven profiles, keeps its state in a file across processes, and can switch on
+claims every profile of the contract, keeps its state in a file across processes, and can switch on
 readings of the contract that differ from the reference's where the contract leaves the
 choice open (NODELEDGER_CHOICES).  The suite must certify it with every such choice switched
 on: a harness that demanded the reference's choice would be raising a false alarm.
@@ -21,7 +21,8 @@ import pytest
 
 LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "node" / "full-ledger.js"
 CHOICES = ["promote_keeps_next_retry_at", "cancel_keeps_next_retry_at", "done_clears_error_class", "fail_stores_result",
-           "outbox_destination_is_input", "quarantine_marks_unknown", "wait_timeout_keeps_wait"]
+           "outbox_destination_is_input", "quarantine_marks_unknown", "wait_timeout_keeps_wait", "lane_late_holder",
+           "wake_timer_shows_due"]
 
 
 def test_every_documented_choice_exists():

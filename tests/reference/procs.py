@@ -7,6 +7,7 @@
                                "ready"); it is meant to be SIGKILLed
     crash DB POINT             claim the next queued item and SIGKILL itself at the ledger's crash
                                point POINT (with the active pointer maintained next to DB)
+    wakecrash DB POINT         take the pending run (profile wakeups) and SIGKILL itself at POINT
 """
 
 from __future__ import annotations
@@ -119,6 +120,20 @@ def crash(db: str, point: str) -> None:
     print("survived", flush=True)
 
 
+
+def wakecrash(db: str, point: str) -> None:
+    """Take the pending run and SIGKILL this process at the ledger's crash point POINT of that
+    take: between merging the run's wakeups into the hand-out and answering it."""
+    def hook(p: str) -> None:
+        if p == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    led = Ledger(db, crash_hook=hook)
+    print("ready", flush=True)
+    led.wake_take(worker="doomed", now=2000.0)
+    print("survived", flush=True)
+
+
 if __name__ == "__main__":
     role, *rest = sys.argv[1:]
-    {"lock": lock, "claim": claim, "write": write, "crash": crash}[role](*rest)
+    {"lock": lock, "claim": claim, "write": write, "crash": crash, "wakecrash": wakecrash}[role](*rest)

@@ -20,6 +20,7 @@ json_like = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_
                                                            st.tuples(inner), st.dictionaries(st.integers(0, 3), inner, max_size=2)),
                          max_leaves=8)
 names = st.sampled_from(sorted({*SPEC.statuses, *SPEC.source_systems, *SPEC.error_classes, *SPEC.step_classes, *SPEC.receipt_states,
+                                *SPEC.wakeup_kinds,
                                 *SPEC.waiting_statuses, *SPEC.jitter_modes, "", " ", "bogus"}))
 values = st.one_of(json_like, names, st.text(alphabet="0123456789abcdefABCDEF", min_size=63, max_size=65),
                    st.integers(SPEC.priority_min - 2, SPEC.priority_max + 2), st.just(" \t"),

@@ -105,3 +105,30 @@ def test_kill_at_the_ledgers_crash_points(procs: list[str], tmp_path: Path, spec
     else:  # killed after COMMIT: the claim is durable, and the pointer was stale until the reopen above
         assert (after["status"], after["owner"], n) == ("running", "doomed", 2)
         assert [a["work_id"] for a in read_pointer(pointer)["active"]] == [w["work_id"]]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_kill_between_merging_wakeups_and_handing_out(procs: list[str], tmp_path: Path, spec: Any, point: str) -> None:
+    """A run woken by two wakeups (merged into one pending entry) is taken by a process that is
+    SIGKILLed inside that take: before COMMIT the run is still pending with both wakeups and the
+    next take hands it out once with both; after COMMIT the hand-out is durable (cycle 1, no
+    wakeups left) and no later take hands the cycle out a second time."""
+    db = tmp_path / "ledger.db"
+    with Ledger(db, spec) as led:
+        led.wake_suspend(run_id="run-1", now=1000.0)
+        led.wake_fire(run_id="run-1", kind="message", now=1001.0)
+        led.wake_fire(run_id="run-1", kind="signal", now=1002.0)
+    p = start([*procs, "wakecrash", str(db), point])
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL and "survived" not in out
+    with Ledger(db, spec) as led:
+        assert led.integrity_check() == []
+        run = led.wake_get(run_id="run-1")
+        again = led.wake_take(worker="survivor", now=2001.0)
+        assert led.wake_take(worker="survivor", now=2002.0) is None
+    if point == "ledger.after_event_insert":  # killed before COMMIT: the merged wake is intact
+        assert (run["state"], run["cycle"], sorted(run["wakeups"])) == ("pending", 0, ["message", "signal"])
+        assert again == {"run_id": "run-1", "worker": "survivor", "cycle": 1, "woken_by": ["message", "signal"]}
+    else:  # killed after COMMIT: the doomed process's hand-out stands, once
+        assert (run["state"], run["cycle"], run["wakeups"]) == ("running", 1, [])
+        assert again is None
