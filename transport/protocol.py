@@ -21,7 +21,7 @@ Time = float  # seconds; under an injected clock, exactly the `now` the harness 
 
 DEFINITE = {
     "invalid_argument", "not_found", "invalid_transition", "stale_lease", "idempotency_conflict",
-    "concurrent_append", "unsupported", "busy",
+    "concurrent_append", "unsupported", "busy", "spawn_denied",
 }
 
 
@@ -151,6 +151,15 @@ class AppendResult(TypedDict):
     seq: int
 
 
+class AskResult(TypedDict):
+    outcome: str  # replied, timed_out, target_failed or target_cancelled (the contract's `ask`)
+    result: Any
+
+
+class SeqResult(TypedDict):
+    seq: int
+
+
 class Victim(TypedDict):
     work_id: str
     decision: str
@@ -241,6 +250,18 @@ class LedgerAdapter(Protocol):
 
     # recovery
     def recover(self, *, now: Time) -> list[Victim]: ...
+
+    # spawn, join, cancel cascade
+    def spawn(self, *, parent_id: str, key: str, now: Time, payload: dict[str, Any] | None = None) -> CreateResult: ...
+    def children(self, *, work_id: str) -> list[Work]: ...
+    def cancel_tree(self, *, work_id: str, now: Time, reason: str | None = None) -> list[Work]: ...
+
+    # ask outcomes
+    def ask_outcome(self, *, work_id: str) -> AskResult: ...
+
+    # event-log reads
+    def log_last_seq(self, *, stream: str) -> SeqResult: ...
+    def log_tail(self, *, stream: str, from_seq: int, max: int) -> list[LogEntry]: ...
 
 
 SESSION_OPS = ("hello", "reset", "close")

@@ -113,6 +113,8 @@ RESULT_DOC = {
     "append_result": "The seq the entry was stored at.",
     "log_list": "Log entries in seq order.",
     "victim_list": "Stale items recovery acted on, with the decision taken.",
+    "ask_result": "The outcome of an ask by its target's status (the contract's `ask` outcomes), with the target's result when it replied.",
+    "seq_result": "A stream's last seq (the contract's `first_seq` - 1 while the stream is empty).",
     "handshake": "Who the adapter is and what it claims (see *The handshake*).",
 }
 
@@ -158,6 +160,8 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
         "log_list": {"type": "array", "items": {"$ref": "#/$defs/log_entry"}},
         "victim": _obj({"work_id": STR, "decision": STR, "reason": STR}, ["work_id", "decision"]),
         "victim_list": {"type": "array", "items": {"$ref": "#/$defs/victim"}},
+        "ask_result": _obj({"outcome": STR, "result": ANY}, ["outcome"]),
+        "seq_result": _obj({"seq": INT}),
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
             "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import Outcome
 
+from .ask import AskOps
 from .base import (
     ANY,
     TOLERANCE,
@@ -30,15 +31,17 @@ from .eventlog import EventlogOps
 from .idempotency import IdempotencyOps
 from .inbox import InboxOps
 from .lease import LeaseOps
+from .logread import LogreadOps
 from .outbox import OutboxOps
 from .recovery import RecoveryOps
 from .retry import RetryOps
+from .spawn import SpawnOps
 from .trail import TrailOps
 from .waiting import WaitingOps
 
 
 class Model(CoreOps, TrailOps, CancelOps, LeaseOps, WaitingOps, RetryOps, IdempotencyOps, InboxOps, OutboxOps,
-            EventlogOps, RecoveryOps):
+            EventlogOps, RecoveryOps, SpawnOps, AskOps, LogreadOps):
     """The contract as a state machine.  ``profiles`` limits which clauses may be reported."""
 
 

@@ -141,6 +141,9 @@ class ModelBase:
         self.outbox: dict[str, dict[str, Any]] = {}
         self.outbox_order: list[str] = []
         self.logs: dict[str, list[dict[str, Any]]] = {}
+        # spawn profile: parent -> [(spawn key, child)] in spawn order, and each child's root
+        self.spawned: dict[str, list[tuple[str, str]]] = {}
+        self.roots: dict[str, str] = {}
         self.touched: set[str] = set()
         self._events_before: dict[str, int] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
@@ -324,6 +327,9 @@ class ModelBase:
             if not isinstance(data, Mapping):
                 out.append(Violation("eventlog.event_data", f"{wid}: event {seq} has no data object"))
                 continue
+            for k, (want, clause) in e.get("extra", {}).items():  # keys an event carries besides snapshot fields
+                if data.get(k) != want:
+                    out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{k} = {data.get(k)!r}, expected {want!r}"))
             for fname in self.spec.events[e["type"]].data:
                 kind = self.spec.work_fields[fname].compare
                 if fname not in data:
@@ -346,6 +352,15 @@ class ModelBase:
                 names = ", ".join(str(x.get("type")) if isinstance(x, Mapping) else "?" for x in extra)
                 out.append(Violation("trail.one_per_transition", f"{wid}: unexpected extra event(s): {names}"))
         return out
+
+    def _stray(self, snap: Any, default: str) -> str:
+        """The clause blamed for a record the model does not know: a second child of a spawn
+        the parent's log records once (made before the log was consulted) is the spawn's."""
+        if isinstance(snap, Mapping) and "spawn" in self.profiles:
+            parent = snap.get("source_run_id")
+            if any(k == snap.get("source_id") for k, _ in self.spawned.get(parent, ())):  # type: ignore[arg-type]
+                return "spawn.logged_first"
+        return default
 
     def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:
         if not self.spec.statuses[it["status"]].leased or it["lease_token"] is None:
