@@ -83,7 +83,7 @@ def time_steps(spec: Spec) -> list[float]:
 
 LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_")
 FAMILIES = ("lifecycle", "messaging")
-MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog"})
+MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog", "logread"})
 
 
 def machine_profiles(claimed: Iterable[str], family: str) -> list[str]:
