@@ -357,9 +357,12 @@ class ModelBase:
         """The clause blamed for a record the model does not know: a second child of a spawn
         the parent's log records once (made before the log was consulted) is the spawn's."""
         if isinstance(snap, Mapping) and "spawn" in self.profiles:
-            parent = snap.get("source_run_id")
-            if any(k == snap.get("source_id") for k, _ in self.spawned.get(parent, ())):  # type: ignore[arg-type]
-                return "spawn.logged_first"
+            # a spawn key is its child's source_id: a record made with one, under the parent's
+            # source system, that the parent's log does not record
+            for parent, kids in self.spawned.items():
+                if self.items[parent]["source_system"] == snap.get("source_system") \
+                        and any(k == snap.get("source_id") for k, _ in kids):
+                    return "spawn.logged_first"
         return default
 
     def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:

@@ -20,7 +20,7 @@ from ledgercheck.conformance.harness import ClauseFailure, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
 from ledgercheck.fixtures import broken
 
-MESSAGING = {"inbox", "outbox"}
+MESSAGING = {"inbox", "outbox", "logread"}
 STATEFUL_BUDGET = 150  # examples, same for every ledger
 SEED = 0
 
