@@ -543,6 +543,15 @@ def ask_rules(c: Ctx) -> type:
         def ask_outcome(self, work: str) -> None:
             h.do("ask_outcome", work_id=work)
 
+        @needs("ask_outcome")
+        @rule()
+        def ask_every_status(self) -> None:
+            """A caller asks the latest item of every status for its answer: each outcome the
+            contract maps gets asked, the replies with their results."""
+            latest = {it["status"]: wid for wid, it in h.model.items.items()}
+            for wid in latest.values():
+                h.do("ask_outcome", work_id=wid)
+
     return Ask
 
 
