@@ -519,7 +519,7 @@ class Harness:
         for k, v in args.items():
             if k == "now" and isinstance(v, int | float) and not isinstance(v, bool):
                 out[k] = self.time_ref(float(v))
-            elif k == "work_id" and isinstance(v, str) and v in index:
+            elif k in ("work_id", "parent_id") and isinstance(v, str) and v in index:
                 out[k] = {"$item": index[v]}
             elif k == "token" and isinstance(v, str):
                 ref = None

@@ -83,7 +83,7 @@ def time_steps(spec: Spec) -> list[float]:
 
 LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_", "lane_", "wake_")
 FAMILIES = ("lifecycle", "messaging")
-MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog", "lanes", "wakeups"})
+MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog", "lanes", "wakeups", "logread"})
 ITEMLESS_PROFILES = ("inbox", "outbox", "lanes", "wakeups")  # no work items: the messaging family only
 
 

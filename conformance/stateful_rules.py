@@ -600,13 +600,97 @@ def wakeups_rules(c: Ctx) -> type:
                 suspend(rid, None)
 
     return Wakeups
+def spawn_rules(c: Ctx) -> type:
+    h = c.h
+    model = h.model
+
+    def spawned() -> list[tuple[str, str]]:
+        return [(p, k) for p, kids in model.spawned.items() for k, _ in kids]
+
+    class Spawn:
+        @rule(target=WORKS, parent=WORKS, k=st.integers(0, 3), args=c.draw.call("spawn", ("parent_id", "key")))
+        def spawn(self, parent: str, k: int, args: dict[str, Any]) -> Any:
+            out = h.do("spawn", parent_id=parent, key=f"sub-{k}", **args)
+            wid = out.value["work"].get("work_id") if out.ok and isinstance(out.value, dict) and out.value.get("created") else None
+            return wid if wid in model.items else multiple()
+
+        @needs("list")
+        @precondition(lambda self: spawned())
+        @rule(i=st.integers(0, 15))
+        def respawn(self, i: int) -> None:
+            """A worker that took a parent over replays one of its spawns (same key): the log
+            answers with the child it records, and the queue holds no second one."""
+            parent, key = spawned()[i % len(spawned())]
+            h.do("spawn", parent_id=parent, key=key)
+            h.do("list")
+
+        @rule(work=WORKS)
+        def children(self, work: str) -> None:
+            h.do("children", work_id=work)
+
+        @rule(work=WORKS, args=c.draw.call("cancel_tree", ("work_id",)))
+        def cancel_tree(self, work: str, args: dict[str, Any]) -> None:
+            h.do("cancel_tree", work_id=work, **args)
+
+        @needs("spawn")
+        @rule(target=WORKS, wide=st.booleans())
+        def tree(self, wide: bool) -> str:
+            """A fresh root grows past its budget, as a chain (one child per generation) or as a
+            fan of two branches: either way the spawn after the budget's last is refused."""
+            root = c.fresh(len(model.items))
+            tips = [root, root] if wide else [root]
+            for n in range(c.spec.spawn_budget + 1):
+                i = n % len(tips)
+                out = h.do("spawn", parent_id=tips[i], key=f"tree-{n}")
+                if not out.ok:
+                    break
+                tips[i] = out.value["work"]["work_id"]
+            return root
+
+    return Spawn
+
+
+def ask_rules(c: Ctx) -> type:
+    h = c.h
+
+    class Ask:
+        @rule(work=WORKS)
+        def ask_outcome(self, work: str) -> None:
+            h.do("ask_outcome", work_id=work)
+
+        @needs("ask_outcome")
+        @rule()
+        def ask_every_status(self) -> None:
+            """A caller asks the latest item of every status for its answer: each outcome the
+            contract maps gets asked, the replies with their results."""
+            latest = {it["status"]: wid for wid, it in h.model.items.items()}
+            for wid in latest.values():
+                h.do("ask_outcome", work_id=wid)
+
+    return Ask
+
+
+def logread_rules(c: Ctx) -> type:
+    h = c.h
+
+    class LogRead:
+        @rule(stream=st.sampled_from(["stream-0", "stream-1"]))
+        def log_last_seq(self, stream: str) -> None:
+            h.do("log_last_seq", stream=stream)
+
+        @rule(stream=st.sampled_from(["stream-0", "stream-1"]), args=c.draw.call("log_tail", ("stream",)))
+        def log_tail(self, stream: str, args: dict[str, Any]) -> None:
+            h.do("log_tail", stream=stream, **args)
+
+    return LogRead
 
 
 # rule sets by the profile the contract gives their operations (``Ctx.enabled`` decides which run)
 RULE_SETS: dict[str, Callable[[Ctx], type]] = {
     "core": core_rules, "cancel": cancel_rules, "lease": lease_rules, "waiting": waiting_rules, "retry": retry_rules,
     "idempotency": idempotency_rules, "recovery": recovery_rules, "inbox": inbox_rules, "outbox": outbox_rules,
-    "eventlog": eventlog_rules, "lanes": lanes_rules, "wakeups": wakeups_rules,
+    "eventlog": eventlog_rules, "lanes": lanes_rules, "wakeups": wakeups_rules, "spawn": spawn_rules, "ask": ask_rules,
+    "logread": logread_rules,
 }
 
 

@@ -42,6 +42,7 @@ from .recovery import RecoveryOps
 from .rows import INSERT_EVENT, SELECT_WORK, Rec, decode, encode, load
 from .schema import _triggers as schema_triggers
 from .schema import claim_filter
+from .supervise import SuperviseOps
 
 __all__ = ["CRASH_POINTS", "Ledger", "LedgerOpenError"]
 
@@ -135,7 +136,7 @@ class _Tx:
 _RULES: dict[str, dict[str, Any]] = {}
 
 
-class Ledger(RecoveryOps, JournalOps, LaneOps):
+class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
     """A work ledger on a SQLite file (WAL mode).
 
     ``create=False`` refuses a path that does not exist yet instead of making a new ledger
@@ -487,32 +488,43 @@ class Ledger(RecoveryOps, JournalOps, LaneOps):
         now = float(now)
         run = source_run_id or None
         prio = self.spec.priority_default if priority is None else priority
-        status = self._initial
         with self._tx as cur:
-            # Ids sort by creation: the id index and the event table (clustered by work id) then grow
-            # at their right edge, where the pages are hot, instead of at random places.
-            seq = cur.execute("SELECT ifnull(max(seq), 0) + 1 FROM work").fetchone()[0]
-            wid = f"{seq:012x}{os.urandom(10).hex()}"
-            cur.execute(_INSERT_WORK, (seq, wid, source_system, source_id, run, status, prio,
-                                       None if payload is None else encode(payload),
-                                       encode(retry_policy) if retry_policy else None, now, now))
-            if cur.rowcount != 1:
+            made = self._insert_item(cur, source_system, source_id, run, prio, payload, retry_policy, now)
+            if made is None:
                 r = cur.execute(_BY_IDENTITY, (source_system, source_id, run)).fetchone()
                 if r is None:
-                    raise LedgerError("internal", f"create: work id {wid} collided; nothing was created")
+                    raise LedgerError("internal", "create: the work id collided; nothing was created")
                 return {"work": load(r).snap, "created": False}
-            snap = {
-                "work_id": wid, "source_system": source_system, "source_id": source_id, "source_run_id": run,
-                "status": status, "status_reason": None, "priority": prio, "attempt": 0, "owner": None,
-                "lease_token": None, "lease_version": 0, "lease_expires_at": None, "waiting_kind": None,
-                "waiting_ref": None, "waiting_deadline": None, "next_retry_at": None, "error_class": None,
-                "cancel_requested": False, "quarantined": False, "result": None, "created_at": now,
-                "started_at": None, "finished_at": None,
-            }
-            cur.execute(INSERT_EVENT, (wid, self._first, self._created_event, None, status, now, self.actor,
-                                       encode({f: snap[f] for f in self._event_fields[self._created_event]})))
-            self._pending.append(Rec(snap, seq, 1, encode(retry_policy) if retry_policy else None))
-        return {"work": snap, "created": True}
+        return {"work": made, "created": True}
+
+    def _insert_item(self, cur: sqlite3.Cursor, source_system: str, source_id: str, run: str | None, prio: int,
+                     payload: dict[str, Any] | None, retry_policy: dict[str, Any] | None, now: float,
+                     extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Insert a new item in the initial status with its work_created event (``extra``: more
+        keys of that event's data); None when its identity is taken."""
+        status = self._initial
+        # Ids sort by creation: the id index and the event table (clustered by work id) then grow
+        # at their right edge, where the pages are hot, instead of at random places.
+        seq = cur.execute("SELECT ifnull(max(seq), 0) + 1 FROM work").fetchone()[0]
+        wid = f"{seq:012x}{os.urandom(10).hex()}"
+        cur.execute(_INSERT_WORK, (seq, wid, source_system, source_id, run, status, prio,
+                                   None if payload is None else encode(payload),
+                                   encode(retry_policy) if retry_policy else None, now, now))
+        if cur.rowcount != 1:
+            return None
+        snap = {
+            "work_id": wid, "source_system": source_system, "source_id": source_id, "source_run_id": run,
+            "status": status, "status_reason": None, "priority": prio, "attempt": 0, "owner": None,
+            "lease_token": None, "lease_version": 0, "lease_expires_at": None, "waiting_kind": None,
+            "waiting_ref": None, "waiting_deadline": None, "next_retry_at": None, "error_class": None,
+            "cancel_requested": False, "quarantined": False, "result": None, "created_at": now,
+            "started_at": None, "finished_at": None,
+        }
+        data = {f: snap[f] for f in self._event_fields[self._created_event]}
+        cur.execute(INSERT_EVENT, (wid, self._first, self._created_event, None, status, now, self.actor,
+                                   encode({**data, **extra} if extra else data)))
+        self._pending.append(Rec(snap, seq, 1, encode(retry_policy) if retry_policy else None))
+        return snap
 
     def get(self, *, work_id: str) -> dict[str, Any]:
         self._check("get", {"work_id": work_id})
@@ -607,17 +619,20 @@ class Ledger(RecoveryOps, JournalOps, LaneOps):
     def cancel(self, *, work_id: str, now: float, reason: str | None = None) -> dict[str, Any]:
         self._check("cancel", {"work_id": work_id, "now": now, "reason": reason})
         now = float(now)
-        op = self._ops["cancel"]
         with self._tx as cur:
-            rec = self._get(cur, work_id)
-            src = rec.snap["status"]
-            if src in op.intent_from:
-                if rec.snap["cancel_requested"]:
-                    return rec.snap
-                return self._write(cur, rec, rules.effect_changes(self.spec, "cancel", "intent", now=now), now, op.intent_event, None, None)
-            dst = self._dst("cancel", rec)
-            return self._write(cur, rec, rules.effect_changes(self.spec, "cancel", now=now, args={"reason": reason}, dst=dst),
-                               now, op.event_for(dst), src, dst)
+            return self._cancel_rec(cur, self._get(cur, work_id), now, reason)
+
+    def _cancel_rec(self, cur: sqlite3.Cursor, rec: Rec, now: float, reason: str | None) -> dict[str, Any]:
+        """Cancel one record inside the caller's transaction: the intent on running work, at once elsewhere."""
+        op = self._ops["cancel"]
+        src = rec.snap["status"]
+        if src in op.intent_from:
+            if rec.snap["cancel_requested"]:
+                return rec.snap
+            return self._write(cur, rec, rules.effect_changes(self.spec, "cancel", "intent", now=now), now, op.intent_event, None, None)
+        dst = self._dst("cancel", rec)
+        return self._write(cur, rec, rules.effect_changes(self.spec, "cancel", now=now, args={"reason": reason}, dst=dst),
+                           now, op.event_for(dst), src, dst)
 
     def _requeue_changes(self, dst: str, reason: str | None, now: float) -> dict[str, Any]:
         return rules.effect_changes(self.spec, "requeue", now=now, args={"reason": reason}, dst=dst)

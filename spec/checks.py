@@ -328,6 +328,22 @@ def _lease_within_execution(c: _Ctx) -> None:
 
 
 @check
+def _ask(c: _Ctx) -> None:
+    """Every terminal status has an ask outcome, and only terminal statuses; the outcome of
+    unfinished work is none of a finished one's (timed_out is never collapsed into another)."""
+    a = c.doc["ask"]
+    terminal = [n for n, s in c.doc["statuses"].items() if s.get("terminal")]
+    for n in terminal:
+        if n not in a["outcomes"]:
+            c.whole(("ask", "outcomes"), f"no ask outcome for terminal status {n!r}")
+    for n in a["outcomes"]:
+        if n not in terminal:
+            c.add(("ask", "outcomes", n), f"ask outcome for {n!r}, which is not a terminal status")
+    if a["unfinished"] in a["outcomes"].values():
+        c.add(("ask", "unfinished"), f"the outcome of unfinished work ({a['unfinished']!r}) is also a finished target's outcome")
+
+
+@check
 def _waiting(c: _Ctx) -> None:
     kinds = {s["waiting_kind"] for s in c.doc["statuses"].values() if s.get("waiting_kind")}
     w = c.doc["waiting"]

@@ -310,6 +310,9 @@ class Spec:
     files: Mapping[str, str] = field(default_factory=dict)  # display path -> sha256 of the file
     document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
     profile_sets: Mapping[str, ProfileSet] = field(default_factory=dict)
+    spawn_budget: int = 4  # descendants one root may have (spawn profile)
+    ask_outcomes: Mapping[str, str] = field(default_factory=dict)  # terminal status -> ask outcome
+    ask_unfinished: str = "timed_out"  # the outcome of an ask whose target is not terminal
 
     # ---- identity -------------------------------------------------------------------------
     @functools.cached_property

@@ -650,4 +650,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         document=frozen_map(doc),
         profile_sets=frozen_map({n: ProfileSet(n, s["description"], tuple(s["profiles"]))
                                  for n, s in (doc.get("profile_sets") or {}).items()}),
+        spawn_budget=int(doc["spawn"]["budget"]),
+        ask_outcomes=frozen_map(dict(doc["ask"]["outcomes"])),
+        ask_unfinished=doc["ask"]["unfinished"],
     )

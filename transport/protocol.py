@@ -21,7 +21,7 @@ Time = float  # seconds; under an injected clock, exactly the `now` the harness 
 
 DEFINITE = {
     "invalid_argument", "not_found", "invalid_transition", "stale_lease", "idempotency_conflict",
-    "concurrent_append", "unsupported", "busy",
+    "concurrent_append", "unsupported", "busy", "spawn_denied",
 }
 
 
@@ -183,6 +183,13 @@ class WakeHandout(TypedDict):
     worker: str
     cycle: int
     woken_by: list[str]
+class AskResult(TypedDict):
+    outcome: str  # replied, timed_out, target_failed or target_cancelled (the contract's `ask`)
+    result: Any
+
+
+class SeqResult(TypedDict):
+    seq: int
 
 
 class Victim(TypedDict):
@@ -290,6 +297,17 @@ class LedgerAdapter(Protocol):
     def wake_fire(self, *, run_id: str, kind: str, now: Time) -> WakeRun: ...
     def wake_take(self, *, worker: str, now: Time) -> WakeHandout | None: ...
     def wake_get(self, *, run_id: str) -> WakeRun: ...
+    # spawn, join, cancel cascade
+    def spawn(self, *, parent_id: str, key: str, now: Time, payload: dict[str, Any] | None = None) -> CreateResult: ...
+    def children(self, *, work_id: str) -> list[Work]: ...
+    def cancel_tree(self, *, work_id: str, now: Time, reason: str | None = None) -> list[Work]: ...
+
+    # ask outcomes
+    def ask_outcome(self, *, work_id: str) -> AskResult: ...
+
+    # event-log reads
+    def log_last_seq(self, *, stream: str) -> SeqResult: ...
+    def log_tail(self, *, stream: str, from_seq: int, max: int) -> list[LogEntry]: ...
 
 
 SESSION_OPS = ("hello", "reset", "close")

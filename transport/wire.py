@@ -121,6 +121,8 @@ RESULT_DOC = {
     "lane_task_list": "A lane's tasks not yet done, in arrival order.",
     "wake_run": "A run of the wakeups profile: its state, wake cycles so far, the wakeups merged into its next hand-out and its timer.",
     "wake_handout_or_null": "The run handed out, its wake cycle and the wakeups it was woken by, or `null` when no run is pending.",
+    "ask_result": "The outcome of an ask by its target's status (the contract's `ask` outcomes), with the target's result when it replied.",
+    "seq_result": "A stream's last seq (the contract's `first_seq` - 1 while the stream is empty).",
     "handshake": "Who the adapter is and what it claims (see *The handshake*).",
 }
 
@@ -176,6 +178,8 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
                           "wakeups": {"type": "array", "items": STR}, "timer_at": _nullable(NUM)}),
         "wake_handout": _obj({"run_id": STR, "worker": STR, "cycle": INT, "woken_by": {"type": "array", "items": STR}}),
         "wake_handout_or_null": _nullable({"$ref": "#/$defs/wake_handout"}),
+        "ask_result": _obj({"outcome": STR, "result": ANY}, ["outcome"]),
+        "seq_result": _obj({"seq": INT}),
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
             "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL,

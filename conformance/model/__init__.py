@@ -11,6 +11,7 @@ from __future__ import annotations
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import Outcome
 
+from .ask import AskOps
 from .base import (
     ANY,
     TOLERANCE,
@@ -31,16 +32,18 @@ from .idempotency import IdempotencyOps
 from .inbox import InboxOps
 from .lanes import LanesOps
 from .lease import LeaseOps
+from .logread import LogreadOps
 from .outbox import OutboxOps
 from .recovery import RecoveryOps
 from .retry import RetryOps
+from .spawn import SpawnOps
 from .trail import TrailOps
 from .waiting import WaitingOps
 from .wakeups import WakeupsOps
 
 
 class Model(CoreOps, TrailOps, CancelOps, LeaseOps, WaitingOps, RetryOps, IdempotencyOps, InboxOps, OutboxOps,
-            EventlogOps, RecoveryOps, LanesOps, WakeupsOps):
+            EventlogOps, RecoveryOps, LanesOps, WakeupsOps, SpawnOps, AskOps, LogreadOps):
     """The contract as a state machine.  ``profiles`` limits which clauses may be reported."""
 
 

@@ -143,6 +143,9 @@ class ModelBase:
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.lanes: dict[tuple[str, str], dict[str, Any]] = {}  # (session key, lane) -> lease and tasks (lanes.py)
         self.runs: dict[str, dict[str, Any]] = {}  # run id -> state, cycle, wakeups, timer (wakeups.py)
+        # spawn profile: parent -> [(spawn key, child)] in spawn order, and each child's root
+        self.spawned: dict[str, list[tuple[str, str]]] = {}
+        self.roots: dict[str, str] = {}
         self.touched: set[str] = set()
         self._events_before: dict[str, int] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
@@ -326,6 +329,9 @@ class ModelBase:
             if not isinstance(data, Mapping):
                 out.append(Violation("eventlog.event_data", f"{wid}: event {seq} has no data object"))
                 continue
+            for k, (want, clause) in e.get("extra", {}).items():  # keys an event carries besides snapshot fields
+                if data.get(k) != want:
+                    out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{k} = {data.get(k)!r}, expected {want!r}"))
             for fname in self.spec.events[e["type"]].data:
                 kind = self.spec.work_fields[fname].compare
                 if fname not in data:
@@ -348,6 +354,18 @@ class ModelBase:
                 names = ", ".join(str(x.get("type")) if isinstance(x, Mapping) else "?" for x in extra)
                 out.append(Violation("trail.one_per_transition", f"{wid}: unexpected extra event(s): {names}"))
         return out
+
+    def _stray(self, snap: Any, default: str) -> str:
+        """The clause blamed for a record the model does not know: a second child of a spawn
+        the parent's log records once (made before the log was consulted) is the spawn's."""
+        if isinstance(snap, Mapping) and "spawn" in self.profiles:
+            # a spawn key is its child's source_id: a record made with one, under the parent's
+            # source system, that the parent's log does not record
+            for parent, kids in self.spawned.items():
+                if self.items[parent]["source_system"] == snap.get("source_system") \
+                        and any(k == snap.get("source_id") for k, _ in kids):
+                    return "spawn.logged_first"
+        return default
 
     def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:
         if not self.spec.statuses[it["status"]].leased or it["lease_token"] is None:

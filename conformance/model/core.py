@@ -114,7 +114,8 @@ class CoreOps(ModelBase):
             if sorted(map(str, got)) != sorted(want) or len(got) != len(set(got)):
                 missing = set(want) - set(got)
                 extra = set(got) - set(want)
-                out.append(Violation("core.list.complete", f"list({_fmt_filter(a)}) missing {sorted(missing)} extra {sorted(map(str, extra))}"))
+                clause = next((self._stray(x, "core.list.complete") for x in res if x.get("work_id") in extra), "core.list.complete")
+                out.append(Violation(clause, f"list({_fmt_filter(a)}) missing {sorted(missing)} extra {sorted(map(str, extra))}"))
             for x in res:
                 if x.get("work_id") in self.items:
                     out += self.check_work(x)
@@ -150,13 +151,15 @@ class CoreOps(ModelBase):
                 clause = "core.claim.empty"
                 if wid in self.items and self.spec.statuses[self.items[wid]["status"]].leased:
                     clause = "lease.single_holder"
+                elif wid not in self.items:
+                    clause = self._stray(res, clause)
                 return [Violation(clause, f"claim returned {wid!r} although nothing could be claimed")]
             if wid not in candidates:
                 if wid in self.items:
                     it = self.items[wid]
                     clause = "lease.single_holder" if self.spec.statuses[it["status"]].leased else self._forbidden_blame(it["status"], "running", "claim")
                     return [Violation(clause, f"claim took {wid!r}, which is {it['status']}")]
-                return [Violation("core.transition.allowed", f"claim returned unknown work {wid!r}")]
+                return [Violation(self._stray(res, "core.transition.allowed"), f"claim returned unknown work {wid!r}")]
             it = self.items[wid]
             dst = self.spec.targets("claim", it["status"])[0]
             tok, out = self._fresh_token(wid, res, "lease.acquire")

@@ -19,7 +19,7 @@ from ledgercheck.transport.client import connect
 # the clauses whose tests read the bounded values: priorities, lease and wait timings, attempts,
 # backoffs, nacks, batch sizes, seqs
 RELEVANT = ("core.invalid_argument", "core.create.", "core.claim.", "core.transition.allowed", "core.running.",
-            "lease.", "waiting.", "retry.", "inbox.", "outbox.", "eventlog.", "idem.", "recovery.")
+            "lease.", "waiting.", "retry.", "inbox.", "outbox.", "eventlog.", "idem.", "recovery.", "spawn.")
 # what each smaller overlay changes is read by fewer of them
 FOCUS = {"at-the-maxima": RELEVANT, "at-the-minima": RELEVANT,
          "priority-max-100": ("core.invalid_argument", "core.create.", "core.claim.", "core.transition.allowed"),

@@ -1,0 +1,199 @@
+"""Clause tests of the spawn, ask and logread profiles (seed 003: supervisor, ask outcomes,
+event-log reads).  Every step goes through the model; the explicit checks here say what a
+scenario is about."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ledgercheck.spec import Spec
+
+from ..harness import DriveBlocked, Harness, NotApplicable
+from . import CaseFn, case, cases, check
+
+SPAWNED = "child_spawned"
+
+
+def _spawn(h: Harness, parent: str, key: str) -> str:
+    out = h.do("spawn", parent_id=parent, key=key)
+    return out.value["work"]["work_id"]
+
+
+def _queued_with_identity(h: Harness, parent: str, key: str) -> list[str]:
+    src = h.item(parent)["source_system"]
+    return [w["work_id"] for w in h.raw("list").value
+            if (w.get("source_system"), w.get("source_id"), w.get("source_run_id")) == (src, key, parent)]
+
+
+# ------------------------------------------------------------------ spawn
+@case("spawn.logged_first", "parent-log-records-child")
+def _logged_first(h: Harness) -> None:
+    h.need("spawn", "list")
+    parent = h.create(source_id="supervisor")
+    child = _spawn(h, parent, "research")
+    rec = [e for e in (h.trail_of(parent, "spawn.logged_first") or []) if e.get("type") == SPAWNED]
+    if h.claims("events"):
+        check(len(rec) == 1 and (rec[0].get("data") or {}).get("child_id") == child, "spawn.logged_first",
+              f"the parent's trail records {[(e.get('data') or {}) for e in rec]} for child {child}", h)
+    # a replay, as a worker that took the parent over after a crash would send it: the log is
+    # consulted before anything is enqueued, so no second child appears anywhere
+    for _ in range(2):
+        again = h.do("spawn", parent_id=parent, key="research")
+        check(again.value["work"]["work_id"] == child, "spawn.logged_first", "a replay returned another child", h)
+    found = _queued_with_identity(h, parent, "research")
+    check(found == [child], "spawn.logged_first", f"the spawn key 'research' of {parent} has records {found}", h)
+    h.do("list")
+
+
+@case("spawn.replay", "same-key-same-child")
+def _replay(h: Harness) -> None:
+    parent = h.create(source_id="planner")
+    a = _spawn(h, parent, "step-1")
+    b = _spawn(h, parent, "step-2")
+    check(a != b, "spawn.replay", "two spawn keys gave one child", h)
+    out = h.do("spawn", parent_id=parent, key="step-1", payload={"again": True})
+    check(out.value["created"] is False and out.value["work"]["work_id"] == a, "spawn.replay",
+          f"replaying step-1 gave {out.value!r:.120}", h)
+    other = h.create(source_id="planner-2")  # another parent's key of the same name is another child
+    c = _spawn(h, other, "step-1")
+    check(c not in (a, b), "spawn.replay", "a key was shared across parents", h)
+    h.do("children", work_id=parent) if h.claims("children") else None
+
+
+@case("spawn.mobile", "any-worker-claims-child")
+def _mobile(h: Harness) -> None:
+    parent = h.create(source_id="lead")
+    h.claim(parent, owner="worker-a")
+    child = _spawn(h, parent, "sub")
+    check(h.item(child)["status"] == h.spec.initial_status, "spawn.mobile", "the child is not queued", h)
+    h.need_claim_by_id()
+    h.claim(child, owner="worker-b")  # another worker than the parent's
+    check(h.item(child)["owner"] == "worker-b", "spawn.mobile", "the child was not claimed by the second worker", h)
+    h.trail_of(child, "spawn.mobile")
+
+
+@case("spawn.live_parent", "terminal-and-cancelling")
+def _live_parent(h: Harness) -> None:
+    done = h.create(source_id="finished")
+    h.drive(done, "done")
+    out = h.do("spawn", parent_id=done, key="late")
+    check(not out.ok, "spawn.live_parent", "a finished parent spawned a child", h)
+    if h.claims("cancel"):
+        running = h.create(source_id="stopping")
+        h.claim(running)
+        h.do("cancel", work_id=running)
+        out = h.do("spawn", parent_id=running, key="late")
+        check(not out.ok, "spawn.live_parent", "a parent whose cancel was requested spawned a child", h)
+    h.do("spawn", parent_id="no-such-work", key="x")
+
+
+@case("spawn.budget", "counted-on-root")
+def _budget(h: Harness) -> None:
+    budget = h.spec.spawn_budget
+    root = h.create(source_id="root")
+    # a chain, one child per generation: a per-branch (or per-parent) count never sees the total
+    node = root
+    for i in range(budget):
+        node = _spawn(h, node, f"gen-{i}")
+    out = h.do("spawn", parent_id=node, key="one-too-many")
+    check(not out.ok and out.code == "spawn_denied", "spawn.budget", f"spawn past the budget answered {out.code or 'ok'}", h)
+    out = h.do("spawn", parent_id=root, key="sibling")
+    check(not out.ok and out.code == "spawn_denied", "spawn.budget", f"a sibling past the budget answered {out.code or 'ok'}", h)
+    h.do("spawn", parent_id=root, key="gen-0")  # a replay is not a new spawn: still answered
+    other = h.create(source_id="another-root")  # another tree has a budget of its own
+    _spawn(h, other, "first")
+
+
+@case("spawn.cancel_cascade", "three-generations")
+def _cascade(h: Harness) -> None:
+    root = h.create(source_id="tree")
+    kids = [_spawn(h, root, f"k{i}") for i in range(2)]
+    grand = _spawn(h, kids[0], "g0")
+    great = _spawn(h, grand, "gg0")
+    h.need_claim_by_id()
+    h.claim(grand, owner="worker-g")  # running: it gets the intent and honours it at its next close-out
+    h.do("cancel_tree", work_id=root, reason="user stopped")
+    for w in (root, *kids, great):
+        check(h.item(w)["status"] == "cancelled", "spawn.cancel_cascade", f"{w} is {h.item(w)['status']}", h)
+    check(h.item(grand)["cancel_requested"] is True, "spawn.cancel_cascade", "the running grandchild got no intent", h)
+    h.do("close_out", work_id=grand, token=h.token(grand), status="cancelled")
+    h.do("list")
+
+
+@case("spawn.join", "children-outcomes")
+def _join(h: Harness) -> None:
+    parent = h.create(source_id="joiner")
+    kids = [_spawn(h, parent, f"part-{i}") for i in range(3)]
+    _spawn(h, kids[0], "nested")  # a grandchild is not a direct child
+    h.drive(kids[1], "done")
+    out = h.do("children", work_id=parent)
+    check([w["work_id"] for w in out.value] == kids, "spawn.join", "children are not the spawns in order", h)
+    check(out.value[1]["status"] == "done", "spawn.join", "a finished child's outcome is not seen", h)
+    h.do("children", work_id=kids[2])
+    h.do("children", work_id="no-such-work")
+
+
+# ------------------------------------------------------------------ ask
+def _ask_case(outcome: str) -> CaseFn:
+    def fn(h: Harness) -> None:
+        h.need("ask_outcome")
+        statuses = [s for s, o in h.spec.ask_outcomes.items() if o == outcome] if outcome != h.spec.ask_unfinished \
+            else [s for s in h.spec.statuses if not h.spec.terminal(s)]
+        asked = 0
+        for i, status in enumerate(statuses):
+            wid = h.create(source_id=f"asked-{i}")
+            try:
+                h.drive(wid, status)
+            except (NotApplicable, DriveBlocked):
+                continue  # a status the claimed profiles cannot reach
+            asked += 1
+            out = h.do("ask_outcome", work_id=wid)
+            check(out.value.get("outcome") == outcome, f"ask.{outcome}", f"{status} target answered {out.value!r:.80}", h)
+        if not asked:
+            raise NotApplicable(f"no status with the outcome {outcome} is reachable with the claimed profiles")
+        h.do("ask_outcome", work_id="no-such-work")
+    return fn
+
+
+@cases("ask.replied")
+def _replied(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    yield "done-target", _ask_case("replied")
+
+
+@cases("ask.timed_out")
+def _timed_out(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    yield "unfinished-targets", _ask_case("timed_out")
+
+
+@cases("ask.target_failed")
+def _target_failed(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    yield "dead-targets", _ask_case("target_failed")
+
+
+@cases("ask.target_cancelled")
+def _target_cancelled(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    yield "cancelled-target", _ask_case("target_cancelled")
+
+
+# ------------------------------------------------------------------ log reads
+@case("logread.last_seq", "follows-appends")
+def _last_seq(h: Harness) -> None:
+    first = h.spec.first_seq
+    h.do("log_last_seq", stream="run-7")
+    for i in range(3):
+        got = h.do("log_append", stream="run-7", expected_seq=first - 1 + i, kind="tool.called")
+        last = h.do("log_last_seq", stream="run-7")
+        check(last.value["seq"] == got.value["seq"], "logread.last_seq", f"after an append at {got.value['seq']} last_seq is {last.value}", h)
+    h.do("log_append", stream="run-7", expected_seq=first - 1, kind="stale")  # refused: last_seq stays
+    h.do("log_last_seq", stream="run-7")
+    h.do("log_last_seq", stream="Run-7")
+
+
+@case("logread.tail", "bounded-from-seq")
+def _tail(h: Harness) -> None:
+    first = h.spec.first_seq
+    for i in range(5):
+        h.do("log_append", stream="run-8", expected_seq=first - 1 + i, kind=f"k{i}", payload={"i": i})
+    for start, n in ((first, 2), (first + 1, 3), (first + 3, 9), (first + 9, 1), (0, 5)):
+        h.do("log_tail", stream="run-8", from_seq=start, max=n)
+    h.do("log_tail", stream="never-written", from_seq=first, max=4)
