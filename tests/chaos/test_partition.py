@@ -2,7 +2,8 @@
 
 Needs root and ``ip`` (CI has both).  Without them every test here fails with one line saying
 so, unless ``LEDGERCHECK_ALLOW_NO_NETNS=1`` lets them skip.  ``LEDGERCHECK_PARTITION_SEEDS=N``
-runs the correct ledgers over N seeds instead of two.
+runs the correct ledgers (the PostgreSQL reference among them) over N seeds instead of two; the
+figure docs/safety.md records is ``LEDGERCHECK_PARTITION_SEEDS=10``.
 
 Why the two broken ledgers pass single-host runs (each test shows it on the same seed):
 
@@ -163,6 +164,26 @@ def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, c
         # a write cut off before its answer came back is recorded as indefinite, and not held against the ledger
         assert indefinite > 0
     assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
+
+
+def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, tmp_path: Any) -> None:
+    """The reference ledger itself (reference/pg.py through the ``reference-pg`` adapter), its
+    workers on three hosts, every process on the one ledger schema of the server the hosts reach."""
+    late = refused = 0
+    for seed in _seeds():
+        r = run_campaign("reference-pg", workers=4, items=ITEMS, seed=seed, faults="partition", hosts=pg_hosts.net,
+                         reset={"dsn": pg_hosts.server_dsn}, latency=(0.05, 0.3),
+                         out_dir=str(tmp_path / f"reference-pg-{seed}"), time_limit=90.0)
+        assert r.mode == "processes" and r.adapter.get("name") == "ledgercheck-reference-pg", (r.mode, r.adapter)
+        assert r.anomalies == [], (seed, r.anomalies[:1])
+        assert r.final == {"done": ITEMS}, r.final
+        lines = _history(r)
+        assert any(n.startswith("4 workers on 3 hosts") for n in r.notes), r.notes
+        cuts = [x for x in lines if x["type"] == "nemesis" and x["fault"] == "partition"]
+        assert cuts and any(x["type"] == "nemesis" and x["fault"] == "heal" for x in lines), "the campaign cut no host off"
+        late += r.observations["counts"].get("late_writes", 0)
+        refused += r.observations["counts"].get("late_writes_refused", 0)
+    assert late > 0 and refused > 0  # cut-off workers did write after their lease lapsed, and were refused
 
 
 # ------------------------------------------------------------------------------ broken ledgers
