@@ -18,6 +18,7 @@ Why the two broken ledgers pass single-host runs (each test shows it on the same
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -226,6 +227,46 @@ def test_a_library_on_postgresql_under_partitions(pg_hosts: PgHosts, address: st
     assert r.mode == "processes" and r.history
     assert _classes(r) <= ({"stale_write_accepted"} if address == "pgqueuer" else set()), r.anomalies[:1]
     assert set(r.final) <= {"done", "quarantined"}, r.final
+
+
+# ------------------------------------------------------------------------------ the command line
+def test_the_command_line_runs_workers_on_hosts_and_cuts_them_off(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from ledgercheck.cli import main
+
+    _need_hosts()
+    out = tmp_path / "cli"
+    rc = main(["safety", "--adapter", "reference-pg", "--hosts", "2", "--items", "12", "--seed", "2",
+               "--out", str(out), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["anomalies"] == [], doc["anomalies"][:1]
+    assert "partition" in doc["faults"] and doc["nemesis"]["cut"] >= 1, doc["nemesis"]
+    assert any(n.startswith("4 workers on 2 hosts") for n in doc["notes"]), doc["notes"]
+    assert os.environ.get("LEDGERCHECK_PG_DSN") is None or "10.231." not in os.environ["LEDGERCHECK_PG_DSN"]
+    assert hostsmod.PREFIX + str(os.getpid()) not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                                     text=True).stdout  # removed after the run
+
+
+def test_the_command_line_says_in_one_line_when_hosts_cannot_be_made(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from ledgercheck.cli import main
+
+    monkeypatch.setattr(hostsmod.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("LEDGERCHECK_ALLOW_NO_NETNS", raising=False)
+    argv = ["safety", "--adapter", "reference", "--hosts", "3", "--items", "3", "--nemesis", "kill,partition",
+            "--out", str(tmp_path / "a")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("ledgercheck safety: --hosts 3: network namespaces need root (run as root, or skip the host tests "
+                   "with LEDGERCHECK_ALLOW_NO_NETNS=1)"), err
+    assert main(["safety", "--adapter", "reference", "--nemesis", "partition", "--items", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "ledgercheck safety: the partition fault needs workers on hosts: add --hosts N"
+    # allowed to go on without hosts: every worker on this host, the partition fault left out, a note saying so
+    monkeypatch.setenv("LEDGERCHECK_ALLOW_NO_NETNS", "1")
+    argv[-1] = str(tmp_path / "b")
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["faults"] == ["kill"] and doc["mode"] == "processes"
+    assert doc["notes"][0].startswith("--hosts 3 not used (network namespaces need root"), doc["notes"]
 
 
 def test_without_root_or_ip_hosts_say_why_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
