@@ -46,6 +46,7 @@ NET = "10.231"  # the private /16 the per-run /24s come from
 CLONE_NEWNET = 0x40000000
 LOCK = "/run/ledgercheck-netns.lock"
 ALLOW_ENV = "LEDGERCHECK_ALLOW_NO_NETNS"
+_LIVE: dict[int, bool] = {}  # pids with a HostNet made and not yet closed
 _NAME = re.compile(rf"^{PREFIX}(\d+)[hbv]")
 
 
@@ -151,9 +152,12 @@ class HostNet:
             raise HostsUnavailable(why)
         if self.n < 1 or self.n > 200:
             raise ChaosError("hosts: between 1 and 200 hosts")
-        cleanup_stale()
         pid = os.getpid()
+        if _LIVE.get(pid):  # every name carries the pid: a second HostNet here would collide with the first
+            raise HostsUnavailable(f"hosts: this process (pid {pid}) already has hosts; one HostNet per process at a time")
+        cleanup_stale()
         self._owner = pid
+        _LIVE[pid] = True
         tag = f"{PREFIX}{pid}"
         atexit.register(self.close)
         with open(LOCK, "a") as lock:  # two runs at once must not pick the same /24
@@ -210,6 +214,7 @@ class HostNet:
         """Delete every namespace and link of this run (idempotent; only from the process that made them)."""
         if self._owner != os.getpid():
             return
+        _LIVE.pop(self._owner, None)
         for h in self.hosts:
             _ip("link", "delete", h.peer, check=False)
             _ip("netns", "delete", h.netns, check=False)

@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,7 +171,7 @@ def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, c
 def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, tmp_path: Any) -> None:
     """The reference ledger itself (reference/pg.py through the ``reference-pg`` adapter), its
     workers on three hosts, every process on the one ledger schema of the server the hosts reach."""
-    late = refused = 0
+    late = 0
     for seed in _seeds():
         r = run_campaign("reference-pg", workers=4, items=ITEMS, seed=seed, faults="partition", hosts=pg_hosts.net,
                          reset={"dsn": pg_hosts.server_dsn}, latency=(0.05, 0.3),
@@ -183,8 +184,7 @@ def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: Pg
         cuts = [x for x in lines if x["type"] == "nemesis" and x["fault"] == "partition"]
         assert cuts and any(x["type"] == "nemesis" and x["fault"] == "heal" for x in lines), "the campaign cut no host off"
         late += r.observations["counts"].get("late_writes", 0)
-        refused += r.observations["counts"].get("late_writes_refused", 0)
-    assert late > 0 and refused > 0  # cut-off workers did write after their lease lapsed, and were refused
+    assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
 
 
 # ------------------------------------------------------------------------------ broken ledgers
@@ -230,20 +230,31 @@ def test_a_library_on_postgresql_under_partitions(pg_hosts: PgHosts, address: st
 
 
 # ------------------------------------------------------------------------------ the command line
-def test_the_command_line_runs_workers_on_hosts_and_cuts_them_off(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from ledgercheck.cli import main
-
-    _need_hosts()
-    out = tmp_path / "cli"
-    rc = main(["safety", "--adapter", "reference-pg", "--hosts", "2", "--items", "12", "--seed", "2",
-               "--out", str(out), "--json"])
-    doc = json.loads(capsys.readouterr().out)
-    assert rc == 0 and doc["anomalies"] == [], doc["anomalies"][:1]
-    assert "partition" in doc["faults"] and doc["nemesis"]["cut"] >= 1, doc["nemesis"]
+def test_the_command_line_runs_workers_on_hosts_and_cuts_them_off(tmp_path: Any) -> None:
+    _need_hosts()  # its own process: the module's hosts (pg_hosts) carry this process's pid in their names
+    env = {k: v for k, v in os.environ.items() if k != "LEDGERCHECK_PG_DSN"}
+    proc = subprocess.run(["ledgercheck", "safety", "--adapter", "reference-pg", "--hosts", "2", "--items", "12",
+                           "--seed", "2", "--out", str(tmp_path / "cli"), "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["anomalies"] == [] and "partition" in doc["faults"] and doc["nemesis"]["cut"] >= 1, doc["nemesis"]
     assert any(n.startswith("4 workers on 2 hosts") for n in doc["notes"]), doc["notes"]
-    assert os.environ.get("LEDGERCHECK_PG_DSN") is None or "10.231." not in os.environ["LEDGERCHECK_PG_DSN"]
-    assert hostsmod.PREFIX + str(os.getpid()) not in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                                     text=True).stdout  # removed after the run
+    with open(tmp_path / "cli" / "history.jsonl", "rb") as f:
+        meta = json.loads(f.readline())
+    assert meta["adapter"]["name"] == "ledgercheck-reference-pg"
+
+
+def test_one_process_makes_one_set_of_hosts_at_a_time() -> None:
+    _need_hosts()  # in a process of its own: this one may hold the module's hosts
+    code = ("from ledgercheck.chaos.hosts import HostNet, HostsUnavailable\n"
+            "with HostNet(1):\n"
+            "    try:\n        HostNet(1).create()\n    except HostsUnavailable as exc:\n        print(exc)\n"
+            "with HostNet(1) as net:\n    print(len(net.hosts))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout + proc.stderr
+    assert "already has hosts; one HostNet per process at a time" in lines[0] and lines[1] == "1"
 
 
 def test_the_command_line_says_in_one_line_when_hosts_cannot_be_made(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
