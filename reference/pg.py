@@ -199,10 +199,16 @@ _TRIGGER_ON = {
 }
 
 
+WORK_FILLFACTOR = 70
+
+
 def _schema_ddl(spec: Spec, schema: str) -> list[str]:
     journal = _journal_tables(spec)
     tables = [_work_table(spec), _event_table(spec), *FIXED_INDEXES, *journal, *rule_indexes(spec).values()]
     out = [_any_lists(_ddl(s)) for s in tables]
+    # room on each page for a row's next version: an update that changes no indexed column (a
+    # renew) then stays on its page and writes no index entry (a heap-only tuple)
+    out.insert(1, f"ALTER TABLE work SET (fillfactor = {WORK_FILLFACTOR})")
     for name, body in guard_functions(spec, schema).items():
         out.append(f"CREATE FUNCTION lc_{name}() RETURNS trigger LANGUAGE plpgsql AS $lc${body}$lc$")
         out.append(f"CREATE TRIGGER {name} {_TRIGGER_ON[name]} FOR EACH ROW EXECUTE FUNCTION lc_{name}()")
