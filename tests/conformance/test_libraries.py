@@ -142,3 +142,18 @@ def test_partition_findings_are_published_and_confirmed(library):
         script = CONFIRMED.get((library, kind))
         assert script and (ROOT / script).is_file(), f"{library}: {kind} under partitions has no confirmation script"
         assert doc["example"]["excerpt"] and "\n".join(doc["example"]["excerpt"]) in page.replace("\n  ", "\n")
+
+
+def test_without_hosts_the_publish_step_says_why_and_keeps_the_partition_records(tmp_path, monkeypatch, capsys):
+    from ledgercheck.chaos import hosts
+    from ledgercheck.fixtures.publish import partition_campaigns
+
+    kept = tmp_path / "partition" / "pgqueuer.json"
+    kept.parent.mkdir()
+    kept.write_text('{"published": true}', encoding="utf-8")
+    monkeypatch.setattr(hosts.os, "geteuid", lambda: 1000)
+    partition_campaigns(["pgqueuer"], tmp_path, 3)
+    err = capsys.readouterr().err
+    assert err == ("publish: partition campaigns not run (network namespaces need root (run as root, or skip the host "
+                   "tests with LEDGERCHECK_ALLOW_NO_NETNS=1)); the published ones are kept\n"), err
+    assert kept.read_text(encoding="utf-8") == '{"published": true}'
