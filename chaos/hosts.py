@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledgercheck.transport.reaper import gone
+
 from .points import ChaosError
 
 PREFIX = "lcn"  # every namespace, link and bridge this module makes starts with it
@@ -75,22 +77,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def cleanup_stale() -> list[str]:
     """Delete the namespaces and links of runs whose process is gone; returns what was removed."""
     removed: list[str] = []
     for ns in _ip("netns", "list", check=False).stdout.split():
         m = _NAME.match(ns)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and gone(int(m.group(1))):
             _ip("netns", "delete", ns, check=False)
             removed.append(ns)
     for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
@@ -99,7 +91,7 @@ def cleanup_stale() -> list[str]:
             continue
         name = parts[1].strip().split("@")[0]
         m = _NAME.match(name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and gone(int(m.group(1))):
             _ip("link", "delete", name, check=False)
             removed.append(name)
     return removed

@@ -124,7 +124,7 @@ def test_hosts_reach_the_database_side_and_a_partition_cuts_them_off() -> None:
 def test_leftovers_of_a_dead_run_are_removed_by_name() -> None:
     _need_hosts()
     dead = 4_000_000  # above any pid this machine hands out (pid_max is at most 4194304): its run is gone
-    while hostsmod._pid_alive(dead):
+    while not hostsmod.gone(dead):
         dead += 1
     ns = f"{hostsmod.PREFIX}{dead}h0"
     subprocess.run(["ip", "netns", "add", ns], check=True)
