@@ -29,7 +29,11 @@ from typing import Any
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
 from ledgercheck.spec import default_spec
-from ledgercheck.transport.client import connect
+
+try:
+    from ledgercheck.transport.client import connect
+except ImportError:  # a checkout older than the transport layer (--baseline runs this file against it)
+    from ledgercheck.conformance.client import connect  # type: ignore[no-redef]
 
 FLOORS = {"steps_in_process": 2000.0, "steps_wire": 1000.0, "suite_serial_s": 60.0, "speedup": 1.7}
 
@@ -76,9 +80,12 @@ def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, An
         for name in ("do", "raw", "drive", "perform", "verify", "verify_all", "fresh", "advance", "advance_to"):
             harness.wrap(h, name)
         calls0 = client.calls
+        server = getattr(client, "pid", None)
+        cpu0 = time.process_time() + _cpu_seconds(server)
         t = time.perf_counter()
         run_machine(machine, hypothesis_settings("ci", database=None, max_examples=examples), seed)
         dt = time.perf_counter() - t
+        cpu = time.process_time() + _cpu_seconds(server) - cpu0
         steps = max(h.rule_steps, 1)
         engine = dt - harness.seconds
         checks = harness.seconds - adapter.seconds
@@ -88,9 +95,25 @@ def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, An
                 "calls_per_s": round((client.calls - calls0) / dt, 1),
                 "ms_per_step": {"adapter": round(adapter.seconds / steps * 1e3, 3), "checks": round(checks / steps * 1e3, 3),
                                 "engine": round(engine / steps * 1e3, 3)},
-                "ceiling_if_free_checks_and_ledger": round(steps / max(engine, 1e-9), 1)}
+                "ceiling_if_free_checks_and_ledger": round(steps / max(engine, 1e-9), 1),
+                # CPU seconds of this process and of the adapter's (over the wire): what a step
+                # costs, whatever else the machine runs at the time
+                "cpu_seconds": round(cpu, 3), "steps_per_cpu_s": round(h.rule_steps / max(cpu, 1e-9), 1),
+                "operations_per_cpu_s": round(h.operations / max(cpu, 1e-9), 1)}
     finally:
         client.close()
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process has used so far (0 without one, or off Linux)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parallel_capacity(seconds: float = 1.5) -> dict[str, Any]:
@@ -155,7 +178,12 @@ def main() -> int:
     ap.add_argument("--skip-suite", action="store_true", help="only measure stateful steps")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-strict", action="store_true", help="report missed floors without failing")
+    ap.add_argument("--baseline", metavar="CHECKOUT", help="also measure the stateful steps of another checkout of the "
+                    "project (its own .venv), alternately with this one, and print the comparison")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the --baseline comparison")
     args = ap.parse_args()
+    if args.baseline:
+        return compare(args.baseline, args.rounds, args.examples, args.json)
     out: dict[str, Any] = {"load_average": os.getloadavg()[0], "cpus": os.cpu_count()}
     inproc = steps_per_second("reference", args.examples)
     wire = steps_per_second("exec:ledgercheck serve reference", args.examples)
@@ -210,6 +238,62 @@ def main() -> int:
             mark = "ok  " if c["met"] else "MISS"
             print(f"  [{mark}] {c['name']}: {c['value']} (floor {c['op']} {c['floor']})")
     return 1 if missed and not args.no_strict else 0
+
+
+def _stateful_in(python: str, cwd: str, examples: int) -> dict[str, Any]:
+    """This file's stateful measurement run by ``python`` in ``cwd`` (so it imports that
+    checkout's package, and over the wire starts that checkout's ``ledgercheck serve``)."""
+    env = dict(os.environ, PATH=os.path.dirname(python) + os.pathsep + os.environ.get("PATH", ""),
+               VIRTUAL_ENV=os.path.dirname(os.path.dirname(python)))
+    env.pop("PYTHONPATH", None)
+    cmd = [python, os.path.abspath(__file__), "--skip-suite", "--json", "--no-strict", "--examples", str(examples)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"bench_conformance: the measurement in {cwd} failed: {tail}")
+    return json.loads(proc.stdout)["stateful"]
+
+
+def compare(baseline: str, rounds: int, examples: int, as_json: bool) -> int:
+    """This checkout against ``baseline``, ``rounds`` times each, alternately (a neighbour's load
+    falls on both alike); steps per CPU second beside steps per second, since the CPU a step
+    takes does not depend on what else the machine runs."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = os.path.abspath(baseline)
+    python = os.path.join(base, ".venv", "bin", "python")
+    if not os.path.isfile(python):
+        print(f"bench_conformance: --baseline {baseline}: no .venv/bin/python there (make one: python3 -m venv .venv "
+              "&& .venv/bin/pip install -e .)", file=sys.stderr)
+        return 2
+    sides = {"this": (sys.executable, here), "baseline": (python, base)}
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
+    for i in range(rounds):
+        for name, (py, cwd) in sides.items():
+            load = os.getloadavg()[0]
+            r = _stateful_in(py, cwd, examples)
+            runs[name].append({"round": i + 1, "load_average": round(load, 2), **r})
+            if not as_json:
+                print(f"round {i + 1} {name:8} (load {load:.2f}): in process {r['in_process']['steps_per_s']:7.1f} steps/s "
+                      f"{r['in_process']['steps_per_cpu_s']:7.1f} steps/CPU-s; wire {r['wire']['steps_per_s']:7.1f} steps/s "
+                      f"{r['wire']['steps_per_cpu_s']:7.1f} steps/CPU-s", flush=True)
+
+    def median(name: str, side: str, key: str) -> float:
+        vals = sorted(r[side][key] for r in runs[name])
+        return vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+
+    keys = ("steps_per_s", "steps_per_cpu_s", "operations_per_s", "operations_per_cpu_s")
+    summary = {side: {key: {"this": median("this", side, key), "baseline": median("baseline", side, key),
+                            "ratio": round(median("this", side, key) / max(median("baseline", side, key), 1e-9), 2)}
+                      for key in keys} for side in ("in_process", "wire")}
+    if as_json:
+        print(json.dumps({"baseline": base, "rounds": runs, "median": summary}, indent=2))
+    else:
+        print(f"medians of {rounds} rounds, this checkout / baseline {base}:")
+        for side in ("in_process", "wire"):
+            for key in keys:
+                m = summary[side][key]
+                print(f"  {side:10} {key:20}: {m['this']:8.1f} / {m['baseline']:8.1f} = {m['ratio']:.2f}x")
+    return 0
 
 
 if __name__ == "__main__":
