@@ -178,8 +178,9 @@ def main() -> int:
     ap.add_argument("--skip-suite", action="store_true", help="only measure stateful steps")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-strict", action="store_true", help="report missed floors without failing")
-    ap.add_argument("--baseline", metavar="CHECKOUT", help="also measure the stateful steps of another checkout of the "
-                    "project (its own .venv), alternately with this one, and print the comparison")
+    ap.add_argument("--baseline", metavar="CHECKOUT", action="append", help="also measure the stateful steps of another "
+                    "checkout of the project (with its own .venv), alternately with this one, and print the comparison "
+                    "(repeatable)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --baseline comparison")
     args = ap.parse_args()
     if args.baseline:
@@ -254,45 +255,50 @@ def _stateful_in(python: str, cwd: str, examples: int) -> dict[str, Any]:
     return json.loads(proc.stdout)["stateful"]
 
 
-def compare(baseline: str, rounds: int, examples: int, as_json: bool) -> int:
-    """This checkout against ``baseline``, ``rounds`` times each, alternately (a neighbour's load
-    falls on both alike); steps per CPU second beside steps per second, since the CPU a step
-    takes does not depend on what else the machine runs."""
+def compare(baselines: list[str], rounds: int, examples: int, as_json: bool) -> int:
+    """This checkout against each of ``baselines``, ``rounds`` times each, alternately (a
+    neighbour's load falls on all alike); steps per CPU second beside steps per second, since the
+    CPU a step takes depends less on what else the machine runs."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    base = os.path.abspath(baseline)
-    python = os.path.join(base, ".venv", "bin", "python")
-    if not os.path.isfile(python):
-        print(f"bench_conformance: --baseline {baseline}: no .venv/bin/python there (make one: python3 -m venv .venv "
-              "&& .venv/bin/pip install -e .)", file=sys.stderr)
-        return 2
-    sides = {"this": (sys.executable, here), "baseline": (python, base)}
-    runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
+    sides = {"this": (sys.executable, here)}
+    for b in baselines:
+        base = os.path.abspath(b)
+        python = os.path.join(base, ".venv", "bin", "python")
+        if not os.path.isfile(python):
+            print(f"bench_conformance: --baseline {b}: no .venv/bin/python there (make one: python3 -m venv .venv "
+                  "&& .venv/bin/pip install -e .)", file=sys.stderr)
+            return 2
+        sides[base] = (python, base)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     for i in range(rounds):
         for name, (py, cwd) in sides.items():
             load = os.getloadavg()[0]
             r = _stateful_in(py, cwd, examples)
             runs[name].append({"round": i + 1, "load_average": round(load, 2), **r})
             if not as_json:
-                print(f"round {i + 1} {name:8} (load {load:.2f}): in process {r['in_process']['steps_per_s']:7.1f} steps/s "
-                      f"{r['in_process']['steps_per_cpu_s']:7.1f} steps/CPU-s; wire {r['wire']['steps_per_s']:7.1f} steps/s "
-                      f"{r['wire']['steps_per_cpu_s']:7.1f} steps/CPU-s", flush=True)
+                print(f"round {i + 1} {name} (load {load:.2f}): in process {r['in_process']['steps_per_s']:.1f} steps/s "
+                      f"{r['in_process']['steps_per_cpu_s']:.1f} steps/CPU-s {r['in_process']['operations_per_s']:.0f} ops/s; "
+                      f"wire {r['wire']['steps_per_s']:.1f} steps/s {r['wire']['steps_per_cpu_s']:.1f} steps/CPU-s "
+                      f"{r['wire']['operations_per_s']:.0f} ops/s", flush=True)
 
     def median(name: str, side: str, key: str) -> float:
         vals = sorted(r[side][key] for r in runs[name])
-        return vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+        mid = len(vals) // 2
+        return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
     keys = ("steps_per_s", "steps_per_cpu_s", "operations_per_s", "operations_per_cpu_s")
-    summary = {side: {key: {"this": median("this", side, key), "baseline": median("baseline", side, key),
-                            "ratio": round(median("this", side, key) / max(median("baseline", side, key), 1e-9), 2)}
-                      for key in keys} for side in ("in_process", "wire")}
+    summary = {name: {side: {key: median(name, side, key) for key in keys} for side in ("in_process", "wire")}
+               for name in sides}
     if as_json:
-        print(json.dumps({"baseline": base, "rounds": runs, "median": summary}, indent=2))
-    else:
-        print(f"medians of {rounds} rounds, this checkout / baseline {base}:")
-        for side in ("in_process", "wire"):
-            for key in keys:
-                m = summary[side][key]
-                print(f"  {side:10} {key:20}: {m['this']:8.1f} / {m['baseline']:8.1f} = {m['ratio']:.2f}x")
+        print(json.dumps({"rounds": runs, "median": summary}, indent=2))
+        return 0
+    print(f"medians of {rounds} rounds (this checkout: {here}):")
+    for side in ("in_process", "wire"):
+        for key in keys:
+            this = summary["this"][side][key]
+            others = "; ".join(f"{os.path.basename(n)} {summary[n][side][key]:.1f} ({this / max(summary[n][side][key], 1e-9):.2f}x)"
+                               for n in sides if n != "this")
+            print(f"  {side:10} {key:20}: this {this:.1f}; {others}")
     return 0
 
 
