@@ -132,6 +132,8 @@ def _once(name: str, spec: Spec, make: Callable[[Spec], Any]) -> Any:
     reference ask on every operation (the Spec is kept here, so its id is not reused)."""
     hit = _ONCE.get((name, id(spec)))
     if hit is None or hit[0] is not spec:
+        if len(_ONCE) >= 64:  # a campaign over many contracts keeps only the recent ones alive
+            _ONCE.clear()
         hit = _ONCE[(name, id(spec))] = (spec, make(spec))
     return hit[1]
 
