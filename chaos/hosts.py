@@ -17,7 +17,12 @@ and from the root namespace (the campaign's controller, producer and monitor).
   stale).
 
 Namespaces need root and the ``ip`` tool.  :func:`unavailable` says in one line why they cannot
-be made here (None when they can).
+be made here (None when they can); ``LEDGERCHECK_ALLOW_NO_NETNS=1`` (:func:`allowed_to_skip`) lets
+the tests skip and the command line run every worker on this host instead of failing.
+
+:func:`hosts_with_postgres` makes ``n`` hosts and starts a throwaway PostgreSQL server
+(transport/pgserver.py) that listens on loopback and on :attr:`HostNet.db_address` and trusts the
+hosts' /24: what the partition tests, the benchmark and ``ledgercheck safety --hosts`` use.
 """
 
 from __future__ import annotations
@@ -29,7 +34,12 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
+
+from ledgercheck.transport.reaper import gone
 
 from .points import ChaosError
 
@@ -37,6 +47,8 @@ PREFIX = "lcn"  # every namespace, link and bridge this module makes starts with
 NET = "10.231"  # the private /16 the per-run /24s come from
 CLONE_NEWNET = 0x40000000
 LOCK = "/run/ledgercheck-netns.lock"
+ALLOW_ENV = "LEDGERCHECK_ALLOW_NO_NETNS"
+_LIVE: dict[int, bool] = {}  # pids with a HostNet made and not yet closed
 _NAME = re.compile(rf"^{PREFIX}(\d+)[hbv]")
 
 
@@ -53,6 +65,11 @@ def unavailable() -> str | None:
     return None
 
 
+def allowed_to_skip() -> bool:
+    """Whether ``LEDGERCHECK_ALLOW_NO_NETNS`` lets a run go on without hosts where they cannot be made."""
+    return os.environ.get(ALLOW_ENV, "") not in ("", "0")
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
     if check and proc.returncode != 0:
@@ -60,22 +77,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def cleanup_stale() -> list[str]:
     """Delete the namespaces and links of runs whose process is gone; returns what was removed."""
     removed: list[str] = []
     for ns in _ip("netns", "list", check=False).stdout.split():
         m = _NAME.match(ns)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and gone(int(m.group(1))):
             _ip("netns", "delete", ns, check=False)
             removed.append(ns)
     for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
@@ -84,7 +91,7 @@ def cleanup_stale() -> list[str]:
             continue
         name = parts[1].strip().split("@")[0]
         m = _NAME.match(name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and gone(int(m.group(1))):
             _ip("link", "delete", name, check=False)
             removed.append(name)
     return removed
@@ -137,9 +144,12 @@ class HostNet:
             raise HostsUnavailable(why)
         if self.n < 1 or self.n > 200:
             raise ChaosError("hosts: between 1 and 200 hosts")
-        cleanup_stale()
         pid = os.getpid()
+        if _LIVE.get(pid):  # every name carries the pid: a second HostNet here would collide with the first
+            raise HostsUnavailable(f"hosts: this process (pid {pid}) already has hosts; one HostNet per process at a time")
+        cleanup_stale()
         self._owner = pid
+        _LIVE[pid] = True
         tag = f"{PREFIX}{pid}"
         atexit.register(self.close)
         with open(LOCK, "a") as lock:  # two runs at once must not pick the same /24
@@ -196,6 +206,7 @@ class HostNet:
         """Delete every namespace and link of this run (idempotent; only from the process that made them)."""
         if self._owner != os.getpid():
             return
+        _LIVE.pop(self._owner, None)
         for h in self.hosts:
             _ip("link", "delete", h.peer, check=False)
             _ip("netns", "delete", h.netns, check=False)
@@ -216,3 +227,37 @@ def enter(path: str) -> None:
             raise HostsUnavailable(f"setns({path}) failed: {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+@dataclass
+class PgHosts:
+    """Hosts and the PostgreSQL server they reach over their links."""
+
+    net: HostNet
+    server: Any  # a ledgercheck.transport.pgserver.PostgresServer
+
+    @property
+    def server_dsn(self) -> str:
+        """The server's DSN at the address the hosts reach it at."""
+        return f"host={self.net.db_address} port={self.server.port} user={self.server.user} dbname=postgres"
+
+
+@contextmanager
+def hosts_with_postgres(n: int = 3) -> Iterator[PgHosts]:
+    """``n`` hosts and a PostgreSQL server they reach over their links; everything is removed on
+    exit.  Raises :class:`HostsUnavailable` (hosts) or ``PostgresUnavailable`` (the server)."""
+    from ledgercheck.transport.pgserver import PostgresServer
+
+    with HostNet(n) as net:
+        base = PostgresServer()
+        settings = {**base.settings, "listen_addresses": f"127.0.0.1,{net.db_address}"}
+        server = PostgresServer(settings=settings).start()
+        try:
+            assert server.root is not None
+            hba = server.root / "data" / "pg_hba.conf"
+            with open(hba, "a") as f:  # the hosts' /24 may connect, as loopback may
+                f.write(f"\nhost all all {net.subnet} trust\n")
+            server.execute("SELECT pg_reload_conf()")
+            yield PgHosts(net, server)
+        finally:
+            server.stop()

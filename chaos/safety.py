@@ -651,6 +651,8 @@ class _Campaign:
         self.produced = False
         self.notes: list[str] = []
         self.counts = {"kill": 0, "kill_at_point": 0, "pause": 0, "resume": 0, "reopen": 0, "replaced": 0}
+        if self.p.hosts is not None:
+            self.counts.update(cut=0, partition=0)  # hosts cut off; workers cut off with them
         self.schedule: list[dict[str, Any]] = []
         self.n_names = 0
         self.n_slots = 0
@@ -998,6 +1000,7 @@ class _Campaign:
         victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
         host = net.host_of(victim.slot)
         net.partition(host)
+        self.counts["cut"] += 1
         for p in self._workers():
             if net.host_of(p.slot) is host:
                 self._record("partition", p.name, host.netns)

@@ -1,5 +1,13 @@
 """`ledgercheck safety`: the safety campaign against any adapter, and its verdict.
 
+``--hosts N`` runs the workers on N hosts (Linux network namespaces, chaos/hosts.py) around a
+private PostgreSQL server started for the run, which they reach over their links; its DSN goes to
+every process (``reset``'s ``server_dsn``, and ``$LEDGERCHECK_PG_DSN``, which the ``reference-pg``
+adapter and the PostgreSQL library adapters read), and the default faults gain ``partition``.
+Where namespaces cannot be made the command says why in one line and exits 2, unless
+``LEDGERCHECK_ALLOW_NO_NETNS=1``: then every worker runs on this host, without the partition fault,
+and a note says so.
+
 Exit status: 0 when the recorded history shows no anomaly, 1 when it shows at least one, 2 for
 bad input (an unknown fault, an unusable adapter or output directory, a bad contract).
 """
@@ -10,10 +18,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .commands import Progress, _spec, writable_dir
 from .points import ChaosError
+
+DEFAULT_FAULTS = "kill,pause,reopen"
+PG_DSN_ENV = "LEDGERCHECK_PG_DSN"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     p.add_argument("--items", type=int, default=100, help="items the producer creates (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload and the fault schedule (default 0)")
-    p.add_argument("--nemesis", default="kill,pause,reopen", metavar="FAULTS",
-                   help="comma-separated faults: kill, pause, reopen, or none (default: all three)")
+    p.add_argument("--nemesis", default=None, metavar="FAULTS",
+                   help="comma-separated faults: kill, pause, reopen, partition (needs --hosts), or none "
+                        f"(default: {DEFAULT_FAULTS}, and partition with --hosts)")
+    p.add_argument("--hosts", type=int, default=0, metavar="N",
+                   help="run the workers on N hosts (network namespaces; needs root and ip) around a private "
+                        "PostgreSQL server they reach over the network (its DSN goes to every process); "
+                        "LEDGERCHECK_ALLOW_NO_NETNS=1 runs them on this host where hosts cannot be made")
     p.add_argument("--time-limit", type=float, default=120.0, metavar="S",
                    help="the whole campaign's budget in seconds (default 120)")
     p.add_argument("--wall-scale", type=float, default=0.01, metavar="FACTOR",
@@ -55,7 +73,7 @@ class _Bar(Progress):
             head = f"nemesis [{'#' * fill}{'.' * (self.WIDTH - fill)}] {done}/{total} faults"
         else:
             head = "quiet: recovery's turn"
-        tail = ", ".join(f"{info.get(k, 0)} {k}" for k in ("kill", "pause", "reopen"))
+        tail = ", ".join(f"{info.get(k, 0)} {k}" for k in ("kill", "pause", "reopen", "cut") if k != "cut" or k in info)
         line = f"[{self.what}] {head}; {info.get('created', 0)} items created; {tail}; {elapsed:.0f}s"
         if self.tty:
             print("\r" + line.ljust(100), end="", file=sys.stderr, flush=True)
@@ -75,17 +93,28 @@ def cmd_safety(args: argparse.Namespace) -> int:
     from .safety import attach_verdict, check_history, run_campaign
 
     progress = _Bar("safety")
+    notes: list[str] = []
     try:
-        faults = parse_faults(args.nemesis)
+        if args.hosts < 0 or args.hosts > 200:
+            raise ChaosError("--hosts must be between 0 and 200")
+        faults = parse_faults(args.nemesis if args.nemesis is not None
+                              else DEFAULT_FAULTS + (",partition" if args.hosts else ""))
         if args.workers < 1 or args.items < 1:
             raise ChaosError("--workers and --items must be at least 1")
         if args.time_limit <= 0 or args.wall_scale <= 0:
             raise ChaosError("--time-limit and --wall-scale must be positive")
+        if "partition" in faults and not args.hosts:
+            raise ChaosError("the partition fault needs workers on hosts: add --hosts N")
         _check_out(args.out)
         spec = _spec(args.spec)
-        result = run_campaign(args.adapter, spec, workers=args.workers, items=args.items, seed=args.seed,
-                              faults=faults, out_dir=args.out, time_limit=args.time_limit, wall_scale=args.wall_scale,
-                              check=False, progress=progress)
+        with _hosts(args.hosts, notes) as ph:
+            if ph is None and "partition" in faults:
+                faults = tuple(f for f in faults if f != "partition")
+            result = run_campaign(args.adapter, spec, workers=args.workers, items=args.items, seed=args.seed,
+                                  faults=faults, out_dir=args.out, time_limit=args.time_limit,
+                                  wall_scale=args.wall_scale, check=False, progress=progress,
+                                  hosts=ph.net if ph else None, reset={"server_dsn": ph.server_dsn} if ph else None)
+        result.notes[:0] = notes
     except (ChaosError, OSError) as exc:
         progress.close()
         if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
@@ -108,6 +137,41 @@ def cmd_safety(args: argparse.Namespace) -> int:
     return 1 if result.anomalies else 0
 
 
+@contextmanager
+def _hosts(n: int, notes: list[str]) -> Iterator[Any]:
+    """``n`` hosts and the PostgreSQL server they reach (a ``PgHosts``), with ``$LEDGERCHECK_PG_DSN``
+    naming that server for the campaign's processes; None without ``--hosts``, or where hosts cannot
+    be made and ``LEDGERCHECK_ALLOW_NO_NETNS`` allows going on without them (a note says so)."""
+    if not n:
+        yield None
+        return
+    from ledgercheck.transport.pgserver import PostgresUnavailable
+
+    from .hosts import HostsUnavailable, allowed_to_skip, hosts_with_postgres
+
+    try:
+        ctx = hosts_with_postgres(n)
+        ph = ctx.__enter__()
+    except (HostsUnavailable, PostgresUnavailable) as exc:
+        why = " ".join(str(exc).split())
+        if not allowed_to_skip():
+            raise ChaosError(f"--hosts {n}: {why}") from None
+        notes.append(f"--hosts {n} not used ({why}); LEDGERCHECK_ALLOW_NO_NETNS is set, so every worker ran on "
+                     "this host, without the partition fault")
+        yield None
+        return
+    before = os.environ.get(PG_DSN_ENV)
+    os.environ[PG_DSN_ENV] = ph.server_dsn
+    try:
+        yield ph
+    finally:
+        if before is None:
+            os.environ.pop(PG_DSN_ENV, None)
+        else:
+            os.environ[PG_DSN_ENV] = before
+        ctx.__exit__(None, None, None)
+
+
 def summary(r: Any) -> str:
     """What ran: the adapter, its declarations, the faults done, the final states, the speed."""
     n = r.nemesis
@@ -118,7 +182,8 @@ def summary(r: Any) -> str:
         f"campaign: seed {r.seed}, {r.workers} workers ({r.mode}), {r.created}/{r.items} items created, "
         f"{r.ops} operations in {r.timings.get('active_s', 0) + r.timings.get('quiet_s', 0):.1f}s ({r.ops_per_s:g} ops/s)",
         f"nemesis: {_n(n.get('kill', 0), 'kill')} ({n.get('kill_at_point', 0)} at named crash points), "
-        f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}; "
+        f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}"
+        + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs)" if n.get("cut") else "") + "; "
         f"{_n(n.get('replaced', 0), 'worker')} replaced",
         f"final read: {', '.join(f'{k} {v}' for k, v in r.final.items()) or 'nothing'}",
         f"history: {r.history}",

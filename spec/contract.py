@@ -341,20 +341,35 @@ class Spec:
         """waiting kind -> status name."""
         return {st.waiting_kind: s for s, st in self.statuses.items() if st.waiting_kind}
 
-    def edge(self, src: str, dst: str) -> Transition | None:
+    @functools.cached_property
+    def _edges(self) -> dict[tuple[str, str], Transition]:
+        """(src, dst) -> the table's first transition between them (the model and the reference
+        ask on every operation; the table is frozen, so it is indexed once per Spec)."""
+        index: dict[tuple[str, str], Transition] = {}
         for t in self.transitions:
-            if t.src == src and t.dst == dst:
-                return t
-        return None
+            index.setdefault((t.src, t.dst), t)
+        return index
+
+    @functools.cached_property
+    def _targets(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(operation, src) -> the statuses the operation may move an item in ``src`` to."""
+        index: dict[tuple[str, str], list[str]] = {}
+        for t in self.transitions:
+            for op in dict.fromkeys(t.ops):
+                index.setdefault((op, t.src), []).append(t.dst)
+        return {k: tuple(v) for k, v in index.items()}
+
+    def edge(self, src: str, dst: str) -> Transition | None:
+        return self._edges.get((src, dst))
 
     def allowed(self, src: str, dst: str) -> bool:
-        return self.edge(src, dst) is not None
+        return (src, dst) in self._edges
 
     def edges_of(self, op: str) -> tuple[Transition, ...]:
         return tuple(t for t in self.transitions if op in t.ops)
 
     def targets(self, op: str, src: str) -> tuple[str, ...]:
-        return tuple(t.dst for t in self.transitions if t.src == src and op in t.ops)
+        return self._targets.get((op, src), ())
 
     def forbidden_pairs(self) -> list[tuple[str, str]]:
         names = list(self.statuses)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import string
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,9 +119,27 @@ def marked_for_recovery(spec: Spec, item: Mapping[str, Any], last_event: str | N
     a lapsed lease and is still waiting for a scan to classify it."""
     rule = spec.stale.monitor_marked
     status = item.get("status")
-    return (rule is not None and status in marked_statuses(spec) and item.get("status_reason") == rule.reason
+    return (rule is not None and status in _marked(spec) and item.get("status_reason") == rule.reason
             and not any(item.get(f) for f in rule.unless) and last_event is not None
             and last_event == marked_event(spec, status))
+
+
+_ONCE: dict[tuple[str, int], tuple[Spec, Any]] = {}
+
+
+def _once(name: str, spec: Spec, make: Callable[[Spec], Any]) -> Any:
+    """``make(spec)``, worked out once per Spec: the contract is frozen, and the model and the
+    reference ask on every operation (the Spec is kept here, so its id is not reused)."""
+    hit = _ONCE.get((name, id(spec)))
+    if hit is None or hit[0] is not spec:
+        if len(_ONCE) >= 64:  # a campaign over many contracts keeps only the recent ones alive
+            _ONCE.clear()
+        hit = _ONCE[(name, id(spec))] = (spec, make(spec))
+    return hit[1]
+
+
+def _marked(spec: Spec) -> tuple[str, ...]:
+    return _once("marked_statuses", spec, marked_statuses)  # type: ignore[no-any-return]
 
 
 def stale_for_recovery(spec: Spec, item: Mapping[str, Any], now: float, last_event: str | None = None) -> bool:
@@ -209,18 +227,22 @@ __all__ = [
 # ---------------------------------------------------------------------------------- the trail
 def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Rebuild a snapshot's fold fields from an item's events (eventlog.fold)."""
-    snap: dict[str, Any] = {f: None for f, wf in spec.work_fields.items() if wf.fold}
+    snap: dict[str, Any] = dict.fromkeys(_once("fold_fields", spec, _fold_fields))
     for e in events:
-        if not isinstance(e, Mapping):
+        if type(e) is not dict and not isinstance(e, Mapping):
             continue
         if e.get("to_status") is not None:
             snap["status"] = e["to_status"]
         data = e.get("data")
-        if isinstance(data, Mapping):
+        if type(data) is dict or isinstance(data, Mapping):
             for k, v in data.items():
                 if k in snap and k != "status":
                     snap[k] = v
     return snap
+
+
+def _fold_fields(spec: Spec) -> tuple[str, ...]:
+    return tuple(f for f, wf in spec.work_fields.items() if wf.fold)
 
 
 # ---------------------------------------------------------------------------------- blame

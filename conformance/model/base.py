@@ -151,6 +151,10 @@ class ModelBase:
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
         self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
+        # per event type: its data fields and how each compares (a field not compared on the
+        # snapshot is compared exactly in event data); the fold fields the fold check compares
+        self._event_fields: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._folded = tuple((n, f.compare) for n, f in spec.work_fields.items() if f.fold and f.compare != "none")
         self._field_owner = rules.field_owners(spec)  # the contract's `blame` of each snapshot field
         # status_reason is not compared in general (close-out, cancel and requeue store the
         # caller's free text); the contract fixes it only for work the monitor marked timeout
@@ -246,12 +250,10 @@ class ModelBase:
         """The implementation's own snapshot must equal the fold of its own events."""
         folded = fold(self.spec, actual_events)
         out = []
-        for name, f in self.spec.work_fields.items():
-            if not f.fold or f.compare == "none":
-                continue
-            if not self._same(f.compare, folded.get(name), actual_work.get(name)):
+        for name, kind in self._folded:
+            if not self._same(kind, folded.get(name), actual_work.get(name)):
                 out.append(Violation("eventlog.fold", f"{actual_work.get('work_id')}: fold(events).{name} = {folded.get(name)!r} but the snapshot has {actual_work.get(name)!r}"))
-        return self.keep(out)
+        return self.keep(out) if out else out
 
     # ------------------------------------------------------------------ helpers
     def _same(self, kind: str, a: Any, b: Any) -> bool:
@@ -306,13 +308,15 @@ class ModelBase:
             return [Violation("trail.append_only", f"{wid}: events are not a list")]
         before = self._events_before.get(wid, len(exp))
         n = min(len(exp), len(actual))
+        first_seq = self.spec.first_seq
+        event_fields = self._event_fields
         for i in range(n):
             e, a = exp[i], actual[i]
-            if not isinstance(a, Mapping):
+            if type(a) is not dict and not isinstance(a, Mapping):
                 out.append(Violation("trail.append_only", f"{wid}: event {i} is not an object"))
                 continue
             old = i < before
-            seq = self.spec.first_seq + i
+            seq = first_seq + i
             if a.get("seq") != seq:
                 out.append(Violation("trail.append_only", f"{wid}: event {i} has seq {a.get('seq')!r}, expected {seq}"))
             if a.get("work_id") != wid:
@@ -326,18 +330,23 @@ class ModelBase:
                 clause = "trail.append_only" if old else "trail.one_per_transition"
                 out.append(Violation(clause, f"{wid}: {e['type']} event {seq} records {a.get('from_status')!r} -> {a.get('to_status')!r}, expected {e['from_status']!r} -> {e['to_status']!r}"))
             data = a.get("data")
-            if not isinstance(data, Mapping):
+            if type(data) is not dict and not isinstance(data, Mapping):
                 out.append(Violation("eventlog.event_data", f"{wid}: event {seq} has no data object"))
                 continue
             for k, (want, clause) in e.get("extra", {}).items():  # keys an event carries besides snapshot fields
                 if data.get(k) != want:
                     out.append(Violation(clause, f"{wid}: {e['type']} event {seq} has data.{k} = {data.get(k)!r}, expected {want!r}"))
-            for fname in self.spec.events[e["type"]].data:
-                kind = self.spec.work_fields[fname].compare
+            edata = e["data"]
+            fields = event_fields.get(e["type"]) or self._data_fields(e["type"])
+            for fname, kind in fields:
                 if fname not in data:
                     out.append(Violation("eventlog.event_data", f"{wid}: {e['type']} event {seq} lacks data.{fname}"))
-                elif not self._same(kind if kind != "none" else "exact", e["data"].get(fname), data.get(fname)):
-                    if not old and self._allowed_other(wid, fname, kind if kind != "none" else "exact", data.get(fname)):
+                    continue
+                x, y = edata.get(fname), data.get(fname)
+                if x is y or (x == y and type(x) is type(y)):  # (the first test _same makes)
+                    continue
+                if not self._same(kind, x, y):
+                    if not old and self._allowed_other(wid, fname, kind, data.get(fname)):
                         e["data"][fname] = copy.deepcopy(data.get(fname))
                         continue
                     clause = "trail.append_only" if old else "eventlog.event_data"
@@ -366,6 +375,12 @@ class ModelBase:
                         and any(k == snap.get("source_id") for k, _ in kids):
                     return "spawn.logged_first"
         return default
+
+    def _data_fields(self, etype: str) -> tuple[tuple[str, str], ...]:
+        """An event type's data fields and how each compares (exactly where the snapshot does not)."""
+        kinds = [(n, self.spec.work_fields[n].compare) for n in self.spec.events[etype].data]
+        got = self._event_fields[etype] = tuple((n, k if k != "none" else "exact") for n, k in kinds)
+        return got
 
     def _lease_problem(self, it: Mapping[str, Any], token: Any, now: float) -> str | None:
         if not self.spec.statuses[it["status"]].leased or it["lease_token"] is None:

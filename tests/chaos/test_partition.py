@@ -2,7 +2,8 @@
 
 Needs root and ``ip`` (CI has both).  Without them every test here fails with one line saying
 so, unless ``LEDGERCHECK_ALLOW_NO_NETNS=1`` lets them skip.  ``LEDGERCHECK_PARTITION_SEEDS=N``
-runs the correct ledgers over N seeds instead of two.
+runs the correct ledgers (the PostgreSQL reference among them) over N seeds instead of two; the
+figure docs/safety.md records is ``LEDGERCHECK_PARTITION_SEEDS=10``.
 
 Why the two broken ledgers pass single-host runs (each test shows it on the same seed):
 
@@ -17,9 +18,11 @@ Why the two broken ledgers pass single-host runs (each test shows it on the same
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,7 +124,7 @@ def test_hosts_reach_the_database_side_and_a_partition_cuts_them_off() -> None:
 def test_leftovers_of_a_dead_run_are_removed_by_name() -> None:
     _need_hosts()
     dead = 4_000_000  # above any pid this machine hands out (pid_max is at most 4194304): its run is gone
-    while hostsmod._pid_alive(dead):
+    while not hostsmod.gone(dead):
         dead += 1
     ns = f"{hostsmod.PREFIX}{dead}h0"
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -165,6 +168,25 @@ def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, c
     assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
 
 
+def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, tmp_path: Any) -> None:
+    """The reference ledger itself (reference/pg.py through the ``reference-pg`` adapter), its
+    workers on three hosts, every process on the one ledger schema of the server the hosts reach."""
+    late = 0
+    for seed in _seeds():
+        r = run_campaign("reference-pg", workers=4, items=ITEMS, seed=seed, faults="partition", hosts=pg_hosts.net,
+                         reset={"dsn": pg_hosts.server_dsn}, latency=(0.05, 0.3),
+                         out_dir=str(tmp_path / f"reference-pg-{seed}"), time_limit=90.0)
+        assert r.mode == "processes" and r.adapter.get("name") == "ledgercheck-reference-pg", (r.mode, r.adapter)
+        assert r.anomalies == [], (seed, r.anomalies[:1])
+        assert set(r.final) <= {"done", "quarantined"} and sum(r.final.values()) == ITEMS, r.final
+        lines = _history(r)
+        assert any(n.startswith("4 workers on 3 hosts") for n in r.notes), r.notes
+        cuts = [x for x in lines if x["type"] == "nemesis" and x["fault"] == "partition"]
+        assert cuts and any(x["type"] == "nemesis" and x["fault"] == "heal" for x in lines), "the campaign cut no host off"
+        late += r.observations["counts"].get("late_writes", 0)
+    assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
+
+
 # ------------------------------------------------------------------------------ broken ledgers
 @pytest.mark.parametrize("cls", [pg_ledger.LostAckRetried, pg_ledger.CallerClockLease], ids=lambda c: c.__name__)
 def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_hosts: PgHosts, cls: type,
@@ -205,6 +227,87 @@ def test_a_library_on_postgresql_under_partitions(pg_hosts: PgHosts, address: st
     assert r.mode == "processes" and r.history
     assert _classes(r) <= ({"stale_write_accepted"} if address == "pgqueuer" else set()), r.anomalies[:1]
     assert set(r.final) <= {"done", "quarantined"}, r.final
+
+
+# ------------------------------------------------------------------------------ the command line
+def test_the_command_line_runs_workers_on_hosts_and_cuts_them_off(tmp_path: Any) -> None:
+    _need_hosts()  # its own process: the module's hosts (pg_hosts) carry this process's pid in their names
+    env = {k: v for k, v in os.environ.items() if k != "LEDGERCHECK_PG_DSN"}
+    proc = subprocess.run(["ledgercheck", "safety", "--adapter", "reference-pg", "--hosts", "2", "--items", "20",
+                           "--nemesis", "kill,partition", "--seed", "2", "--out", str(tmp_path / "cli"), "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["anomalies"] == [] and doc["faults"] == ["kill", "partition"], doc["faults"]
+    assert doc["nemesis"]["cut"] >= 1 and doc["nemesis"]["partition"] >= doc["nemesis"]["cut"], (doc["nemesis"], doc["notes"])
+    assert any(n.startswith("4 workers on 2 hosts") for n in doc["notes"]), doc["notes"]
+    with open(tmp_path / "cli" / "history.jsonl", "rb") as f:
+        meta = json.loads(f.readline())
+    assert meta["adapter"]["name"] == "ledgercheck-reference-pg"
+
+
+def test_one_process_makes_one_set_of_hosts_at_a_time() -> None:
+    _need_hosts()  # in a process of its own: this one may hold the module's hosts
+    code = ("from ledgercheck.chaos.hosts import HostNet, HostsUnavailable\n"
+            "with HostNet(1):\n"
+            "    try:\n        HostNet(1).create()\n    except HostsUnavailable as exc:\n        print(exc)\n"
+            "with HostNet(1) as net:\n    print(len(net.hosts))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout + proc.stderr
+    assert "already has hosts; one HostNet per process at a time" in lines[0] and lines[1] == "1"
+
+
+def test_the_command_line_hands_hosts_their_server_and_the_partition_fault(tmp_path: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from ledgercheck.chaos import safety, safety_commands
+
+    from ledgercheck.cli import main
+
+    seen: list[dict[str, Any]] = []
+
+    def campaign(address: str, spec: Any, **kw: Any) -> Any:
+        seen.append(kw)
+        raise ChaosError("stopped before running")  # only what the command hands over is looked at here
+
+    @contextmanager
+    def hosts(n: int, notes: list[str]) -> Iterator[Any]:
+        yield SimpleNamespace(net=f"{n} hosts", server_dsn="host=10.231.7.1 port=5") if n else None
+
+    monkeypatch.setattr(safety, "run_campaign", campaign)
+    monkeypatch.setattr(safety_commands, "_hosts", hosts)
+    for extra in (["--hosts", "3"], ["--hosts", "3", "--nemesis", "pause"], []):
+        assert main(["safety", "--adapter", "reference", "--out", str(tmp_path), *extra]) == 2
+    assert [(kw["faults"], kw["hosts"], kw["reset"]) for kw in seen] == [
+        (("kill", "pause", "reopen", "partition"), "3 hosts", {"server_dsn": "host=10.231.7.1 port=5"}),
+        (("pause",), "3 hosts", {"server_dsn": "host=10.231.7.1 port=5"}),
+        (("kill", "pause", "reopen"), None, None)]
+
+
+def test_the_command_line_says_in_one_line_when_hosts_cannot_be_made(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from ledgercheck.cli import main
+
+    monkeypatch.setattr(hostsmod.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("LEDGERCHECK_ALLOW_NO_NETNS", raising=False)
+    argv = ["safety", "--adapter", "reference", "--hosts", "3", "--items", "3", "--nemesis", "kill,partition",
+            "--out", str(tmp_path / "a")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("ledgercheck safety: --hosts 3: network namespaces need root (run as root, or skip the host tests "
+                   "with LEDGERCHECK_ALLOW_NO_NETNS=1)"), err
+    assert main(["safety", "--adapter", "reference", "--nemesis", "partition", "--items", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "ledgercheck safety: the partition fault needs workers on hosts: add --hosts N"
+    # allowed to go on without hosts: every worker on this host, the partition fault left out, a note saying so
+    monkeypatch.setenv("LEDGERCHECK_ALLOW_NO_NETNS", "1")
+    argv[-1] = str(tmp_path / "b")
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["faults"] == ["kill"] and doc["mode"] == "processes"
+    assert doc["notes"][0].startswith("--hosts 3 not used (network namespaces need root"), doc["notes"]
 
 
 def test_without_root_or_ip_hosts_say_why_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,3 +129,39 @@ def test_library_suite(library, servers, tmp_path):
         # more, and a finding that is real fails again there
         again = _failed(_suite(library, servers, tmp_path, "again", KEYWORD)) & new
         assert not again, f"{library}: newly failing {sorted(again)} (failed twice; published: docs/libraries/{library})"
+
+
+@pytest.mark.parametrize("library", ["pgqueuer", "procrastinate"])
+def test_partition_findings_are_published_and_confirmed(library):
+    """The libraries on PostgreSQL ran under the partition fault (docs/libraries/partition/, written by
+    the publish step): the page carries the line made from that record, and every anomaly class it
+    found is confirmed by a script that uses the library alone."""
+    from ledgercheck.fixtures.publish import CONFIRMED, partition_line, read_partition
+
+    out = ROOT / "docs" / "libraries"
+    doc = read_partition(out, library)
+    assert doc is not None, f"{library}: no partition record under docs/libraries/partition/"
+    assert doc["seeds"] >= 3 and len(doc["runs"]) == doc["seeds"] and doc["hosts"] >= 2
+    assert all(r["host_cuts"] > 0 for r in doc["runs"]), doc["runs"]  # every seed did cut a host off
+    line = partition_line(doc)
+    page = (out / "README.md").read_text(encoding="utf-8")
+    assert f"- under partitions: {line}" in page and f"- **{library}**: {line}" in page
+    for kind in doc["anomalies"]:
+        script = CONFIRMED.get((library, kind))
+        assert script and (ROOT / script).is_file(), f"{library}: {kind} under partitions has no confirmation script"
+        assert doc["example"]["excerpt"] and "\n".join(doc["example"]["excerpt"]) in page.replace("\n  ", "\n")
+
+
+def test_without_hosts_the_publish_step_says_why_and_keeps_the_partition_records(tmp_path, monkeypatch, capsys):
+    from ledgercheck.chaos import hosts
+    from ledgercheck.fixtures.publish import partition_campaigns
+
+    kept = tmp_path / "partition" / "pgqueuer.json"
+    kept.parent.mkdir()
+    kept.write_text('{"published": true}', encoding="utf-8")
+    monkeypatch.setattr(hosts.os, "geteuid", lambda: 1000)
+    partition_campaigns(["pgqueuer"], tmp_path, 3)
+    err = capsys.readouterr().err
+    assert err == ("publish: partition campaigns not run (network namespaces need root (run as root, or skip the host "
+                   "tests with LEDGERCHECK_ALLOW_NO_NETNS=1)); the published ones are kept\n"), err
+    assert kept.read_text(encoding="utf-8") == '{"published": true}'
