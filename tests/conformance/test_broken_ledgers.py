@@ -1,6 +1,6 @@
 """The harness must catch deliberately broken ledgers, each for the right clause.
 
-Every class in ``ledgercheck.fixtures.broken`` breaks one clause of the contract (named in its
+Every class in ``ledgercheck.fixtures.broken`` and ``broken_lanes`` breaks one clause of the contract (named in its
 ``BREAKS``).  For each of them:
 
 * the clause tests of that clause's profile fail, a failure names the clause, and every failing
@@ -18,26 +18,28 @@ from clause_runs import clause_test_failures
 from hypothesis import Phase
 from ledgercheck.conformance.harness import ClauseFailure, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
-from ledgercheck.fixtures import broken
+from ledgercheck.fixtures import broken, broken_lanes
 
 MESSAGING = {"inbox", "outbox", "lanes", "wakeups"}  # profiles the messaging machine family checks
 STATEFUL_BUDGET = 150  # examples, same for every ledger
 SEED = 0
+# every catalogue of broken ledgers these tests hold to their clauses
+CATALOGUE: list[type] = [*broken.ALL, *broken_lanes.ALL]
 
 
 def _address(cls: type) -> str:
-    return f"python:ledgercheck.fixtures.broken:{cls.__name__}"
+    return f"python:{cls.__module__}:{cls.__name__}"
 
 
 def test_there_are_enough_broken_ledgers(spec):
-    assert len(broken.ALL) >= 15
-    for cls in broken.ALL:
+    assert len(CATALOGUE) >= 15
+    for cls in CATALOGUE:
         assert cls.BREAKS in {c.id for c in spec.clauses}, cls.__name__
         assert cls.WHAT, cls.__name__
-    assert len({cls.BREAKS for cls in broken.ALL}) == len(broken.ALL), "each ledger breaks a different clause"
+    assert len({cls.BREAKS for cls in CATALOGUE}) == len(CATALOGUE), "each ledger breaks a different clause"
 
 
-@pytest.mark.parametrize("cls", broken.ALL, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CATALOGUE, ids=lambda c: c.__name__)
 def test_clause_tests_catch_it(cls, spec, harness_for):
     profile = spec.clause(cls.BREAKS).profile
     h = harness_for(_address(cls))
@@ -55,12 +57,12 @@ def test_clause_tests_catch_it(cls, spec, harness_for):
 # A ledger whose bug the stateful machines cannot see says why in its STATEFUL_BLIND (claim
 # order, a SHOULD the model leaves open): only its clause test judges it.
 def test_a_stateful_blind_ledger_says_why(spec):
-    blind = [cls for cls in broken.ALL if cls.STATEFUL_BLIND is not None]
+    blind = [cls for cls in CATALOGUE if cls.STATEFUL_BLIND is not None]
     assert all(isinstance(cls.STATEFUL_BLIND, str) and len(cls.STATEFUL_BLIND) > 20 for cls in blind)
-    assert len(blind) <= len(broken.ALL) // 5, "most broken ledgers must be caught by the stateful machines too"
+    assert len(blind) <= len(CATALOGUE) // 5, "most broken ledgers must be caught by the stateful machines too"
 
 
-@pytest.mark.parametrize("cls", [c for c in broken.ALL if c.STATEFUL_BLIND is None], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [c for c in CATALOGUE if c.STATEFUL_BLIND is None], ids=lambda c: c.__name__)
 def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
     family = "messaging" if spec.clause(cls.BREAKS).profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else "lifecycle"
     h = harness_for(_address(cls))
