@@ -1,6 +1,6 @@
 """The harness must catch deliberately broken ledgers, each for the right clause.
 
-Every class in ``ledgercheck.fixtures.broken`` breaks one clause of the contract (named in its
+Every class in ``ledgercheck.fixtures.broken``, ``broken_lanes`` and ``broken_spawn`` breaks one clause of the contract (named in its
 ``BREAKS``).  For each of them:
 
 * the clause tests of that clause's profile fail, a failure names the clause, and every failing
@@ -18,13 +18,14 @@ from clause_runs import clause_test_failures
 from hypothesis import Phase
 from ledgercheck.conformance.harness import ClauseFailure, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
-from ledgercheck.fixtures import broken, broken_spawn
+from ledgercheck.fixtures import broken, broken_lanes, broken_spawn
 
 MESSAGING = {"inbox", "outbox", "lanes", "wakeups", "logread"}  # profiles the messaging machine family checks
 STATEFUL_BUDGET = 150  # examples, same for every ledger
 SEED = 0
-# the catalogue: fixtures/broken.py, and a module per later group of profiles
-CATALOGUE = [*broken.ALL, *broken_spawn.SPAWN_LEDGERS]
+# every catalogue of broken ledgers these tests hold to their clauses: fixtures/broken.py, and a module
+# per later group of profiles
+CATALOGUE: list[type] = [*broken.ALL, *broken_lanes.ALL, *broken_spawn.SPAWN_LEDGERS]
 
 
 def _address(cls: type) -> str:
