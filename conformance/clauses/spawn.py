@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from ledgercheck.spec import Spec
 
 from ..harness import DriveBlocked, Harness, NotApplicable
-from . import CaseFn, case, cases, check
+from . import CaseFn, case, cases, check, durable
 
 SPAWNED = "child_spawned"
 
@@ -43,6 +43,41 @@ def _logged_first(h: Harness) -> None:
     found = _queued_with_identity(h, parent, "research")
     check(found == [child], "spawn.logged_first", f"the spawn key 'research' of {parent} has records {found}", h)
     h.do("list")
+
+
+@case("spawn.logged_first", "crash-inside-spawn-then-replay")
+def _crash_replay(h: Harness) -> None:
+    """A worker dies inside a spawn, at each crash point of the adapter the spawn passes (a real
+    SIGKILL while the adapter blocks there); after a reopen the replay (same parent, same key)
+    must leave exactly one new item, the child the parent's log records.  An implementation
+    that enqueues before it logs leaves a second child here.  Needs an adapter that can be
+    stopped at its own crash points (the wire protocol's ``arm``) and durable state."""
+    points = list(h.client.crash_points) if hasattr(h.client, "crash_points") else []
+    if not points or not callable(getattr(h.client, "arm", None)):
+        raise NotApplicable("the adapter declares no crash points it can be stopped at (arm)")
+    h.need("spawn", "list", "children")
+    with durable(h) as reopen:
+        for point in points:
+            for occurrence in (1, 2, 3):
+                key = f"crash-{point}-{occurrence}"
+                parent = h.create(source_id=f"parent-{key}")  # a tree of its own: the budget never binds
+                before = {w["work_id"] for w in h.raw("list").value}
+                armed = h.client.arm(point, occurrence)
+                if not armed.ok:
+                    raise NotApplicable(f"arm {point}: {armed.code}: {armed.message}")
+                first = h.client.call("spawn", parent_id=parent, key=key, now=h.now())
+                reopen()
+                crashed = not first.ok and first.code == "adapter_crashed"
+                again = h.raw("spawn", parent_id=parent, key=key, now=h.now())
+                check(again.ok, "spawn.logged_first", f"the replay after a crash at {point} failed: {again.code} {again.message}", h)
+                child = again.value["work"]["work_id"]
+                new = {w["work_id"] for w in h.raw("list").value} - before
+                logged = [c["work_id"] for c in h.raw("children", work_id=parent).value if c.get("source_id") == key]
+                check(new == {child} and logged == [child], "spawn.logged_first",
+                      f"after a {'crash at ' + point if crashed else 'spawn'} (occurrence {occurrence}) and a replay, "
+                      f"the new items are {sorted(new)}, the parent's log records {logged} for {key!r}", h)
+                if not crashed:
+                    break  # the spawn passes this point fewer times
 
 
 @case("spawn.replay", "same-key-same-child")
