@@ -160,7 +160,7 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
         "log_list": {"type": "array", "items": {"$ref": "#/$defs/log_entry"}},
         "victim": _obj({"work_id": STR, "decision": STR, "reason": STR}, ["work_id", "decision"]),
         "victim_list": {"type": "array", "items": {"$ref": "#/$defs/victim"}},
-        "ask_result": _obj({"outcome": STR, "result": ANY}, ["outcome"]),
+        "ask_result": _obj({"outcome": STR, "result": ANY}),
         "seq_result": _obj({"seq": INT}),
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
