@@ -34,6 +34,7 @@ class SuperviseOps:
     _check: Callable[[str, Mapping[str, Any]], None]
     _read: Callable[..., list[Any]]
     _get: Callable[[sqlite3.Cursor, str], Rec]
+    get: Callable[..., dict[str, Any]]
     _insert_item: Callable[..., dict[str, Any] | None]
     _cancel_rec: Callable[[sqlite3.Cursor, Rec, float, str | None], dict[str, Any]]
 
@@ -90,9 +91,9 @@ class SuperviseOps:
 
     def children(self, *, work_id: str) -> list[dict[str, Any]]:
         self._check("children", {"work_id": work_id})
-        with self._tx as cur:
-            self._get(cur, work_id)
-            return [self._get(cur, d["child_id"]).snap for d in self._spawned(cur, work_id)]
+        self.get(work_id=work_id)  # not_found first
+        rows = self._read(_TRAIL_OF_TYPE, (work_id, SPAWNED))
+        return [self.get(work_id=decode(r[0])["child_id"]) for r in rows]
 
     def cancel_tree(self, *, work_id: str, now: float, reason: str | None = None) -> list[dict[str, Any]]:
         self._check("cancel_tree", {"work_id": work_id, "now": now, "reason": reason})
@@ -107,8 +108,7 @@ class SuperviseOps:
     # ------------------------------------------------------------------ ask profile
     def ask_outcome(self, *, work_id: str) -> dict[str, Any]:
         self._check("ask_outcome", {"work_id": work_id})
-        with self._tx as cur:
-            s = self._get(cur, work_id).snap
+        s = self.get(work_id=work_id)
         outcome = self.spec.ask_outcomes.get(s["status"], self.spec.ask_unfinished)
         return {"outcome": outcome, "result": s["result"] if outcome == self.spec.ask_outcomes.get("done") else None}
 

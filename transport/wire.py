@@ -178,7 +178,7 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
                           "wakeups": {"type": "array", "items": STR}, "timer_at": _nullable(NUM)}),
         "wake_handout": _obj({"run_id": STR, "worker": STR, "cycle": INT, "woken_by": {"type": "array", "items": STR}}),
         "wake_handout_or_null": _nullable({"$ref": "#/$defs/wake_handout"}),
-        "ask_result": _obj({"outcome": STR, "result": ANY}, ["outcome"]),
+        "ask_result": _obj({"outcome": STR, "result": ANY}),
         "seq_result": _obj({"seq": INT}),
         "handshake": _obj({
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
