@@ -540,6 +540,27 @@ def lanes_rules(c: Ctx) -> type:
         def lane_tasks(self, i: int) -> None:
             h.do("lane_tasks", session_key=sk, lane=LANES[i])
 
+        @needs("lane_acquire", "lane_push", "lane_renew", "lane_next", "lane_done", "lane_tasks")
+        @rule(i=st.integers(0, 1), who=st.integers(0, 2), k=st.integers(0, 5), n=st.integers(1, 3),
+              wait=st.sampled_from(["none", "half", "lapse"]), finish=st.booleans())
+        def lane_cycle(self, i: int, who: int, k: int, n: int, wait: str, finish: bool) -> None:
+            """A holder's turn on a lane: it takes the lane, follow-up work arrives while it is
+            busy, time passes (some of its lease, or past its lapse), it renews, takes the oldest
+            task and maybe finishes it, and the lane's queue is read back."""
+            lease = h.do("lane_acquire", session_key=sk, lane=LANES[i], owner=c.pools.owners[who]).value
+            if not isinstance(lease, dict):
+                return
+            for j in range(n):
+                h.do("lane_push", session_key=sk, lane=LANES[i], task_id=f"task-{k + j}", body=c.pools.payloads[(k + j) % 6])
+            lt = c.spec.lease_default
+            h.advance({"none": 0.0, "half": lt.ttl / 2, "lapse": lt.ttl + lt.grace + 1.0}[wait])
+            tok = lease.get("token")
+            h.do("lane_renew", session_key=sk, lane=LANES[i], token=tok)
+            got = h.do("lane_next", session_key=sk, lane=LANES[i], token=tok).value
+            if finish and isinstance(got, dict):
+                h.do("lane_done", session_key=sk, lane=LANES[i], token=tok, task_id=got.get("task_id"))
+            h.do("lane_tasks", session_key=sk, lane=LANES[i])
+
     return Lanes
 
 

@@ -177,7 +177,9 @@ class LanesOps(ModelBase):
         if task is None:
             return Refuse(frozenset({"not_found"}) | also, "lanes.queue.durable", f"lane {a['lane']!r} has no task {a['task_id']!r}")
         if task["state"] != "handed":
-            return Refuse(frozenset({"invalid_transition"}) | also, "lanes.queue.durable",
+            # a finished task may also be answered as unknown (the contract leaves it open)
+            done = frozenset({"not_found"}) if task["state"] == "done" else frozenset()
+            return Refuse(frozenset({"invalid_transition"}) | done | also, "lanes.queue.durable",
                           f"task {a['task_id']!r} is {task['state']}, not handed to the holder")
 
         def h(res: Any) -> list[Violation]:
