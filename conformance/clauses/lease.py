@@ -321,8 +321,8 @@ def _takeover(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         yield op, fn
 
 
-@cases("lease.takeover")
-def _takeover_same_owner(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+@cases("lease.fencing")
+def _fencing_same_owner(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     """The same worker name takes its own lapsed item over: the lease is new all the same, and
     the old token is refused although the owner's name did not change (fencing is by the
     lease, not by who holds it)."""
@@ -335,12 +335,12 @@ def _takeover_same_owner(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             h.do("expire")
             h.do("requeue", work_id=wid, reason="taken over")
             new = h.claim(wid, owner="worker-same")
-            check(new != old, "lease.takeover", "the same owner's new claim kept the old token", h)
+            check(new != old, "lease.fencing", "the same owner's new claim kept the old token", h)
             for name, args in _guarded_writes(h, wid, old):
                 if name == op:
                     out = h.do(name, **args)
-                    check(not out.ok, "lease.takeover", f"the same owner's {op} with its old token was accepted after it took the item over", h)
-        yield f"same-owner-{op}", fn
+                    check(not out.ok, "lease.fencing", f"the same owner's {op} with its old token was accepted after it took the item over", h)
+        yield f"same-owner-takes-over-{op}", fn
 
 
 @case("lease.single_holder", "claim-twice")
