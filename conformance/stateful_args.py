@@ -133,6 +133,26 @@ class ArgDraws:
             return st.sampled_from(vals)
         raise ValueError(f"the contract's argument {name!r} has a type the stateful machine cannot draw: {typ!r}")
 
+    def plain(self, name: str, typ: str) -> Any:
+        """One valid value of the argument, as the pools give it (no edge): what a clause test sends
+        for an optional argument it wants present."""
+        if typ in self.ENUMS:
+            return next(iter(getattr(self.spec, self.ENUMS[typ])))
+        pool = self.pools.named(name)
+        if typ in ("string", "nonempty_string"):
+            return next(v for v in (pool or self.pools.texts) if isinstance(v, str))
+        if typ in ("object", "any"):
+            return next(v for v in (pool or self.pools.payloads) if typ == "any" or isinstance(v, dict))
+        return {"priority": self.spec.priority_default, "positive_int": 1, "nonnegative_int": self.spec.first_seq,
+                "duration": 60.0, "time": 0.0, "boolean": True, "retry_policy": {},
+                "effect_key": self.spec.input_hash({"unknown": name})}[typ]
+
+    def string_forms(self, name: str, typ: str) -> list[str]:
+        """A pool's first value (given a letter whose NFC and NFD differ) and its edges, every one a
+        value of its own: the forms a clause test sends to see each stored and returned as given."""
+        first = nfd_variant(next(v for v in (self.pools.named(name) or self.pools.texts) if isinstance(v, str)))
+        return [first, *(v for v in edges(first, typ == "string") if typ != "nonempty_string" or v.strip())]
+
     def call(self, op: str, taken: Collection[str] = ()) -> SearchStrategy[dict[str, Any]]:
         """The arguments of ``op`` that a rule does not supply itself (``taken``, and ``now``,
         which the harness sets): required ones always, optional ones present or absent."""
