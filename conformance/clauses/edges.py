@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ledgercheck.spec import Spec
+from ledgercheck.transport.clock import plain
 
 from ..harness import DRIVERS, Harness
 from ..stateful_args import ArgDraws, Pools
@@ -176,6 +177,68 @@ def _names_for(spec: Spec, clause: str) -> Iterable[tuple[str, CaseFn]]:
             yield f"{op}-{name}-at-its-edges", _names_case(op, name)
 
 
+# ---------------------------------------------------------------- numbers at their bounds
+def _batch_limit(spec: Spec, op: str) -> int | None:
+    """The contract's default batch size of a list operation with an optional ``max``: the
+    integer its profile's section names ``<operation>_max`` (inbox.drain_max for inbox_drain)."""
+    o = spec.operations[op]
+    section = plain(spec.document).get(o.profile or "")
+    short = op.split("_", 1)[1] if "_" in op else op
+    value = section.get(f"{short}_max") if isinstance(section, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bounded_reads(spec: Spec) -> Iterator[tuple[str, str, int]]:
+    """(list operation, the journal operation that fills it, the default batch size) for every
+    list operation whose optional ``max`` defaults to a limit of the contract."""
+    producers: dict[str | None, str] = {}
+    for op, _ in _named_ops(spec):  # the first operation of the profile that stores a record on a fresh ledger
+        plain_args = {n: _draws(spec).plain(n, a.type) for n, a in spec.operations[op].args.items() if a.required and n != "now"}
+        if _acceptance_clause(spec, op, plain_args) is not None:
+            producers.setdefault(spec.operations[op].profile, op)
+    for op, o in spec.operations.items():
+        limit = _batch_limit(spec, op)
+        if limit is None or not o.returns.endswith("_list") or o.profile not in producers:
+            continue
+        if any(a.type == "positive_int" and not a.required for a in o.args.values()):
+            yield op, producers[o.profile], limit
+
+
+def _bound_case(op: str, producer: str, limit: int) -> CaseFn:
+    def fn(h: Harness) -> None:
+        h.need(op, producer)
+        draws = _draws(h.spec)
+        prod = {n: draws.plain(n, a.type) for n, a in h.spec.operations[producer].args.items() if a.required and n != "now"}
+        scope = {n: v for n, v in prod.items() if n in h.spec.operations[op].args}  # what the read names (a recipient)
+        for i in range(limit + 1):  # one more than a batch, each from a name of its own
+            h.do(producer, **{**prod, **{n: f"{v}-{i}" for n, v in prod.items() if isinstance(v, str) and n not in scope}})
+        for max_ in (None, 1, limit, limit + 1):  # the default, and a requested size at its bounds
+            args = {**scope, **({} if max_ is None else {"max": max_})}
+            got = h.do(op, **args).value
+            want = min(limit + 1, max_ or limit)
+            if h.spec.operations[op].kind == "read":
+                check(isinstance(got, list) and len(got) == want, _clause_of(h.spec, op, args),
+                      f"{op}({', '.join(f'{k}={v!r}' for k, v in args.items())}) handed out {len(got) if isinstance(got, list) else got!r}"
+                      f" of {limit + 1}, a batch is {want}", h)
+    return fn
+
+
+def _clause_of(spec: Spec, op: str, args: Mapping[str, Any]) -> str:
+    from ..model import Model
+
+    return Model(spec).expect(op, {**args, "now": 0.0}).clause
+
+
+def _bounds_for(spec: Spec, clause: str) -> Iterable[tuple[str, CaseFn]]:
+    """A list operation's batch at its bounds: one more record than the contract's default batch,
+    read without ``max`` and with 1, the batch size and one more (the model judges each answer;
+    a read that changes nothing must hand out exactly the batch)."""
+    for op, producer, limit in _bounded_reads(spec):
+        if _clause_of(spec, op, {n: _draws(spec).plain(n, a.type) for n, a in spec.operations[op].args.items()
+                                 if a.required and n != "now"}) == clause:
+            yield f"{op}-batch-at-its-bounds", _bound_case(op, producer, limit)
+
+
 def _register() -> None:
     from ledgercheck.spec import default_spec
 
@@ -187,6 +250,10 @@ def _register() -> None:
         clauses.add(_acceptance_clause(spec, op, plain))
     for clause in sorted(c for c in clauses if c is not None):
         cases(clause)(functools.partial(_names_for, clause=clause))
+    for op, _, _ in _bounded_reads(spec):
+        req = {n: draws.plain(n, a.type) for n, a in spec.operations[op].args.items() if a.required and n != "now"}
+        clause = _clause_of(spec, op, req)
+        cases(clause)(functools.partial(_bounds_for, clause=clause))
 
 
 _register()
