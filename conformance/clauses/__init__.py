@@ -42,7 +42,7 @@ class ClauseCase:
 
 
 REGISTRY: dict[str, list[Generator]] = {}
-MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency")
+MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency", "edges")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:
