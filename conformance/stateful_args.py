@@ -92,10 +92,9 @@ class ArgDraws:
         """A pool's values, most often as they are, sometimes at one of their edges."""
         pool = self.pools.named(name) or self.pools.texts
         pool = [v for v in pool if isinstance(v, str)]
-        # empty where the type allows it, except for a field the record may hold as null: there the
-        # contract reads an empty string as none (a run id), and both spellings conform
-        field = self.spec.work_fields.get(name)
-        allow_empty = typ == "string" and not (field is not None and field.nullable)
+        # empty where the type allows it: the contract says what it means where a record may hold
+        # null (an empty run id is none, stored as null; an empty owner is the name '')
+        allow_empty = typ == "string"
         first = nfd_variant(pool[0])
         edge = [v for v in edges(first, allow_empty) if typ != "nonempty_string" or v.strip()]
         return st.one_of(st.sampled_from(pool), st.sampled_from([first, *edge]))
@@ -133,6 +132,26 @@ class ArgDraws:
             vals = [v for v in pool or self.pools.payloads if typ == "any" or isinstance(v, dict)]
             return st.sampled_from(vals)
         raise ValueError(f"the contract's argument {name!r} has a type the stateful machine cannot draw: {typ!r}")
+
+    def plain(self, name: str, typ: str) -> Any:
+        """One valid value of the argument, as the pools give it (no edge): what a clause test sends
+        for an optional argument it wants present."""
+        if typ in self.ENUMS:
+            return next(iter(getattr(self.spec, self.ENUMS[typ])))
+        pool = self.pools.named(name)
+        if typ in ("string", "nonempty_string"):
+            return next(v for v in (pool or self.pools.texts) if isinstance(v, str))
+        if typ in ("object", "any"):
+            return next(v for v in (pool or self.pools.payloads) if typ == "any" or isinstance(v, dict))
+        return {"priority": self.spec.priority_default, "positive_int": 1, "nonnegative_int": self.spec.first_seq,
+                "duration": 60.0, "time": 0.0, "boolean": True, "retry_policy": {},
+                "effect_key": self.spec.input_hash({"unknown": name})}[typ]
+
+    def string_forms(self, name: str, typ: str) -> list[str]:
+        """A pool's first value (given a letter whose NFC and NFD differ) and its edges, every one a
+        value of its own: the forms a clause test sends to see each stored and returned as given."""
+        first = nfd_variant(next(v for v in (self.pools.named(name) or self.pools.texts) if isinstance(v, str)))
+        return [first, *(v for v in edges(first, typ == "string") if typ != "nonempty_string" or v.strip())]
 
     def call(self, op: str, taken: Collection[str] = ()) -> SearchStrategy[dict[str, Any]]:
         """The arguments of ``op`` that a rule does not supply itself (``taken``, and ``now``,

@@ -43,7 +43,7 @@ class ClauseCase:
 
 REGISTRY: dict[str, list[Generator]] = {}
 MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency",
-           "lanes", "wakeups", "spawn")
+           "lanes", "wakeups", "spawn", "edges")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:

@@ -219,6 +219,23 @@ def _runs(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         yield f"{src}-empty-run-id", empty
         yield f"{src}-runs-are-units", two_runs
         yield f"{src}-run-ids-case-sensitive", run_ids_as_is
+    for src in spec.source_systems:
+        if src in spec.run_id_required_for:
+            continue
+
+        def empty_is_none(h: Harness, src: str = src) -> None:
+            # an empty run id is none: the record holds null (the model predicts it and compares
+            # the answer and the read-back), and it is the unit created without a run id, in
+            # either order
+            a = h.do("create", source_system=src, source_id="unit-e", source_run_id="").value["work"]["work_id"]
+            b = h.do("create", source_system=src, source_id="unit-e")
+            check(b.value["work"]["work_id"] == a, "core.scheduler.run_identity",
+                  f"({src}, unit-e) with an empty run id and without one are two records", h)
+            c = h.create(src, "unit-f")
+            d = h.do("create", source_system=src, source_id="unit-f", source_run_id="")
+            check(d.value["work"]["work_id"] == c, "core.scheduler.run_identity",
+                  f"({src}, unit-f) without a run id and with an empty one are two records", h)
+        yield f"{src}-empty-run-id-is-none", empty_is_none
 
 
 # ---------------------------------------------------------------- transitions

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from ledgercheck.spec import Spec
 from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import OWNER, Harness, NotApplicable
+from ..stateful_args import Pools, edges, nfd_variant
 from . import CaseFn, case, cases, check
 
 
@@ -25,6 +27,25 @@ def _acquire(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             if not h.wall:
                 check(got["lease_expires_at"] == t0 + lt.ttl, "lease.acquire", f"expires at {got['lease_expires_at']}, expected now + {lt.ttl:g}", h)
         yield src, fn
+
+
+@functools.lru_cache(maxsize=1)
+def _owner_forms() -> tuple[str, ...]:
+    first = nfd_variant(Pools().owners[0])
+    return (first, *edges(first, allow_empty=True))
+
+
+@case("lease.acquire", "owner-names-as-given")
+def _acquire_owner_forms(h: Harness) -> None:
+    """An owner name is stored and returned as given (core.identity.exact), at its edges: another
+    case, surrounding whitespace, the other normalization form, an astral character, and the
+    empty name (which is a name, not "no holder"); the forms come from the contract-drawn pools
+    the stateful machine uses (conformance/stateful_args.py)."""
+    for i, owner in enumerate(_owner_forms()):
+        wid = h.create("manual", f"owner-form-{i}")
+        h.claim(wid, owner=owner)  # the model compares the answer and the read-back, field by field
+        got = h.raw("get", work_id=wid).value
+        check(got.get("owner") == owner, "lease.acquire", f"claimed by {owner!r}, the record names {got.get('owner')!r}", h)
 
 
 @case("lease.version.monotonic", "across-everything")
@@ -298,6 +319,29 @@ def _takeover(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                     check(not out.ok, "lease.takeover", f"the old holder's {op} was accepted after takeover", h)
             check(h.item(wid)["owner"] == "worker-new", "lease.takeover", "the new holder lost the item", h)
         yield op, fn
+
+
+@cases("lease.fencing")
+def _fencing_same_owner(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    """The same worker name takes its own lapsed item over: the lease is new all the same, and
+    the old token is refused although the owner's name did not change (fencing is by the
+    lease, not by who holds it).  Renewal is left out: a renew with a stale token is its own
+    clause's (lease.renew.conditions, where the model blames it)."""
+    for op in ("close_out", "fail", "set_waiting"):
+        def fn(h: Harness, op: str = op) -> None:
+            h.need(op)
+            wid = h.create()
+            old = h.claim(wid, owner="worker-same")
+            h.advance_to(h.lapse_time(wid))
+            h.do("expire")
+            h.do("requeue", work_id=wid, reason="taken over")
+            new = h.claim(wid, owner="worker-same")
+            check(new != old, "lease.fencing", "the same owner's new claim kept the old token", h)
+            for name, args in _guarded_writes(h, wid, old):
+                if name == op:
+                    out = h.do(name, **args)
+                    check(not out.ok, "lease.fencing", f"the same owner's {op} with its old token was accepted after it took the item over", h)
+        yield f"same-owner-takes-over-{op}", fn
 
 
 @case("lease.single_holder", "claim-twice")

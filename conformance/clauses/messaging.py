@@ -256,6 +256,30 @@ def _dup_dead(h: Harness) -> None:
     h.do("inbox_dead", recipient=R)
 
 
+@case("inbox.ack", "only-what-was-handed-out")
+def _ack_not_handed_out(h: Harness) -> None:
+    """An ack names a message that is handed out: one never drained, one nacked back to pending
+    and a dead letter are refused with invalid_transition, and the refused ack changes nothing
+    (the pending message is still handed out, in its place; the dead one stays dead)."""
+    _deliver(h, "m1", "alice")
+    _deliver(h, "m2", "alice")
+    out = h.do("inbox_ack", recipient=R, message_id="m1")  # never handed out
+    check(not out.ok and out.code == "invalid_transition", "inbox.ack", f"ack of a message never handed out answered {out.code or 'ok'}", h)
+    got = _drain(h, 1)
+    check(got == ["m1"], "inbox.ack", f"after a refused ack of m1 the drain gave {got}", h)
+    h.do("inbox_nack", recipient=R, message_id="m1", error="retry later")
+    out = h.do("inbox_ack", recipient=R, message_id="m1")  # nacked back to pending
+    check(not out.ok and out.code == "invalid_transition", "inbox.ack", f"ack of a nacked (pending) message answered {out.code or 'ok'}", h)
+    check(_drain(h, 1) == ["m1"], "inbox.ack", "a refused ack of a nacked message lost it", h)
+    for i in range(1, h.spec.inbox_max_nacks):
+        h.do("inbox_nack", recipient=R, message_id="m1", error=f"attempt {i}")
+        if i < h.spec.inbox_max_nacks - 1:
+            _drain(h, 1)
+    out = h.do("inbox_ack", recipient=R, message_id="m1")  # dead
+    check(not out.ok and out.code == "invalid_transition", "inbox.ack", f"ack of a dead letter answered {out.code or 'ok'}", h)
+    check([m["message_id"] for m in h.do("inbox_dead", recipient=R).value] == ["m1"], "inbox.ack", "a refused ack moved a dead letter", h)
+
+
 @case("inbox.ack", "other-recipient")
 def _ack_other(h: Harness) -> None:
     """An ack names the recipient's own message: an id only another recipient received is
@@ -320,6 +344,26 @@ def _intent_payload(h: Harness) -> None:
     got = h.do("outbox_pending").value
     check(len(got) == 1 and same_json(got[0].get("payload"), payload), "outbox.intent_first",
           f"pending payload {got[0].get('payload') if got else None!r:.100}", h)
+
+
+@case("outbox.intent_first", "work-item-recorded")
+def _intent_work_item(h: Harness) -> None:
+    """Every optional argument present: a message enqueued for a work item records that item,
+    and the relay's pending list hands it out with it (the model compares every field); one
+    enqueued without it records none."""
+    h.need("create")
+    wid = h.create()
+    _enqueue_for(h, "reply-w", wid)
+    _enqueue(h, "reply-none")
+    got = h.do("outbox_pending").value
+    check([m.get("work_id") for m in got] == [wid, None], "outbox.intent_first",
+          f"pending messages name the work items {[m.get('work_id') for m in got]}, enqueued for {[wid, None]}", h)
+    sent = h.do("outbox_mark_sent", key="reply-w", provider_ref="tg-7").value
+    check(sent.get("work_id") == wid, "outbox.intent_first", f"the sent message names {sent.get('work_id')!r}, enqueued for {wid!r}", h)
+
+
+def _enqueue_for(h: Harness, key: str, work_id: str):
+    return h.do("outbox_enqueue", key=key, destination="telegram:chat-42", payload={"text": key}, work_id=work_id)
 
 
 @case("outbox.mark_sent", "survives-reopen")

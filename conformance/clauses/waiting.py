@@ -140,6 +140,28 @@ def _schedule(h: Harness) -> None:
           f"retryable failure gave {out.value['status']} token {out.value['lease_token']!r}", h)
 
 
+@case("retry.schedule", "error-class-after-retry")
+def _schedule_class_kept(h: Harness) -> None:
+    """The error class a retryable failure records stays what it was through the retry: promoted,
+    claimed again and closed out, the record holds that class or (the contract lets a close-out
+    clear it) none, never another one."""
+    h.need("promote_due")
+    cls = _retryable(h.spec)
+    for status in h.spec.terminal_statuses:
+        if status not in ("done", "failed"):
+            continue
+        wid, tok = _running(h)
+        out = h.do("fail", work_id=wid, token=tok, error_class=cls, message="503 from upstream")
+        if out.value["status"] != "retry_scheduled":
+            raise NotApplicable("a retryable failure did not schedule a retry")
+        h.advance_to(out.value["next_retry_at"])
+        h.do("promote_due")
+        tok = h.claim(wid)
+        done = h.do("close_out", work_id=wid, token=tok, status=status, result={"ok": status == "done"}).value
+        check(done.get("error_class") in (cls, None), "retry.schedule",
+              f"closed out {status} after a {cls} retry, the record holds error_class {done.get('error_class')!r}", h)
+
+
 def _fail_at_attempts(h: Harness, policy: dict | None, n: int) -> list[tuple[float, float]]:
     """Fail with a retryable error at attempts 1..n; return (now, next_retry_at) per retry."""
     wid = h.create(retry_policy=policy) if policy else h.create()

@@ -19,7 +19,7 @@ class CoreOps(ModelBase):
             "work_id": wid,
             "source_system": a["source_system"],
             "source_id": a["source_id"],
-            "source_run_id": a.get("source_run_id"),
+            "source_run_id": a.get("source_run_id") or None,  # an empty run id is none (core.scheduler.run_identity)
             "status": self.spec.initial_status,
             "status_reason": None,
             "priority": a.get("priority") if a.get("priority") is not None else self.spec.priority_default,
@@ -50,7 +50,9 @@ class CoreOps(ModelBase):
                 if not isinstance(res, Mapping) or not isinstance(res.get("work"), Mapping):
                     raise _Bad("core.create.unique_unit", f"expected {{work, created}}, got {res!r:.80}")
                 if res.get("created") is not False:
-                    out.append(Violation("core.create.unique_unit", f"a second create for {key} must report created=false"))
+                    # with an empty run id: the unit without one (the run identity clause says so)
+                    clause = "core.scheduler.run_identity" if a.get("source_run_id") == "" else "core.create.unique_unit"
+                    out.append(Violation(clause, f"a second create for {key} must report created=false"))
                 if res["work"].get("work_id") != existing:
                     out.append(Violation("core.create.unique_unit", f"a second create for {key} returned {res['work'].get('work_id')!r}, not the existing {existing!r}"))
                 else:
@@ -89,7 +91,8 @@ class CoreOps(ModelBase):
             self.events[wid] = []
             self._append(wid, "work_created", None, item["status"], a["now"], item)
             self._commit(wid, item, {}, "core.create.initial")
-            out += self._compare_work(item, w, {}, "core.create.initial")
+            out += self._compare_work(item, w, {"source_run_id": "core.scheduler.run_identity"} if a.get("source_run_id") == "" else {},
+                                      "core.create.initial")
             return out
 
         return Accept(new, "core.create.initial", "a new unit of work must be recorded")

@@ -28,7 +28,9 @@ class OutboxOps(ModelBase):
             if existing is not None:
                 if res.get("created") is not False:
                     out.append(Violation("outbox.dedupe", f"enqueueing key {key!r} again created a second message"))
-                return out + _compare_outbox(existing, res["message"], "outbox.dedupe")
+                # the answer is the existing message as it is now (sent, with its reference, if it
+                # was): every field of it is the dedupe clause's "returns the existing message"
+                return out + _compare_outbox(existing, res["message"], "outbox.dedupe", recorded="outbox.dedupe")
             if res.get("created") is not True:
                 out.append(Violation("outbox.dedupe", f"first enqueue of {key!r} reported created={res.get('created')!r}"))
             msg = {"key": key, "destination": a["destination"], "payload": copy.deepcopy(a["payload"]),
@@ -84,12 +86,14 @@ class OutboxOps(ModelBase):
         return Accept(h, "outbox.mark_sent", "marking sent is always accepted")
 
 
-def _compare_outbox(exp: Mapping[str, Any], got: Any, clause: str) -> list[Violation]:
+def _compare_outbox(exp: Mapping[str, Any], got: Any, clause: str, recorded: str = "outbox.mark_sent") -> list[Violation]:
+    """``got`` field by field against the model's message; ``recorded`` is blamed for its state and
+    provider reference (what marking it sent records), ``clause`` for the rest."""
     if not isinstance(got, Mapping):
         return [Violation(clause, f"expected an outbox message, got {got!r:.80}")]
     out = []
     for f in ("key", "destination", "payload", "work_id", "state", "provider_ref"):
         if not same_json(got.get(f), exp[f]):
-            c = "outbox.mark_sent" if f in ("state", "provider_ref") else clause
+            c = recorded if f in ("state", "provider_ref") else clause
             out.append(Violation(c, f"outbox {exp['key']!r}: {f} is {got.get(f)!r}, expected {exp[f]!r}"))
     return out
