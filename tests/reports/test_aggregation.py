@@ -42,8 +42,9 @@ def test_all_claimed_pass_is_certified(factory) -> None:
     assert verd["inbox"]["verdict"] == verd["outbox"]["verdict"] == "not_claimed"
     assert verd["inbox"]["not_claimed"] == verd["inbox"]["clauses"] == 7
     assert verdict_line(doc) == "CERTIFIED for profiles core, trail, cancel, lease, waiting, retry, idempotency, eventlog, recovery"
-    passed = [c for c in doc["clauses"] if c["profile"] not in ("inbox", "outbox")]
+    passed = [c for c in doc["clauses"] if c["profile"] in doc["certified_profiles"]]
     assert all(c["outcome"] == "pass" and c["passed"] == c["tests"] > 0 for c in passed)
+    assert all(c["outcome"] == "not_claimed" for c in doc["clauses"] if c["profile"] not in doc["certified_profiles"])
 
 
 def test_clause_counts_follow_tests(factory, spec) -> None:

@@ -97,7 +97,7 @@ def test_duplicate_test_is_refused(realistic) -> None:
 @pytest.mark.parametrize(("edit", "needle"), [
     (lambda d: d["adapter"].update(version="2.5.0"), "adapter version differs ('2.4.1' in part 1, '2.5.0' in part 2)"),
     (lambda d: d["adapter"].update(artifact_sha256="0" * 64), "adapter artifact_sha256 differs"),
-    (lambda d: d["spec"].update(digest="0" * 64), "part 2 was run against contract ledgercheck-work-ledger 1.0.1 (000000000000)"),
+    (lambda d: d["spec"].update(digest="0" * 64), "part 2 was run against contract ledgercheck-work-ledger 1.1.0 (000000000000)"),
 ])
 def test_other_adapter_or_contract_is_refused(factory, edit, needle: str) -> None:
     a = factory.build(tests=factory.tests()[:40], windows=[])
