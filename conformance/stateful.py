@@ -82,23 +82,33 @@ def time_steps(spec: Spec) -> list[float]:
 
 
 LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_", "lane_", "wake_")
-FAMILIES = ("lifecycle", "messaging")
+FAMILIES = ("lifecycle", "messaging", "tree")
 MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog", "lanes", "wakeups", "logread"})
 ITEMLESS_PROFILES = ("inbox", "outbox", "lanes", "wakeups")  # no work items: the messaging family only
+# Work trees: spawn and ask, with every profile of work items beside them.  A family of its own,
+# so the lifecycle machine's exploration (and the budget at which it finds what it finds) does not
+# thin out with every profile added on top of it.
+TREE_PROFILES = frozenset({"spawn", "ask"})
 
 
 def machine_profiles(claimed: Iterable[str], family: str) -> list[str]:
     """The profiles a machine family checks: messaging = inbox, outbox, the event-log streams,
-    lanes and wakeups; lifecycle = everything else (the event-log profile's fold checks included)."""
+    lanes and wakeups; tree = spawn and ask with the profiles of work items (none when neither is
+    claimed); lifecycle = those profiles without spawn and ask (the event-log profile's fold checks included)."""
+    claimed = list(claimed)
     if family == "messaging":
         return [p for p in claimed if p in MESSAGING_PROFILES]
-    return [p for p in claimed if p not in ITEMLESS_PROFILES]
+    if family == "tree":
+        if not TREE_PROFILES & set(claimed):
+            return []
+        return [p for p in claimed if p not in ITEMLESS_PROFILES]
+    return [p for p in claimed if p not in ITEMLESS_PROFILES and p not in TREE_PROFILES]
 
 
 def enabled_operations(h: Harness, only: str | None) -> frozenset[str]:
     """The operations the machine sends: those the adapter claims, of the family ``only``."""
     return frozenset(op for op in h.spec.operations
-                     if h.claims(op) and (only is None or (only == "lifecycle") != op.startswith(LIFECYCLE_EXCLUDES)))
+                     if h.claims(op) and (only is None or (only == "messaging") == op.startswith(LIFECYCLE_EXCLUDES)))
 
 
 def base_machine(c: Ctx, full_check_every: int) -> type[RuleBasedStateMachine]:
@@ -211,7 +221,7 @@ def base_machine(c: Ctx, full_check_every: int) -> type[RuleBasedStateMachine]:
 
 def make_machine(h: Harness, full_check_every: int = FULL_CHECK_EVERY, only: str | None = None) -> type[RuleBasedStateMachine]:
     """Build the state machine: the base plus the rule set of every profile the contract gives an
-    enabled operation; ``only`` = "lifecycle" or "messaging" keeps that family of operations."""
+    enabled operation; ``only`` = "lifecycle", "messaging" or "tree" keeps that family of operations."""
     c = Ctx(h, enabled_operations(h, only), Pools())
     profiles = list(dict.fromkeys(p for p in (h.spec.operations[op].profile for op in sorted(c.enabled)) if p))
     sets = [cls for cls in (rule_set(p, c) for p in profiles) if cls is not None]

@@ -17,7 +17,13 @@ import pytest
 from clause_runs import clause_test_failures
 from hypothesis import Phase
 from ledgercheck.conformance.harness import ClauseFailure, find_exception
-from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
+from ledgercheck.conformance.stateful import (
+    TREE_PROFILES,
+    hypothesis_settings,
+    machine_profiles,
+    make_machine,
+    run_machine,
+)
 from ledgercheck.fixtures import broken, broken_lanes, broken_spawn
 
 MESSAGING = {"inbox", "outbox", "lanes", "wakeups", "logread"}  # profiles the messaging machine family checks
@@ -65,7 +71,9 @@ def test_a_stateful_blind_ledger_says_why(spec):
 
 @pytest.mark.parametrize("cls", [c for c in CATALOGUE if c.STATEFUL_BLIND is None], ids=lambda c: c.__name__)
 def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
-    family = "messaging" if spec.clause(cls.BREAKS).profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else "lifecycle"
+    profile = spec.clause(cls.BREAKS).profile
+    family = "messaging" if profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else \
+        "tree" if profile in TREE_PROFILES else "lifecycle"
     h = harness_for(_address(cls))
     h = harness_for(_address(cls), machine_profiles(h.client.profiles, family))
     machine = make_machine(h, only=family)
