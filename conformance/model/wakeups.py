@@ -17,6 +17,9 @@ from .base import Accept, Expectation, ModelBase, Refuse, Violation, _Bad
 
 TIMER = "timer"
 
+# the clause that says what a wakeup does to a run in each state
+STATE_CLAUSE = {"suspended": "wakeups.wake", "pending": "wakeups.coalesce", "running": "wakeups.kept"}
+
 
 class WakeupsOps(ModelBase):
     PROFILE = "wakeups"
@@ -77,7 +80,7 @@ class WakeupsOps(ModelBase):
         run = self.runs.get(rid)
         if run is None:
             return Refuse(frozenset({"not_found"}), "wakeups.wake", f"no run {rid!r}")
-        clause = {"suspended": "wakeups.wake", "pending": "wakeups.coalesce", "running": "wakeups.kept"}[run["state"]]
+        clause = STATE_CLAUSE[run["state"]]
 
         def h(res: Any) -> list[Violation]:
             run["wakeups"] = [*run["wakeups"], a["kind"]]
@@ -135,7 +138,7 @@ class WakeupsOps(ModelBase):
         run = self.runs.get(rid)
         if run is None:
             return Refuse(frozenset({"not_found"}), "wakeups.wake", f"no run {rid!r}")
-        clause = {"suspended": "wakeups.wake", "pending": "wakeups.coalesce", "running": "wakeups.kept"}[run["state"]]
+        clause = STATE_CLAUSE[run["state"]]
 
         def h(res: Any) -> list[Violation]:
             return self._snapshot_ok(run, res, None, {"state": clause, "wakeups": clause})
