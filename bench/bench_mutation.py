@@ -11,6 +11,7 @@ floor is missed.
 
     python bench/bench_mutation.py --jobs 2                   # every mutant: tens of minutes
     python bench/bench_mutation.py --family timing --family skip_fence
+    python bench/bench_mutation.py --profile lanes --profile spawn   # the operations of these profiles
     python bench/bench_mutation.py --json out/mutation.json --markdown out/mutation.md
 """
 
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2, help="mutants judged at once (processes)")
     ap.add_argument("--family", action="append", default=None, help="only mutants of this family (repeatable)")
+    ap.add_argument("--profile", action="append", default=None,
+                    help="only mutants of the operations of this contract profile (repeatable)")
     ap.add_argument("--exhaustive", action="store_true", help="run every clause test on every mutant")
     ap.add_argument("--json", default=None, help="write the figures and the per-mutant rows here")
     ap.add_argument("--markdown", default=None, help="write the figures and the per-mutant table here")
@@ -48,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_mutation: unknown family {', '.join(unknown)} (known: {', '.join(sorted(known))})", file=sys.stderr)
             return 2
         names = [m.name for m in M.generate(spec) if m.family in args.family]
+    if args.profile:
+        unknown = sorted(set(args.profile) - set(spec.profiles))
+        if unknown:
+            print(f"bench_mutation: unknown profile {', '.join(unknown)} (known: {', '.join(spec.profiles)})", file=sys.stderr)
+            return 2
+        ops = {o for o, d in spec.operations.items() if d.profile in args.profile}
+        # a mutant names its operation second (family:operation:...); benign ones touch every operation
+        names = [m.name for m in M.generate(spec) if (names is None or m.name in names)
+                 and (m.benign or m.name.split(":")[1:2] and m.name.split(":")[1] in ops)]
     t0 = time.monotonic()
     figs, rows = M.campaign(spec, names=names, jobs=args.jobs, exhaustive=args.exhaustive,
                             progress=None if args.quiet else (lambda s: print(s, flush=True)))
