@@ -55,13 +55,16 @@ def test_correct_ledgers_show_no_anomaly(address: str, seed: int, tmp_path: Path
 
 
 def test_every_fault_is_exercised_and_the_history_is_well_formed(tmp_path: Path, scratch: str | None) -> None:
-    r = run_campaign("reference", seed=7, items=30, duration=3.0, out_dir=str(tmp_path), tmp_root=scratch)
+    # seed 6's schedule holds two kills at named points and three at random moments, so a loaded
+    # machine whose workers miss an armed point's window still sees kills (seed 7's kills were
+    # all at points, and a loaded run once saw none)
+    r = run_campaign("reference", seed=6, items=30, duration=3.0, out_dir=str(tmp_path), tmp_root=scratch)
     assert r.anomalies == []
     n = r.nemesis
     assert n["kill"] >= 1 and n["kill_at_point"] >= 1 and n["pause"] >= 1 and n["resume"] == n["pause"], n
     assert n["reopen"] >= 1 and n["replaced"] == n["kill"], n
     h = load_history(r.history)  # validates: meta first, ids unique, every complete has its invoke
-    assert h.meta.seed == 7 and h.meta.workers == 4 and h.meta.items == 30
+    assert h.meta.seed == 6 and h.meta.workers == 4 and h.meta.items == 30
     assert h.meta.declared == {"delivery": "effectively-once", "reclaim": "lease"}
     assert h.meta.nemesis["faults"] == list(FAULTS) and h.meta.nemesis["schedule"] == r.schedule
     recs = h.records
