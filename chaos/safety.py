@@ -1031,6 +1031,13 @@ class _Campaign:
 
     def _replace(self) -> None:
         a = self._worker_actor()
+        net = self.p.hosts
+        if net is not None:  # a newcomer starts on a host still connected: on a cut one its reset cannot reach the ledger
+            for _ in range(len(net.hosts) - 1):
+                if net.host_of(a["slot"]).index not in net.cut:
+                    break
+                self.n_slots += 1
+                a["slot"] = self.n_slots
         proc = self._spawn(a["name"], "worker", [a], a["slot"])
         self._ready([proc])
         proc.conn.send({"cmd": "go"})
