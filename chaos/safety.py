@@ -628,6 +628,7 @@ class _Proc:
     paused: bool = False
     armed: tuple[str, int, float] | None = None  # point, occurrence, disarm at
     stopped: bool = False
+    starting: bool = False  # spawned, not ready yet: only _ready reads its messages
     replies: dict[str, Any] = field(default_factory=dict)
 
 
@@ -799,6 +800,8 @@ class _Campaign:
 
     def _ready(self, procs: Sequence[_Proc], timeout: float = 60.0) -> None:
         end = time.monotonic() + timeout
+        for proc in procs:  # until it is ready, a process's messages are read here and nowhere else
+            proc.starting = True
         for proc in procs:
             while True:
                 left = end - time.monotonic()
@@ -806,15 +809,19 @@ class _Campaign:
                     nemesis.kill(proc.pid)
                     raise ChaosError(f"campaign process {proc.name} did not start within {timeout:g}s")
                 if not proc.conn.poll(min(left, 0.05)):
-                    # a paused worker may hold a lock the newcomer's open waits for: its pause ends on time
+                    # a paused worker may hold a lock the newcomer's open waits for: its pause ends on
+                    # time; a worker stopped at a crash point inside a transaction holds the write lock
+                    # until it is killed, so the others' messages are handled meanwhile too
                     self._resume_due(time.monotonic())
                     self._heal_due(time.monotonic())
+                    self._pump(0)
                     continue
                 try:
                     msg = proc.conn.recv()
                 except (EOFError, OSError):
                     raise ChaosError(f"campaign process {proc.name} died while starting") from None
                 if msg.get("event") == "ready":
+                    proc.starting = False
                     break
                 if msg.get("event") == "error":
                     raise ChaosError(f"{proc.name}: {msg.get('message')}")
@@ -1077,7 +1084,7 @@ class _Campaign:
                 self._disarm(proc)
 
     def _pump(self, timeout: float) -> None:
-        live = [p for p in self.procs if not p.dead]
+        live = [p for p in self.procs if not p.dead and not p.starting]
         by_conn = {id(p.conn): p for p in live}
         try:
             ready = wait_conns([p.conn for p in live], timeout)

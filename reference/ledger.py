@@ -25,7 +25,6 @@ import random
 import re
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from ledgercheck.transport.protocol import LedgerError
 from .argcheck import Problem, compile_all
 from .journal import JournalOps
 from .lanes import LaneOps
-from .opening import LedgerOpenError, check_file, classify, prepare
+from .opening import LedgerOpenError, check_file, classify, prepare, while_busy
 from .pointer import ActivePointer
 from .recovery import RecoveryOps
 from .rows import INSERT_EVENT, SELECT_WORK, Rec, decode, encode, load
@@ -179,9 +178,8 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         except (ValueError, KeyError, TypeError) as exc:  # damaged contents (bad text encoding, bad JSON)
             self.conn.close()
             raise LedgerOpenError(f"{self.path}: damaged ledger database ({type(exc).__name__}: {exc})") from None
-        # From here on the ledger waits for other writers itself (see _waiting), in steps far
-        # shorter than SQLite's own busy handler takes (1, 2, 5, 10 ... ms).
-        self.conn.execute("PRAGMA busy_timeout = 0")
+        # prepare() left SQLite's busy handler off: the ledger waits for other writers itself
+        # (see _waiting), in steps far shorter than SQLite's own (1, 2, 5, 10 ... 100 ms).
         self._cur = self.conn.cursor()
         self.pointer: ActivePointer | None = None
         if pointer_file is not None:
@@ -328,29 +326,8 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         return LedgerError("internal", f"{self.path}: database error: {exc}")
 
     def _waiting(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, retried while the database is locked, until the busy timeout has passed.
-
-        The first retry comes after 50 us and the pause doubles up to 2 ms: a writer's
-        transaction lasts about a hundred microseconds, so a contender rarely sleeps past its end.
-        """
-        try:
-            return fn(*args)
-        except sqlite3.OperationalError as exc:
-            if classify(exc) != "busy":
-                raise
-        deadline = time.monotonic() + self.busy_timeout
-        pause = 0.00005
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise sqlite3.OperationalError("database is locked")
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 0.002)
-            try:
-                return fn(*args)
-            except sqlite3.OperationalError as exc:
-                if classify(exc) != "busy":
-                    raise
+        """``fn(*args)``, retried in short steps while the database is locked, until the busy timeout."""
+        return while_busy(lambda: fn(*args), self.busy_timeout)
 
     def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
         with self._lock:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ledgercheck.spec import Spec
 from ledgercheck.transport.protocol import LedgerError
@@ -28,6 +31,7 @@ from .schema import (
 )
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+T = TypeVar("T")
 
 
 class LedgerOpenError(Exception):
@@ -80,38 +84,83 @@ def classify(exc: sqlite3.Error) -> str:
     return "other"
 
 
+def while_busy(fn: Callable[[], T], timeout: float) -> T:
+    """``fn()``, retried while the database is locked, until ``timeout`` seconds have passed.
+
+    The first retry comes after 50 us and the pause doubles up to 2 ms: a writer's transaction
+    lasts about a hundred microseconds, so a contender rarely sleeps past its end.  SQLite's own
+    busy handler sleeps up to 100 ms between tries, and a connection waiting that way loses
+    every race against writers that retry this fast: opening a ledger beside busy workers
+    starved on it for the whole busy timeout.
+    """
+    try:
+        return fn()
+    except sqlite3.OperationalError as exc:
+        if classify(exc) != "busy":
+            raise
+    deadline = time.monotonic() + timeout
+    pause = 0.00005
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise sqlite3.OperationalError("database is locked")
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.002)
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if classify(exc) != "busy":
+                raise
+
+
+def _in_transaction(conn: sqlite3.Connection, body: Callable[[], None]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        body()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def prepare(conn: sqlite3.Connection, path: Path, spec: Spec, synchronous: str, busy_ms: int) -> None:
-    """Set the connection up, create the schema in a new file, and validate an existing one."""
-    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    """Set the connection up, create the schema in a new file, and validate an existing one.
+
+    Every step that may meet a lock waits in short steps (``while_busy``), never in SQLite's
+    own busy handler.
+    """
+    timeout = busy_ms / 1000
+    conn.execute("PRAGMA busy_timeout = 0")
+
+    def wait(fn: Callable[[], T]) -> T:
+        return while_busy(fn, timeout)
+
+    mode = wait(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
     if str(mode).lower() != "wal":
         raise LedgerOpenError(f"{path}: cannot switch to WAL mode (got {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = ON")
-    if _is_blank(conn):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if _is_blank(conn):
-                create_schema(conn, spec)
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    _validate(conn, path, spec)
+
+    def create() -> None:
+        if _is_blank(conn):
+            create_schema(conn, spec)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    if wait(lambda: _is_blank(conn)):
+        wait(lambda: _in_transaction(conn, create))
+    wait(lambda: _validate(conn, path, spec))
     contract = _contract_text(spec)
-    stored = conn.execute("SELECT value FROM meta WHERE key = 'contract_digest'").fetchone()
-    if stored is None or stored[0] != spec.digest or rules_out_of_date(conn, spec):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            sync_rules(conn, spec)
-            conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", [
-                ("contract_digest", spec.digest), ("contract", contract), ("contract_version", spec.version)])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+
+    def sync() -> None:
+        sync_rules(conn, spec)
+        conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", [
+            ("contract_digest", spec.digest), ("contract", contract), ("contract_version", spec.version)])
+
+    stored = wait(lambda: conn.execute("SELECT value FROM meta WHERE key = 'contract_digest'").fetchone())
+    if stored is None or stored[0] != spec.digest or wait(lambda: rules_out_of_date(conn, spec)):
+        wait(lambda: _in_transaction(conn, sync))
 
 
 def _is_blank(conn: sqlite3.Connection) -> bool:

@@ -78,3 +78,21 @@ def test_concurrent_claimers_never_share_an_item_and_fence_stale_tokens(procs: l
                     assert info.value.code == "stale_lease"
             assert led.get(work_id=wid) == snap and led.events(work_id=wid) == trail and led.effect_list(work_id=wid) == []
             assert snap["lease_token"] == live[wid]["lease_token"]
+
+
+def test_a_ledger_opens_beside_writers_that_never_pause(procs: list[str], db: Path) -> None:
+    # Two workers write as fast as they can; opening the file a third time must not starve on
+    # their locks (the opening waits in short steps, as every operation does, not in SQLite's
+    # own busy handler, which sleeps up to 100 ms between tries and loses every race).
+    Ledger(db).close()
+    ws = [subprocess.Popen([*procs, "write", str(db), str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+          for seed in (1, 2)]
+    try:
+        for p in ws:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+        for _ in range(20):
+            Ledger(db, busy_timeout=1.0).close()
+    finally:
+        for p in ws:
+            p.kill()
+            p.wait()
