@@ -19,9 +19,16 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+import pytest
 from ledgercheck.transport.reaper import scratch_parent
 
 SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads it
+
+# The certifications of the independent ledgers (tests/conformance/test_independent.py,
+# test_doc_literal.py, tests/protocol/test_*_ledger.py) run the stateful exploration with the
+# "smoke" budget by default: every rule is still driven and every clause test runs, with fewer
+# programs.  LEDGERCHECK_FULL_CERTIFY=1 gives them the default budget (.ci/run's long campaigns).
+FULL_CERTIFY = "LEDGERCHECK_FULL_CERTIFY"
 
 # Longest first (wall times of earlier full runs on 2 cores in the comments).  xdist's load
 # scheduling hands each worker two tests to start with (items 0-1 and 2-3): DBOS and procrastinate
@@ -54,6 +61,12 @@ LAST = (
     "tests/chaos/test_explore.py::test_window_shape",
     "tests/chaos/test_explore.py::test_takeover_windows_refuse_every_stale_write",
 )
+
+
+@pytest.fixture(scope="session")
+def certify_budget() -> list[str]:
+    """Arguments of ``ledgercheck certify`` that set an independent ledger's stateful budget."""
+    return [] if os.environ.get(FULL_CERTIFY) == "1" else ["--hypothesis-profile", "smoke"]
 
 
 def _matches(nodeid: str, prefix: str) -> bool:

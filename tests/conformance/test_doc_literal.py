@@ -21,10 +21,10 @@ from ledgercheck.transport.client import connect
 ADDRESS = "python:docliteral:DocLiteralLedger"
 
 
-def test_the_doc_literal_ledger_is_certified(cli, tmp_path: Path) -> None:
+def test_the_doc_literal_ledger_is_certified(cli, tmp_path: Path, certify_budget: list[str]) -> None:
     out = tmp_path / "out"
     proc = cli("certify", "--adapter", ADDRESS, "--seed", "3", "--out", str(out), "--artifacts", str(tmp_path / "art"),
-               "--quiet", "--no-history", cwd=tmp_path)
+               "--quiet", "--no-history", *certify_budget, cwd=tmp_path)
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     problems = [f"{t['nodeid']}: {(t.get('message') or '')[:400]}" for t in doc["tests"] if t["outcome"] in ("failed", "error", "fail")]
     assert not problems, "\n".join(problems)

@@ -15,11 +15,11 @@ import sys
 ADDRESS = "python:ledgercheck.fixtures.independent:SharedMemLedger"
 
 
-def test_the_independent_ledger_is_certified(tmp_path) -> None:
+def test_the_independent_ledger_is_certified(tmp_path, certify_budget) -> None:
     out = tmp_path / "out"
     seed = os.environ.get("LEDGERCHECK_INDEPENDENT_SEED", "3")
     proc = subprocess.run([sys.executable, "-m", "ledgercheck", "certify", "--adapter", ADDRESS, "--seed", seed, "--out", str(out),
-                           "--artifacts", str(tmp_path / "artifacts"), "--quiet"],
+                           "--artifacts", str(tmp_path / "artifacts"), "--quiet", *certify_budget],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     problems = [f"{t['nodeid']}: {(t.get('message') or '')[:400]}" for t in doc["tests"] if t["outcome"] in ("failed", "error", "fail")]

@@ -74,7 +74,7 @@ CHAOS_CLAUSES = {"recovery.no_loss", "recovery.effects_allowed", "recovery.fenci
 
 
 @pytest.fixture
-def certified_without_chaos(tmp_path) -> Callable[..., dict[str, Any]]:
+def certified_without_chaos(tmp_path, certify_budget) -> Callable[..., dict[str, Any]]:
     """certified_without_chaos(adapter, seed, env) runs ``ledgercheck certify --no-chaos`` on an
     independent ledger and asserts what a correct one gets: no failure or error outside the
     clauses only crash windows decide, eight profiles certified, and exactly those clauses left
@@ -85,7 +85,7 @@ def certified_without_chaos(tmp_path) -> Callable[..., dict[str, Any]]:
     def run(adapter: str, seed: int, env: dict[str, str]) -> dict[str, Any]:
         out = tmp_path / "out"
         proc = subprocess.run([sys.executable, "-m", "ledgercheck", "certify", "--adapter", adapter, "--seed", str(seed),
-                               "--no-chaos", "--out", str(out), "--artifacts", str(tmp_path / "artifacts"), "--json"],
+                               "--no-chaos", "--out", str(out), "--artifacts", str(tmp_path / "artifacts"), "--json", *certify_budget],
                               capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
         doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
         bad = [f"{t['nodeid']}: {(t['message'] or '')[:300]}" for t in doc["tests"]
