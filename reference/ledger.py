@@ -214,9 +214,9 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         # schema.py) is still the row's; it saves materialising the whole row again.
         self._cache: dict[str, Rec] = {}
         self._pending: list[Rec] = []
-        # Event trails this connection read, by work id: (events, marshalled list), reused on
-        # the same condition (see events()).
-        self._trails: dict[str, tuple[int, bytes]] = {}
+        # Event trails this connection read, by work id: (events, marshalled list, the row's seq
+        # if known), reused on the same condition (see events()).
+        self._trails: dict[str, tuple[int, bytes, int | None]] = {}
         # jitter draws: from a seeded generator when the caller wants replays to repeat
         # exactly (the harness's hypothesis runs), from the OS otherwise
         self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -548,7 +548,9 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
             try:
                 held = self._trails.get(work_id)
                 if held is not None:
-                    got = self._waiting(lambda: self.conn.execute(_COUNT_BY_ID, (work_id,)).fetchone())
+                    # (by the row's seq when this connection knows it: one b-tree instead of two)
+                    got = self._waiting(lambda: self.conn.execute(_COUNT_BY_ID, (work_id,)).fetchone()) if held[2] is None \
+                        else self._waiting(lambda: self.conn.execute(_VERSION, (held[2],)).fetchone())
                     if got is not None and got[0] == held[0]:
                         return marshal.loads(held[1])
                     if got is None or got[0] < held[0]:
@@ -567,7 +569,9 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
                 "actor": r[6], "data": d} for r, d in zip(rows, datas, strict=True)]
         trail = marshal.loads(held[1]) + new if held is not None else new
         trails = self._trails
-        trails[work_id] = (since + len(rows), marshal.dumps(trail))  # (taken before the caller gets the list)
+        rec = self._cache.get(work_id)
+        trails[work_id] = (since + len(rows), marshal.dumps(trail),  # (taken before the caller gets the list)
+                           rec.seq if rec is not None else None)
         while len(trails) > CACHE_MAX:
             del trails[next(iter(trails))]
         return trail
