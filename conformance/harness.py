@@ -279,13 +279,18 @@ class Harness:
             raise AdapterFailure(op, out)
         return out
 
-    def do(self, op: str, **args: Any) -> Outcome:
-        """Perform an operation, check it against the model, read back what it touched."""
+    def do(self, op: str, /, _expected: Any = None, **args: Any) -> Outcome:
+        """Perform an operation, check it against the model, read back what it touched.
+
+        ``_expected``: what the model expects of exactly this call (these arguments, at this
+        instant), which the caller has just asked it (``expected``); it is not asked again."""
         self.need(op)
         self.operations += 1
         args = self._scaled_args(op, args)
         if "now" in self.spec.operations[op].args and args.get("now") is None:
             args["now"] = self.clock.now()
+        elif _expected is not None:
+            _expected = None  # asked with a ``now`` this call does not take: ask again
         self.last_claim_fallback = False
         # (only a well-formed work_id: a malformed one is sent as is, for the adapter to refuse)
         if op == "claim" and isinstance(args.get("work_id"), str) and self.claim_by_id is False:
@@ -293,7 +298,8 @@ class Harness:
             self.last_claim_fallback = True
         wid0 = args.get("work_id")
         before = self.model.items[wid0]["status"] if isinstance(wid0, str) and wid0 in self.model.items else None
-        exp = self.model.expect(op, args)
+        exp = _expected if _expected is not None and not self.wall and not self.last_claim_fallback \
+            else self.model.expect(op, args)
         form = self.variant(op, args)
         if self.note_unoffered and variant_label(form) in self.not_offered:
             return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
@@ -336,6 +342,11 @@ class Harness:
         if self.model.unresolved:
             self._resolve_receipts()
         return out
+
+    def expected(self, op: str, args: Mapping[str, Any]) -> Any:
+        """What the model expects of ``op`` with ``args`` now (nothing is sent); hand it to
+        :meth:`do` as ``_expected`` to send that very call."""
+        return self.model.expect(op, dict(args, now=self.clock.now()))
 
     def variant(self, op: str, args: dict[str, Any]) -> tuple[str, frozenset[tuple[str, Any]]]:
         """The operation and the valid values of its selecting arguments (``close_out`` with

@@ -164,8 +164,9 @@ class Ctx:
     def refused_only(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
         """Send each call the model refuses now (each must be refused and change nothing)."""
         for op, args in calls:
-            if isinstance(self.h.model.expect(op, dict(args, now=self.h.now())), Refuse):
-                self.h.do(op, **args)
+            exp = self.h.expected(op, args)
+            if isinstance(exp, Refuse):
+                self.h.do(op, _expected=exp, **args)
 
     def lapse(self, wid: str) -> None:
         """Move the clock past the item's lease expiry and grace."""

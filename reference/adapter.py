@@ -138,10 +138,25 @@ class ReferenceAdapter:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        ledger = self.__dict__.get("ledger")
+        d = self.__dict__
+        ledger = d.get("ledger")
         if ledger is None:
             raise LedgerError("invalid_argument", f"{name}: the adapter has no open ledger; call reset first")
-        return getattr(ledger, name)
+        got = getattr(ledger, name)
+        if callable(got) and type(self).__getattr__ is ReferenceAdapter.__getattr__:
+            # the ledger's operation, kept until another ledger is set (__setattr__): the next
+            # call of it finds it without coming here (not in a subclass with a __getattr__ of
+            # its own, which may hand out something else than what it gets from here)
+            d[name] = got
+            d.setdefault("_forwarded", []).append(name)
+        return got
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "ledger":
+            d = self.__dict__
+            for forwarded in d.pop("_forwarded", ()):
+                d.pop(forwarded, None)
+        object.__setattr__(self, name, value)
 
 
 PG_DSN_ENV = "LEDGERCHECK_PG_DSN"

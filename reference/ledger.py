@@ -13,13 +13,16 @@ Hot path notes (``bench/bench_reference.py`` measures them against raw sqlite3):
 checks are compiled once per Spec (``argcheck.py``); a written row is never read back (the new
 snapshot is built from the old one and the changes); a record this connection committed is
 reused after a one-column check that its ``event_count`` is unchanged, instead of materialising
-the whole row again; event data goes through one pre-built JSON encoder; CHECKs and triggers
+the whole row again, and an event trail it read before on the same condition (only the events
+appended since are read and parsed; the trail is handed out as a new list unmarshalled from
+bytes); event data goes through one pre-built JSON encoder; CHECKs and triggers
 avoid constant ``IN`` lists; contending writers are retried in sub-millisecond steps.
 """
 
 from __future__ import annotations
 
 import functools
+import marshal
 import os
 import random
 import re
@@ -56,6 +59,9 @@ _BY_IDENTITY = SELECT_WORK + (" WHERE source_system = ? AND source_id = ? AND "
                               "ifnull(source_run_id, char(0)) = ifnull(?, char(0))")
 _BY_ID = SELECT_WORK + " WHERE work_id = ?"
 _VERSION = "SELECT event_count FROM work WHERE seq = ?"
+_COUNT_BY_ID = "SELECT event_count FROM work WHERE work_id = ?"
+_TRAIL = ("SELECT work_id, seq, type, from_status, to_status, at, actor, data FROM work_event "
+          "WHERE work_id = ? AND seq >= ? ORDER BY seq")
 CACHE_MAX = 4096
 _TRIGGER_NAME = re.compile(r"CREATE TRIGGER (\w+)")
 # monitor scans name their (partial) indexes: a query that could not use one fails loudly
@@ -208,6 +214,9 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         # schema.py) is still the row's; it saves materialising the whole row again.
         self._cache: dict[str, Rec] = {}
         self._pending: list[Rec] = []
+        # Event trails this connection read, by work id: (events, marshalled list, the row's seq
+        # if known), reused on the same condition (see events()).
+        self._trails: dict[str, tuple[int, bytes, int | None]] = {}
         # jitter draws: from a seeded generator when the caller wants replays to repeat
         # exactly (the harness's hypothesis runs), from the OS otherwise
         self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -530,17 +539,42 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         return [load(r).snap for r in self._read(sql, params)]
 
     def events(self, *, work_id: str) -> list[dict[str, Any]]:
+        """The record's events in order.  A trail read before is kept (as one marshalled blob):
+        it is reused while the row's ``event_count`` is unchanged, and only the events appended
+        since are read and parsed (the trail is append-only, schema.py); every call hands out
+        new objects (``marshal.loads``), which a caller may change freely."""
         self._check("events", {"work_id": work_id})
-        rows = self._read("SELECT work_id, seq, type, from_status, to_status, at, actor, data FROM work_event "
-                          "WHERE work_id = ? ORDER BY seq", (work_id,))
-        if not rows:  # every record has its work_created event
+        with self._lock:
+            try:
+                held = self._trails.get(work_id)
+                if held is not None:
+                    # (by the row's seq when this connection knows it: one b-tree instead of two)
+                    got = self._waiting(lambda: self.conn.execute(_COUNT_BY_ID, (work_id,)).fetchone()) if held[2] is None \
+                        else self._waiting(lambda: self.conn.execute(_VERSION, (held[2],)).fetchone())
+                    if got is not None and got[0] == held[0]:
+                        return marshal.loads(held[1])
+                    if got is None or got[0] < held[0]:
+                        held = None  # not the trail this connection read: read it whole
+                since = held[0] if held is not None else 0
+                rows = self._waiting(lambda: self.conn.execute(_TRAIL, (work_id, self._first + since)).fetchall())
+            except self.DB_ERRORS as exc:
+                raise self._db_error(exc) from None
+        if not rows and held is None:  # every record has its work_created event
             raise LedgerError("not_found", f"no work {work_id!r}")
-        # one parse for the whole trail: "[d1,d2,...]" (each data column holds one JSON object)
+        # one parse for what is new: "[d1,d2,...]" (each data column holds one JSON object)
         datas = decode("[" + ",".join(r[7] for r in rows) + "]")
         if len(datas) != len(rows):
             raise ValueError("an event's data column is not one JSON value")
-        return [{"work_id": r[0], "seq": r[1], "type": r[2], "from_status": r[3], "to_status": r[4], "at": r[5],
-                 "actor": r[6], "data": d} for r, d in zip(rows, datas, strict=True)]
+        new = [{"work_id": r[0], "seq": r[1], "type": r[2], "from_status": r[3], "to_status": r[4], "at": r[5],
+                "actor": r[6], "data": d} for r, d in zip(rows, datas, strict=True)]
+        trail = marshal.loads(held[1]) + new if held is not None else new
+        trails = self._trails
+        rec = self._cache.get(work_id)
+        trails[work_id] = (since + len(rows), marshal.dumps(trail),  # (taken before the caller gets the list)
+                           rec.seq if rec is not None else None)
+        while len(trails) > CACHE_MAX:
+            del trails[next(iter(trails))]
+        return trail
 
     def status_since(self, work_id: str) -> float:
         """When the record entered its current status (the instant of its last transition event)."""

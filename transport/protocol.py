@@ -323,6 +323,12 @@ class Outcome:
     message: str = ""
     definite: bool = True
 
+    def __init__(self, ok: bool, value: Any = None, code: str = "", message: str = "", definite: bool = True) -> None:
+        # the fields go straight into the instance dict: a frozen dataclass's own __init__ sets
+        # each through object.__setattr__, which made building an Outcome (several per adapter
+        # call) cost more than the call's own bookkeeping.  Assignment stays refused (frozen).
+        self.__dict__.update(ok=ok, value=value, code=code, message=message, definite=definite)
+
     @classmethod
     def success(cls, value: Any) -> Outcome:
         return cls(True, value)
