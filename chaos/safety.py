@@ -1092,9 +1092,13 @@ class _Campaign:
             ready = []
         for c in ready:
             proc = by_conn.get(id(c))
-            if proc is None or proc.dead:
+            if proc is None or proc.dead or proc.starting:
                 continue
             try:
+                # handling an earlier message may have read this one already (a kill starts a
+                # newcomer, and _ready reads the others' messages while it waits): never block here
+                if not c.poll():
+                    continue
                 msg = c.recv()
             except (EOFError, OSError):
                 self._died(proc)
