@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import select
 import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -289,7 +290,8 @@ def _lock_key(schema: str) -> int:
 _DEFERRED = ("UPDATE ", "INSERT INTO ")
 _PLACEHOLDER = re.compile(r"%([s%])")
 _NUMBERED: dict[str, bytes] = {}
-PREPARED_MAX = 256  # named statements per connection; further statement texts go unnamed
+PREPARED_MAX = 256
+_POLL = getattr(select, "poll", None)  # named statements per connection; further statement texts go unnamed
 
 
 def numbered(sql: str) -> bytes:
@@ -368,7 +370,7 @@ class _Wire:
             synced = True
             self._flush()
             results = self._receive()
-        except BaseException:
+        except BaseException:  # a parameter psycopg cannot adapt, or an interruption while waiting
             self._abandon(synced)
             raise
         pg.exit_pipeline_mode()
@@ -398,10 +400,13 @@ class _Wire:
         kinds.append(None)
 
     def _wait(self, write: bool) -> None:
-        import select
-
         fd = self.pgconn.socket
-        select.select([fd], [fd] if write else [], [])
+        if _POLL is None:  # no poll(2) (Windows)
+            select.select([fd], [fd] if write else [], [])
+            return
+        p = _POLL()
+        p.register(fd, select.POLLIN | select.POLLOUT if write else select.POLLIN)
+        p.poll()
 
     def _flush(self) -> None:
         pg = self.pgconn
@@ -434,7 +439,7 @@ class _Wire:
         out, error = [], None
         for kind, r in zip(kinds, results, strict=True):
             if r.status not in ok:
-                if error is None and r.status == self.pq.ExecStatus.FATAL_ERROR:
+                if error is None and r.status != self.pq.ExecStatus.PIPELINE_ABORTED:
                     error = r
                 continue
             if kind is not None:  # a statement prepared in this round trip, ready from now on
@@ -449,13 +454,15 @@ class _Wire:
         return out
 
     def _abandon(self, synced: bool) -> None:
-        """After an interruption mid round trip: cancel what runs, read up to the sync point and
-        leave pipeline mode, so the connection can roll back; or close it if that fails."""
+        """After a round trip broken off on the client: close it with its sync point (or cancel
+        what the server runs, as psycopg does when interrupted), read up to that point and leave
+        pipeline mode, so the connection can roll back; or close the connection if that fails."""
         pg = self.pgconn
         try:
-            if not synced:
+            if synced:
+                pg.get_cancel().cancel()
+            else:
                 pg.pipeline_sync()
-            pg.get_cancel().cancel()
             self._flush()
             self._receive()
             pg.exit_pipeline_mode()
