@@ -5,7 +5,9 @@ is ``ledger.py``'s; this module replaces only what touches the database:
 
 - **the connection**: one psycopg 3 connection per ledger in autocommit mode, so that the
   ledger's own ``BEGIN``/``COMMIT`` delimit its transactions exactly as on SQLite (no pool: a
-  ledger holds one connection the way the SQLite ledger holds one file handle);
+  ledger holds one connection the way the SQLite ledger holds one file handle).  Its
+  statements go through libpq's pipeline mode, prepared once per connection (``_Wire``), a
+  transaction's in two round trips (``_Cursor``);
 - **where a ledger lives**: a schema of a database (``dsn`` + ``schema``), so one server holds
   any number of ledgers and a scratch ledger is dropped with its schema;
 - **the writing transaction**: SQLite's ``BEGIN IMMEDIATE`` admits one writer at a time and
@@ -20,7 +22,8 @@ is ``ledger.py``'s; this module replaces only what touches the database:
 - **SQL**: the ledger's statements are written for SQLite; ``translate`` rewrites the few
   dialect differences once per statement text (``?`` placeholders, ``ifnull``, ``INDEXED BY``
   hints, the identity lookup), and the DDL is the SQLite schema's with PostgreSQL types plus
-  PL/pgSQL versions of its guard triggers (same rules, same messages);
+  PL/pgSQL versions of its guard triggers (same rules, same messages), which also test the
+  work and event tables' CHECKs (``row_checks``);
 - **errors**: SQLSTATE classes become the same ``LedgerError`` codes the SQLite ledger gives
   (a guard trigger or CHECK refusing a write, a lock wait past the busy timeout, a lost server).
 
