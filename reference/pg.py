@@ -5,7 +5,9 @@ is ``ledger.py``'s; this module replaces only what touches the database:
 
 - **the connection**: one psycopg 3 connection per ledger in autocommit mode, so that the
   ledger's own ``BEGIN``/``COMMIT`` delimit its transactions exactly as on SQLite (no pool: a
-  ledger holds one connection the way the SQLite ledger holds one file handle);
+  ledger holds one connection the way the SQLite ledger holds one file handle).  Its
+  statements go through libpq's pipeline mode, prepared once per connection (``_Wire``), a
+  transaction's in two round trips (``_Cursor``);
 - **where a ledger lives**: a schema of a database (``dsn`` + ``schema``), so one server holds
   any number of ledgers and a scratch ledger is dropped with its schema;
 - **the writing transaction**: SQLite's ``BEGIN IMMEDIATE`` admits one writer at a time and
@@ -20,7 +22,8 @@ is ``ledger.py``'s; this module replaces only what touches the database:
 - **SQL**: the ledger's statements are written for SQLite; ``translate`` rewrites the few
   dialect differences once per statement text (``?`` placeholders, ``ifnull``, ``INDEXED BY``
   hints, the identity lookup), and the DDL is the SQLite schema's with PostgreSQL types plus
-  PL/pgSQL versions of its guard triggers (same rules, same messages);
+  PL/pgSQL versions of its guard triggers (same rules, same messages), which also test the
+  work and event tables' CHECKs (``row_checks``);
 - **errors**: SQLSTATE classes become the same ``LedgerError`` codes the SQLite ledger gives
   (a guard trigger or CHECK refusing a write, a lock wait past the busy timeout, a lost server).
 
@@ -33,7 +36,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+import select
+import textwrap
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ledgercheck.spec import Spec
@@ -134,6 +139,11 @@ def _any_lists(sql: str) -> str:
     predicates keep the form the queries use, so the planner still proves them."""
     if not sql.lstrip().startswith("CREATE TABLE"):
         return sql
+    return _arrays(sql)
+
+
+def _arrays(text: str) -> str:
+    """``text`` with each comparison chain ``(c = 'a' OR c = 'b' ...)`` as ``(c = ANY (...))``."""
 
     def element(literal: str) -> str:
         value = literal[1:-1].replace("''", "'")
@@ -142,7 +152,58 @@ def _any_lists(sql: str) -> str:
     def one(m: re.Match[str]) -> str:
         array = "{" + ",".join(element(x) for x in [m.group(2), *re.findall(_LIT, m.group(3))]) + "}"
         return f"({m.group(1)} = ANY ('{array.replace(chr(39), chr(39) * 2)}'::text[]))"
-    return _CHAIN.sub(one, sql)
+    return _CHAIN.sub(one, text)
+
+
+def split_table(sql: str) -> tuple[str, list[str], list[str]]:
+    """A CREATE TABLE statement as its head (up to the opening parenthesis), its column and key
+    definitions, and its CHECK expressions (each with its parentheses)."""
+    head, _, rest = sql.partition("(")
+    body = rest[:rest.rindex(")")]
+    items, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(body):
+        if ch == "'":
+            quoted = not quoted  # a doubled quote inside a literal toggles twice
+        elif quoted:
+            continue
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            items.append(body[start:i].strip())
+            start = i + 1
+    items.append(body[start:].strip())
+    checks = [it[len("CHECK"):].strip() for it in items if it.startswith("CHECK")]
+    return head, [it for it in items if not it.startswith("CHECK")], checks
+
+
+_KEY_ITEM = ("PRIMARY KEY", "UNIQUE", "FOREIGN KEY", "CONSTRAINT")
+
+
+def _of_row(expr: str, columns: list[str]) -> str:
+    """``expr`` with its column references as ``NEW.column`` (string literals left alone)."""
+    name = re.compile(r"(?<![\w.:])(" + "|".join(columns) + r")\b(?!\s*\()")
+    parts = re.split(f"({_LIT})", expr)
+    return "".join(p if i % 2 else name.sub(r"NEW.\1", p) for i, p in enumerate(parts))
+
+
+def row_checks(table_sql: str) -> tuple[str, str]:
+    """A hot table's CHECK constraints moved into its guard trigger: the CREATE TABLE without
+    them, and the PL/pgSQL that refuses the same rows (a CHECK fails only when its expression
+    is false, not null) with SQLite's message, ``CHECK constraint failed: <expression>``.
+
+    PostgreSQL reads back, plans and compiles a table's CHECK expressions for every statement
+    that writes it; PL/pgSQL plans a trigger's expressions once per connection.  On the work
+    and event tables, written by every operation, that was about a third of the server's time.
+    """
+    sql = _ddl(table_sql)
+    head, items, checks = split_table(sql)
+    columns = [it.split()[0] for it in items if not it.startswith(_KEY_ITEM)]
+    body = []
+    for expr in checks:
+        message = f"CHECK constraint failed: {expr[1:-1]}".replace("'", "''").replace("%", "%%")
+        body.append(f"  IF {_of_row(_arrays(expr), columns)} IS FALSE THEN\n"
+                    f"    RAISE EXCEPTION '{message}' USING ERRCODE = '23514';\n  END IF;")
+    return head + "(\n  " + ",\n  ".join(items) + "\n)", "\n".join(body)
 
 
 def _raise(message: str) -> str:
@@ -158,22 +219,29 @@ def guard_functions(spec: Spec, schema: str) -> dict[str, str]:
     identity = " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}"
                            for c in ("seq", "work_id", "source_system", "source_id", "source_run_id", "created_at"))
     q = f'"{schema}"'
+    work_checks = row_checks(_work_table(spec))[1]
+    event_checks = row_checks(_event_table(spec))[1]
+    guard = f"""
+IF NEW.status <> OLD.status AND NOT EXISTS (SELECT 1 FROM {q}.allowed_transition WHERE src = OLD.status AND dst = NEW.status) THEN
+  {_raise('invalid_transition: forbidden status change')}
+END IF;
+IF NEW.status <> OLD.status AND NEW.event_count <= OLD.event_count THEN
+  {_raise('invalid_transition: a status change must append its event')}
+END IF;
+IF NEW.lease_version < OLD.lease_version THEN {_raise('invalid_transition: lease_version decreased')} END IF;
+IF NEW.event_count <= OLD.event_count THEN
+  {_raise('invalid_transition: every change of a work record appends an event')}
+END IF;
+IF {identity} THEN {_raise('invalid_transition: the identity of a work record never changes')} END IF;
+IF ({terminal}) AND NEW.status = OLD.status AND ({frozen}) THEN
+  {_raise('invalid_transition: a terminal record changes only by requeue')}
+END IF;"""
+    # an update passes the transition guard, then (as an insert does) the table's CHECKs
     work_guard = f"""
 BEGIN
-  IF NEW.status <> OLD.status AND NOT EXISTS (SELECT 1 FROM {q}.allowed_transition WHERE src = OLD.status AND dst = NEW.status) THEN
-    {_raise('invalid_transition: forbidden status change')}
+  IF TG_OP = 'UPDATE' THEN{textwrap.indent(guard, "    ")}
   END IF;
-  IF NEW.status <> OLD.status AND NEW.event_count <= OLD.event_count THEN
-    {_raise('invalid_transition: a status change must append its event')}
-  END IF;
-  IF NEW.lease_version < OLD.lease_version THEN {_raise('invalid_transition: lease_version decreased')} END IF;
-  IF NEW.event_count <= OLD.event_count THEN
-    {_raise('invalid_transition: every change of a work record appends an event')}
-  END IF;
-  IF {identity} THEN {_raise('invalid_transition: the identity of a work record never changes')} END IF;
-  IF ({terminal}) AND NEW.status = OLD.status AND ({frozen}) THEN
-    {_raise('invalid_transition: a terminal record changes only by requeue')}
-  END IF;
+{work_checks}
   RETURN NEW;
 END"""
     event_matches = f"""
@@ -182,6 +250,7 @@ BEGIN
                  AND (NEW.to_status IS NULL OR NEW.to_status = status)) THEN
     {_raise('invalid_transition: event does not match its work record')}
   END IF;
+{event_checks}
   RETURN NEW;
 END"""
     out = {"work_guard": work_guard, "work_no_delete": f"\nBEGIN\n  {_raise('work records are never deleted')}\nEND",
@@ -192,7 +261,7 @@ END"""
 
 
 _TRIGGER_ON = {
-    "work_guard": "BEFORE UPDATE ON work", "work_no_delete": "BEFORE DELETE ON work",
+    "work_guard": "BEFORE INSERT OR UPDATE ON work", "work_no_delete": "BEFORE DELETE ON work",
     "work_event_matches": "BEFORE INSERT ON work_event",
     "work_event_append_only": "BEFORE UPDATE OR DELETE ON work_event",
     "log_entry_append_only": "BEFORE UPDATE OR DELETE ON log_entry",
@@ -204,8 +273,9 @@ WORK_FILLFACTOR = 70
 
 def _schema_ddl(spec: Spec, schema: str) -> list[str]:
     journal = _journal_tables(spec)
-    tables = [_work_table(spec), _event_table(spec), *FIXED_INDEXES, *journal, *rule_indexes(spec).values()]
-    out = [_any_lists(_ddl(s)) for s in tables]
+    # the work and event tables' CHECK constraints are in their guard triggers (see row_checks)
+    tables = [*FIXED_INDEXES, *journal, *rule_indexes(spec).values()]
+    out = [row_checks(_work_table(spec))[0], row_checks(_event_table(spec))[0], *(_any_lists(_ddl(s)) for s in tables)]
     # room on each page for a row's next version: an update that changes no indexed column (a
     # renew) then stays on its page and writes no index entry (a heap-only tuple)
     out.insert(1, f"ALTER TABLE work SET (fillfactor = {WORK_FILLFACTOR})")
@@ -221,25 +291,205 @@ def _lock_key(schema: str) -> int:
 
 # ---------------------------------------------------------------------- connection wrappers
 _DEFERRED = ("UPDATE ", "INSERT INTO ")
+_PLACEHOLDER = re.compile(r"%([s%])")
+_NUMBERED: dict[str, bytes] = {}
+PREPARED_MAX = 256
+_POLL = getattr(select, "poll", None)  # named statements per connection; further statement texts go unnamed
+
+
+def numbered(sql: str) -> bytes:
+    """A translated statement with libpq's numbered placeholders (``$1``, ``$2`` ...)."""
+    out = _NUMBERED.get(sql)
+    if out is None:
+        n = iter(range(1, 1 << 16))
+        out = _PLACEHOLDER.sub(lambda m: f"${next(n)}" if m.group(1) == "s" else "%", sql).encode()
+        if len(_NUMBERED) > 4096:
+            _NUMBERED.clear()
+        _NUMBERED[sql] = out
+    return out
+
+
+class _Rows:
+    """What one statement returned: its rows (loaded by psycopg's loaders) and its row count."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self.rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows)
+
+
+class _Wire:
+    """Statements sent to the server in one round trip through libpq's pipeline mode, by
+    psycopg's libpq layer (``psycopg.pq``) rather than its cursors.
+
+    Each statement text (with the types psycopg gives its parameters) is prepared once per
+    connection, in the same round trip as its first use, and executed by name after that, so
+    the server neither parses nor plans it again.  Parameters are dumped and rows loaded by the
+    connection's own psycopg adapters (``Transformer``), so values go and come back exactly as
+    through a cursor.  The first statement that fails raises psycopg's exception for its
+    SQLSTATE (the statements after it in the round trip are skipped by the server).  A cursor
+    costs the client several times more per statement than the server spends running it; this
+    path costs it a few microseconds.
+    """
+
+    __slots__ = ("_fmt", "_n", "errors", "names", "pgconn", "pq", "raw", "tx")
+
+    def __init__(self, raw: Any) -> None:
+        from psycopg import errors, pq
+        from psycopg.adapt import PyFormat, Transformer
+
+        self.raw = raw
+        self.pgconn = raw.pgconn
+        self.pq = pq
+        self.errors = errors
+        self.tx = Transformer.from_context(raw)
+        self.names: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        self._n = 0
+        self._fmt = [[PyFormat.TEXT] * n for n in range(64)]
+
+    def run(self, stmts: list[tuple[str, Any]]) -> list[_Rows]:
+        """Send ``stmts`` (translated SQL, parameters) in one round trip; their results in order."""
+        pg, pq = self.pgconn, self.pq
+        if pg.status != pq.ConnStatus.OK:
+            raise self.errors.OperationalError("the connection is lost")
+        fresh: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        kinds: list[tuple[bytes, tuple[int, ...]] | None] = []  # a prepare (its key) or a statement (None)
+        pg.enter_pipeline_mode()
+        synced = False
+        try:
+            for sql, params in stmts:
+                self._send(sql, params, fresh, kinds)
+            pg.pipeline_sync()
+            synced = True
+            self._flush()
+            results = self._receive()
+        except BaseException:  # a parameter psycopg cannot adapt, or an interruption while waiting
+            self._abandon(synced)
+            raise
+        pg.exit_pipeline_mode()
+        return self._unpack(results, kinds, fresh)
+
+    def _send(self, sql: str, params: Any, fresh: dict[tuple[bytes, tuple[int, ...]], bytes],
+              kinds: list[tuple[bytes, tuple[int, ...]] | None]) -> None:
+        pg, tx = self.pgconn, self.tx
+        q = numbered(sql)
+        if params:
+            n = len(params)
+            values = tx.dump_sequence(params, self._fmt[n] if n < 64 else [self._fmt[1][0]] * n)
+            types = tuple(tx.types)
+        else:
+            values, types = None, ()
+        key = (q, types)
+        name = self.names.get(key) or fresh.get(key)
+        if name is None and len(self.names) + len(fresh) < PREPARED_MAX:
+            self._n += 1
+            name = fresh[key] = b"lc_%d" % self._n
+            pg.send_prepare(name, q, param_types=types or None)
+            kinds.append(key)
+        if name is not None:
+            pg.send_query_prepared(name, values)
+        else:
+            pg.send_query_params(q, values, param_types=types or None)
+        kinds.append(None)
+
+    def _wait(self, write: bool) -> None:
+        fd = self.pgconn.socket
+        if _POLL is None:  # no poll(2) (Windows)
+            select.select([fd], [fd] if write else [], [])
+            return
+        p = _POLL()
+        p.register(fd, select.POLLIN | select.POLLOUT if write else select.POLLIN)
+        p.poll()
+
+    def _flush(self) -> None:
+        pg = self.pgconn
+        while pg.flush():
+            self._wait(True)
+            pg.consume_input()
+
+    def _receive(self) -> list[Any]:
+        """Every result up to the pipeline's sync point."""
+        pg, sync = self.pgconn, self.pq.ExecStatus.PIPELINE_SYNC
+        bad = self.pq.ConnStatus.BAD
+        out = []
+        while True:
+            while pg.is_busy():
+                self._wait(False)
+                pg.consume_input()
+            r = pg.get_result()
+            if r is None:  # the end of one statement's results
+                if pg.status == bad:
+                    raise self.errors.OperationalError("the connection is lost")
+                continue
+            if r.status == sync:
+                return out
+            out.append(r)
+
+    def _unpack(self, results: list[Any], kinds: list[tuple[bytes, tuple[int, ...]] | None],
+                fresh: dict[tuple[bytes, tuple[int, ...]], bytes]) -> list[_Rows]:
+        ok = (self.pq.ExecStatus.COMMAND_OK, self.pq.ExecStatus.TUPLES_OK, self.pq.ExecStatus.EMPTY_QUERY)
+        tx = self.tx
+        out, error = [], None
+        for kind, r in zip(kinds, results, strict=True):
+            if r.status not in ok:
+                if error is None and r.status != self.pq.ExecStatus.PIPELINE_ABORTED:
+                    error = r
+                continue
+            if kind is not None:  # a statement prepared in this round trip, ready from now on
+                self.names[kind] = fresh[kind]
+            elif r.ntuples:
+                tx.set_pgresult(r)
+                out.append(_Rows(tx.load_rows(0, r.ntuples, tuple), r.command_tuples or 0))
+            else:
+                out.append(_Rows([], r.command_tuples or 0))
+        if error is not None:
+            raise self.errors.error_from_result(error, encoding=self.raw.info.encoding)
+        return out
+
+    def _abandon(self, synced: bool) -> None:
+        """After a round trip broken off on the client: close it with its sync point (or cancel
+        what the server runs, as psycopg does when interrupted), read up to that point and leave
+        pipeline mode, so the connection can roll back; or close the connection if that fails."""
+        pg = self.pgconn
+        try:
+            if synced:
+                pg.get_cancel().cancel()
+            else:
+                pg.pipeline_sync()
+            self._flush()
+            self._receive()
+            pg.exit_pipeline_mode()
+        except BaseException:  # noqa: BLE001 - the connection is unusable; the caller's error goes on
+            pg.finish()
 
 
 class _Cursor:
-    """The ledger's cursor: statements are translated, results come from psycopg's cursor.
+    """The ledger's cursor: statements are translated and sent through ``_Wire``.
 
     Writes whose result the ledger never reads (``UPDATE``s and ``INSERT``s other than the work
     row's, whose row count tells a duplicate) are held back and sent together with the next
     statement that needs an answer's round trip, or with ``COMMIT``: an operation's row update,
-    event and commit then cost one round trip instead of three.  They are bound on the client
-    (psycopg's ``ClientCursor``), in the one transaction, so the server refuses them exactly as
-    it would one by one; before a crash point fires they are flushed, so a process killed there
-    has sent what the SQLite ledger would have written.
+    event and commit then cost one round trip instead of three.  They run in the one
+    transaction, so the server refuses them exactly as it would one by one; before a crash
+    point fires they are flushed, so a process killed there has sent what the SQLite ledger
+    would have written.
     """
 
-    __slots__ = ("_c", "_raw", "pending", "prefix")
+    __slots__ = ("last", "pending", "prefix", "wire")
 
-    def __init__(self, c: Any, raw: Any) -> None:
-        self._c = c
-        self._raw = raw
+    def __init__(self, wire: _Wire) -> None:
+        self.wire = wire
+        self.last = _Rows([], 0)
         self.pending: list[tuple[str, Any]] = []
         self.prefix: list[tuple[str, Any]] = []  # the transaction's BEGIN and lock, sent with the first statement
 
@@ -247,42 +497,42 @@ class _Cursor:
         if sql.startswith(_DEFERRED) and not sql.startswith("INSERT INTO work("):
             self.pending.append((translate(sql), params))
             return self
-        if self.pending or self.prefix:
-            self.flush((translate(sql), params))
-            return self._c
-        return self._c.execute(translate(sql), params)
+        self.last = self.flush((translate(sql), params))
+        return self.last
 
     def executemany(self, sql: str, seq: Any) -> None:
-        if self.pending or self.prefix:
-            self.flush()
-        self._c.executemany(translate(sql), list(seq))
+        q = translate(sql)
+        self.pending.extend((q, params) for params in seq)
 
-    def flush(self, last: tuple[str, Any] | None = None) -> None:
-        """Send the transaction's prefix, the held-back writes and ``last`` in one round trip
-        (psycopg's pipeline mode: statements stay prepared, the first error is raised here)."""
-        stmts = self.prefix + self.pending + ([last] if last else [])
+    def flush(self, last: tuple[str, Any] | None = None) -> _Rows:
+        """Send the transaction's prefix, the held-back writes and ``last`` in one round trip;
+        ``last``'s result."""
+        stmts = self.prefix + self.pending
+        if last is not None:
+            stmts.append(last)
         self.prefix, self.pending = [], []
-        c = self._c
-        with self._raw.pipeline():
-            for sql, params in stmts:
-                c.execute(sql, params)
+        out = self.wire.run(stmts)
+        return out[-1] if last is not None else self.last
 
     @property
     def rowcount(self) -> int:
-        return int(self._c.rowcount)
+        return self.last.rowcount
 
 
 class _Conn:
-    __slots__ = ("raw",)
+    """The ledger's connection: statements outside a writing transaction go through the wire too."""
+
+    __slots__ = ("raw", "wire")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
+        self.wire = _Wire(raw)
 
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        return self.raw.execute(translate(sql), params)
+    def execute(self, sql: str, params: Any = ()) -> _Rows:
+        return self.wire.run([(translate(sql), params)])[0]
 
     def cursor(self) -> _Cursor:
-        return _Cursor(self.raw.cursor(), self.raw)
+        return _Cursor(self.wire)
 
     def close(self) -> None:
         self.raw.close()
@@ -325,6 +575,9 @@ class PgLedger(Ledger):
         except psycopg.Error as exc:
             raise LedgerOpenError(f"{self.path}: cannot connect: {_first_line(exc)}") from None
         raw.adapters.register_dumper(bool, _bool_dumper(psycopg))
+        # the ledger's statements are prepared by _Wire under its own names; psycopg's cache,
+        # which answers a ROLLBACK or DROP with DEALLOCATE ALL, stays off on this connection
+        raw.prepare_threshold = None
         self.conn = _Conn(raw)  # type: ignore[assignment]
         try:
             raw.execute(f'SET search_path TO "{schema}"')
@@ -422,23 +675,18 @@ class PgLedger(Ledger):
         self._cur.prefix = [("BEGIN", None), ("SELECT pg_advisory_xact_lock(%s)", (self._key,))]
 
     def _commit(self) -> None:
-        cur = self._cur
-        if cur.pending or cur.prefix:
-            cur.flush(("COMMIT", None))
-        else:
-            self.conn.raw.execute("COMMIT")
+        self._cur.flush(("COMMIT", None))
 
     def _flush(self) -> None:
         if self._cur.pending or self._cur.prefix:
             self._cur.flush()
 
     def _rollback(self) -> None:
-        raw = self.conn.raw
         self._cur.pending.clear()
         self._cur.prefix.clear()
         try:
-            if raw.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
-                raw.execute("ROLLBACK")
+            if self.conn.raw.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+                self.conn.wire.run([("ROLLBACK", None)])
         except self._psycopg.Error:
             pass
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from ledgercheck.reference.adapter import PgReferenceAdapter
-from ledgercheck.reference.pg import PgLedger, _any_lists, translate
+from ledgercheck.reference.pg import PgLedger, _any_lists, _ddl, row_checks, split_table, translate
+from ledgercheck.reference.schema import _event_table, _work_table
 from ledgercheck.reference.verify import verify
 from ledgercheck.spec import default_spec
 from ledgercheck.transport.pgserver import PostgresServer, PostgresUnavailable, free_port
@@ -99,6 +101,93 @@ def test_check_chains_become_constant_arrays_that_admit_and_refuse_the_same_valu
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+_OUTCOMES = """CREATE FUNCTION outcomes_{t}() RETURNS SETOF text LANGUAGE plpgsql AS $f$
+DECLARE r bigint;
+BEGIN
+  FOR r IN SELECT n FROM cand ORDER BY n LOOP
+    BEGIN
+      INSERT INTO {t} SELECT {cols} FROM cand WHERE n = r;
+      RAISE EXCEPTION USING ERRCODE = 'P0001';  -- taken: undo it, the next row may share its key
+    EXCEPTION
+      WHEN raise_exception THEN RETURN NEXT 'ok';
+      WHEN check_violation THEN RETURN NEXT 'check: ' || SQLERRM;
+      WHEN not_null_violation THEN RETURN NEXT 'not null';
+    END;
+  END LOOP;
+END $f$"""
+
+
+def _outcomes(conn: psycopg.Connection, table: str, columns: list[str]) -> list[str]:
+    """For each candidate row (in order): 'ok' when ``table`` takes it, else the refusal."""
+    conn.execute(_OUTCOMES.format(t=table, cols=", ".join(columns)))
+    return [r[0] for r in conn.execute(f"SELECT * FROM outcomes_{table}()").fetchall()]
+
+
+def _candidates(templates: list[tuple], domains: dict[int, list], rng: random.Random, n: int) -> list[tuple]:
+    """Sound rows from ``templates`` with each column set to each value of its domain, one at a
+    time, then ``n`` more with 2-3 columns changed at once."""
+    out = [tuple(t) for t in templates]
+    for t in templates:
+        for col, values in domains.items():
+            out += [tuple(v if i == col else x for i, x in enumerate(t)) for v in values]
+    for _ in range(n):
+        row = list(rng.choice(templates))
+        for col in rng.sample(sorted(domains), rng.randint(2, 3)):
+            row[col] = rng.choice(domains[col])
+        out.append(tuple(row))
+    return out
+
+
+@pytest.mark.parametrize("table", ["work", "work_event"])
+def test_row_checks_in_the_trigger_refuse_exactly_what_the_check_constraints_refuse(pg, schema, table):
+    """The work and event tables' CHECKs live in their guard triggers (``row_checks``).  Rows
+    taken from real operations, with every column set to every awkward value in turn (and some
+    with several at once), go into a table with the schema's CHECK constraints and into one with
+    the trigger: both take and refuse the same rows, and the trigger names the failing
+    expression.  The same rows tell apart a trigger that lost one of its checks."""
+    spec = default_spec()
+    led = PgLedger(pg.dsn(), schema)
+    try:
+        for i in range(3):
+            w = led.create(source_system=SOURCE, source_id=f"s{i}", now=1.0)["work"]["work_id"]
+            if i:
+                c = led.claim(owner="o", work_id=w, now=2.0)
+                if i == 2:
+                    led.renew(work_id=w, token=c["lease_token"], now=2.5)  # an event that moves no status
+                    led.close_out(work_id=w, token=c["lease_token"], status="done", now=3.0, result={"x": 1})
+        templates = led.conn.raw.execute(f"SELECT * FROM {table}").fetchall()
+    finally:
+        led.close()
+    source = _work_table(spec) if table == "work" else _event_table(spec)
+    columns = [it.split()[:2] for it in split_table(_ddl(source))[1] if not it.startswith("PRIMARY KEY")]
+    names = [c[0] for c in columns]
+    words = [*spec.statuses, *spec.source_systems, *spec.events, "bogus", "", None]
+    domains = {i: (words if kind == "TEXT" else [-1, 0, 1, 2, 9, 10, None]) for i, (_, kind) in enumerate(columns)}
+    if table == "work":
+        domains[names.index("waiting_kind")] = [*spec.waiting_statuses, "other", None]
+    rows = _candidates(templates, domains, random.Random(18), 300)
+    create_plain, body = row_checks(source)
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        conn.execute(_any_lists(_ddl(source)).replace(f"CREATE TABLE {table} (", f"CREATE TABLE ref_{table} (", 1))
+        conn.execute(f"CREATE TABLE cand AS SELECT 0::bigint AS n, t.* FROM ref_{table} t WITH NO DATA")
+        with conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO cand VALUES (%s, {', '.join(['%s'] * len(names))})",
+                            [(i, *row) for i, row in enumerate(rows)])
+        for name, checks in (("trig", body), ("lost", body.split("  END IF;", 1)[1])):
+            conn.execute(create_plain.replace(f"CREATE TABLE {table} (", f"CREATE TABLE {name}_{table} (", 1))
+            conn.execute(f"CREATE FUNCTION {name}_{table}() RETURNS trigger LANGUAGE plpgsql AS "
+                         f"$f$ BEGIN {checks} RETURN NEW; END $f$")
+            conn.execute(f"CREATE TRIGGER c BEFORE INSERT ON {name}_{table} FOR EACH ROW EXECUTE FUNCTION {name}_{table}()")
+        want, got, lost = (_outcomes(conn, f"{name}_{table}", names) for name in ("ref", "trig", "lost"))
+    assert len(want) == len(rows) and want.count("ok") > 100 and sum(w.startswith("check") for w in want) > 200
+    # taken and refused alike (a row breaking a NOT NULL and a check is refused by the one the
+    # server tests first: a trigger runs before the column constraints, a CHECK after them)
+    assert [g == "ok" for g in got] == [w == "ok" for w in want]
+    assert all(g.startswith("check: CHECK constraint failed: ") for g in got if g.startswith("check"))
+    assert [x == "ok" for x in lost] != [w == "ok" for w in want]
+
+
 def test_operations_rules_and_guards_hold_on_postgresql(pg, schema):
     led = PgLedger(pg.dsn(), schema)
     try:
@@ -116,6 +205,8 @@ def test_operations_rules_and_guards_hold_on_postgresql(pg, schema):
             led.conn.raw.execute("UPDATE work SET status = %s", (led.spec.initial_status,))
         with pytest.raises(psycopg.errors.IntegrityError, match="work_event is append-only"):
             led.conn.raw.execute("DELETE FROM work_event")
+        with pytest.raises(psycopg.errors.CheckViolation, match="CHECK constraint failed: priority BETWEEN"):
+            led.conn.raw.execute("UPDATE work SET priority = -1, event_count = event_count + 1")
     finally:
         led.close()
 
