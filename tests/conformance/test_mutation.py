@@ -109,6 +109,25 @@ def test_answer_fields_are_owned_by_what_the_operation_answers() -> None:
     assert "core.transition.allowed" not in own["alter:claim:lease_expires_at"]
 
 
+def test_altered_and_invented_answers_keep_the_protocols_shape() -> None:
+    # a name from a closed set becomes another name of that set, not a string the protocol
+    # refuses: the mutant is then judged by the model (the clause), not by the shape check
+    from ledgercheck.transport.wire import result_checker, result_types
+
+    defs, shape = result_types(SPEC), result_checker(SPEC)
+    run = {"run_id": "run-1", "state": "pending", "cycle": 1, "wakeups": ["message", "timer"], "timer_at": None}
+    for field in ("state", "wakeups"):
+        changed = {**run, field: M._alter(SPEC, field, run[field], M._field_enum(defs, "wake_run", field))}
+        assert changed[field] != run[field] and shape.problem("wake_get", changed) is None, changed
+    assert M._field_enum(defs, "lane_task_list", "[0].state") == ("queued", "handed")
+    assert M._alter(SPEC, "state", "handed", ("queued", "handed")) == "queued"
+    assert M._alter(SPEC, "state", "pending", M._field_enum(defs, "wake_run", "state")) == "running"  # not the outbox's "sent"
+    assert M._alter(SPEC, "status", "queued") != "queued"  # the contract's statuses, as before
+    # a refusal answered ok: a value of the result's shape, enumerations included
+    for op in ("wake_get", "lane_next", "lane_tasks", "get"):
+        assert shape.problem(op, M._placeholder(defs[SPEC.operations[op].returns], defs)) is None, op
+
+
 def test_unknown_mutant_is_one_line_and_exit_2() -> None:
     p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "serve", "--mutant", "flip:nothing"],
                        input=b"", capture_output=True, timeout=60)
