@@ -627,12 +627,24 @@ class MutantServer(Server):
         return out.value if out.ok else None
 
     def _live_token(self, args: Mapping[str, Any]) -> Any:
+        if isinstance(args.get("session_key"), str) and isinstance(args.get("lane"), str):
+            return self._live_lane_token(args["session_key"], args["lane"])
         wid = args.get("work_id")
         if not isinstance(wid, str) and isinstance(args.get("key"), str):
             rec = self._call("effect_lookup", key=args["key"])
             wid = rec.get("work_id") if isinstance(rec, dict) else None
         snap = self._call("get", work_id=wid) if isinstance(wid, str) else None
         return snap.get("lease_token") if isinstance(snap, dict) else None
+
+    def _live_lane_token(self, session_key: str, lane: str) -> str | None:
+        """The token of a lane's current lease (None when the lane is free or released): no
+        operation reads a lane's lease without taking it, so it is read from the reference's
+        lane table (reference/schema.py)."""
+        read = getattr(getattr(self.adapter, "ledger", None), "_read", None)
+        if read is None:
+            return None
+        rows = read("SELECT token, released FROM lane WHERE session_key = ? AND lane = ?", (session_key, lane))
+        return str(rows[0][0]) if rows and not rows[0][1] else None
 
     def _last_seq(self, stream: Any) -> int | None:
         entries = self._call("log_read", stream=stream) if isinstance(stream, str) else None
