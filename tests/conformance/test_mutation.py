@@ -128,6 +128,31 @@ def test_altered_and_invented_answers_keep_the_protocols_shape() -> None:
         assert shape.problem(op, M._placeholder(defs[SPEC.operations[op].returns], defs)) is None, op
 
 
+def test_a_lanes_stale_token_is_swapped_for_the_lanes_live_one() -> None:
+    # skip_fence on a lane: the live token is the lane's lease, not a work item's
+    import io
+    import json
+
+    from ledgercheck.reference.adapter import ReferenceAdapter
+
+    adapter = ReferenceAdapter(SPEC)
+    adapter.reset({})
+    server = M.MutantServer(adapter, io.BytesIO(), SPEC, M.parse_mutant(SPEC, "skip_fence:lane_next:token"))
+
+    def call(op: str, **args: object) -> dict:
+        return server.handle(json.dumps({"id": 1, "op": op, "args": args}).encode())
+
+    lane = {"session_key": "s", "lane": "l"}
+    old = call("lane_acquire", **lane, owner="A", now=0.0)["result"]["token"]
+    call("lane_push", **lane, task_id="t1", now=0.0)
+    call("lane_acquire", **lane, owner="B", now=1000.0)  # the first lease lapsed long ago: B takes the lane over
+    assert server._live_lane_token("s", "l") not in (None, old)
+    out = call("lane_next", **lane, token=old, now=1000.0)
+    assert out["ok"] and out["result"]["task_id"] == "t1" and server.fired == 1  # the reference alone refuses it
+    assert server._live_lane_token("s", "nowhere") is None
+    adapter.close()
+
+
 def test_unknown_mutant_is_one_line_and_exit_2() -> None:
     p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "serve", "--mutant", "flip:nothing"],
                        input=b"", capture_output=True, timeout=60)
