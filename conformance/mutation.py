@@ -509,11 +509,12 @@ def _placeholder(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
     return {"array": [], "string": "mutant", "integer": 0, "number": 0.0, "boolean": False, "null": None}.get(typ)
 
 
-def _alter(spec: Spec, key: str, value: Any, enum: Iterable[str] = ()) -> Any:
+def _alter(spec: Spec, key: str, value: Any, enum: Iterable[str] = (), item: Any = None) -> Any:
     """``value`` changed, its JSON type kept (None when it cannot be: null stays null): a name
     from a closed set (``enum``, the protocol's for the field, or the contract's statuses,
     receipt states, outbox states, error classes and wakeup kinds) becomes the set's next name;
-    a list of names has its first one changed."""
+    a list of names has its first one changed, an empty list gets ``item`` (a value of its items'
+    shape) when there is one."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -532,6 +533,8 @@ def _alter(spec: Spec, key: str, value: Any, enum: Iterable[str] = ()) -> Any:
         return {**value, "mutated": True}
     if value and isinstance(value[0], str):
         return [_alter(spec, key, value[0]), *value[1:]]
+    if not value and item is not None:
+        return [item]
     return ["mutated", value]
 
 
@@ -556,6 +559,12 @@ def _walk_path(value: Any, path: str) -> tuple[Any, Any] | None:
 def _field_enum(defs: Mapping[str, Any], ret: str, path: str) -> tuple[str, ...]:
     """The names the protocol allows for the field at ``path`` of a ``ret`` answer (its
     ``enum``), or none."""
+    schema = _field_schema(defs, ret, path)
+    return tuple(schema.get("enum", ())) if schema is not None else ()
+
+
+def _field_schema(defs: Mapping[str, Any], ret: str, path: str) -> Mapping[str, Any] | None:
+    """The protocol's schema of the field at ``path`` of a ``ret`` answer, or None."""
     schema: Mapping[str, Any] | None = _resolve(defs[ret], defs)
     for p in path.split("."):
         if schema is None:
@@ -565,7 +574,7 @@ def _field_enum(defs: Mapping[str, Any], ret: str, path: str) -> tuple[str, ...]
             continue
         obj = _object_schema(schema, defs)
         schema = _resolve(obj["properties"][p], defs) if obj is not None and p in obj.get("properties", {}) else None
-    return tuple(schema.get("enum", ())) if schema is not None else ()
+    return schema
 
 
 def _reverse_keys(value: Any) -> Any:
@@ -734,7 +743,10 @@ class MutantServer(Server):
             where = _walk_path(resp.get("result"), p[1])
             if where is not None:
                 node, key = where
-                new = _alter(self.spec, key, node[key], _field_enum(self.defs, self.spec.operations[op].returns, p[1]))
+                schema = _field_schema(self.defs, self.spec.operations[op].returns, p[1])
+                items = _item_schema(schema, self.defs) if schema is not None else None
+                new = _alter(self.spec, key, node[key], tuple(schema.get("enum", ())) if schema is not None else (),
+                             _placeholder(items, self.defs) if items is not None else None)
                 if new is not None and new != node[key]:
                     node[key] = new
                     self._fire()

@@ -119,6 +119,9 @@ def test_altered_and_invented_answers_keep_the_protocols_shape() -> None:
     for field in ("state", "wakeups"):
         changed = {**run, field: M._alter(SPEC, field, run[field], M._field_enum(defs, "wake_run", field))}
         assert changed[field] != run[field] and shape.problem("wake_get", changed) is None, changed
+    # an empty list of names gets one name (a run suspended with no wakeup yet)
+    items = M._item_schema(M._field_schema(defs, "wake_run", "wakeups"), defs)
+    assert shape.problem("wake_get", {**run, "wakeups": M._alter(SPEC, "wakeups", [], (), M._placeholder(items, defs))}) is None
     assert M._field_enum(defs, "lane_task_list", "[0].state") == ("queued", "handed")
     assert M._alter(SPEC, "state", "handed", ("queued", "handed")) == "queued"
     assert M._alter(SPEC, "state", "pending", M._field_enum(defs, "wake_run", "state")) == "running"  # not the outbox's "sent"
