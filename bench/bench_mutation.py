@@ -21,11 +21,24 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
 from ledgercheck.conformance import mutation as M
-from ledgercheck.spec import default_spec
+from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.wire import result_types
+
+
+def _own_shapes(spec: Spec, ops: set[str]) -> set[str]:
+    """The result shapes only ``ops`` answer with (a lane lease, a wake run: not the work snapshot
+    that spawn answers with too, whose dropped fields are core's mutants)."""
+    types = result_types(spec)
+
+    def within(names: Iterable[str]) -> set[str]:
+        return {n for o in names for n, _ in M._shapes_within(types[spec.operations[o].returns], types, spec.operations[o].returns)}
+
+    return within(ops) - within(set(spec.operations) - ops)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_mutation: unknown profile {', '.join(unknown)} (known: {', '.join(spec.profiles)})", file=sys.stderr)
             return 2
         ops = {o for o, d in spec.operations.items() if d.profile in args.profile}
-        # a mutant names its operation second (family:operation:...); benign ones touch every operation
+        shapes = _own_shapes(spec, ops)
+        # a mutant names its operation second (family:operation:...), a dropped field its result
+        # shape (drop_field:shape:field); benign ones touch every operation
         names = [m.name for m in M.generate(spec) if (names is None or m.name in names)
-                 and (m.benign or m.name.split(":")[1:2] and m.name.split(":")[1] in ops)]
+                 and (m.benign or m.name.split(":")[1:2] and m.name.split(":")[1] in ops
+                      or m.family == "drop_field" and m.params[0] in shapes)]
     t0 = time.monotonic()
     figs, rows = M.campaign(spec, names=names, jobs=args.jobs, exhaustive=args.exhaustive,
                             progress=None if args.quiet else (lambda s: print(s, flush=True)))

@@ -498,6 +498,8 @@ def _placeholder(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
     schema = _resolve(schema, defs)
     if "anyOf" in schema:
         return None
+    if schema.get("enum"):  # a value the protocol allows (a run's state, a task's state)
+        return schema["enum"][0]
     typ = schema.get("type")
     if isinstance(typ, list):
         return None if "null" in typ else _placeholder({"type": typ[0]}, defs)
@@ -507,8 +509,12 @@ def _placeholder(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
     return {"array": [], "string": "mutant", "integer": 0, "number": 0.0, "boolean": False, "null": None}.get(typ)
 
 
-def _alter(spec: Spec, key: str, value: Any) -> Any:
-    """``value`` changed, its JSON type kept (None when it cannot be: null stays null)."""
+def _alter(spec: Spec, key: str, value: Any, enum: Iterable[str] = (), item: Any = None) -> Any:
+    """``value`` changed, its JSON type kept (None when it cannot be: null stays null): a name
+    from a closed set (``enum``, the protocol's for the field, or the contract's statuses,
+    receipt states, outbox states, error classes and wakeup kinds) becomes the set's next name;
+    a list of names has its first one changed, an empty list gets ``item`` (a value of its items'
+    shape) when there is one."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -518,12 +524,17 @@ def _alter(spec: Spec, key: str, value: Any) -> Any:
     if isinstance(value, float):
         return value + QUANTUM
     if isinstance(value, str):
-        for enum in (list(spec.statuses), list(spec.receipt_states), ["pending", "sent"], list(spec.error_classes)):
-            if value in enum and len(enum) > 1:
-                return enum[(enum.index(value) + 1) % len(enum)]
+        for names in (list(enum), list(spec.statuses), list(spec.receipt_states), ["pending", "sent"],
+                      list(spec.error_classes), list(spec.wakeup_kinds)):
+            if value in names and len(names) > 1:
+                return names[(names.index(value) + 1) % len(names)]
         return value + "-x"
     if isinstance(value, dict):
         return {**value, "mutated": True}
+    if value and isinstance(value[0], str):
+        return [_alter(spec, key, value[0]), *value[1:]]
+    if not value and item is not None:
+        return [item]
     return ["mutated", value]
 
 
@@ -543,6 +554,27 @@ def _walk_path(value: Any, path: str) -> tuple[Any, Any] | None:
             return None
         node = node[p]
     return None
+
+
+def _field_enum(defs: Mapping[str, Any], ret: str, path: str) -> tuple[str, ...]:
+    """The names the protocol allows for the field at ``path`` of a ``ret`` answer (its
+    ``enum``), or none."""
+    schema = _field_schema(defs, ret, path)
+    return tuple(schema.get("enum", ())) if schema is not None else ()
+
+
+def _field_schema(defs: Mapping[str, Any], ret: str, path: str) -> Mapping[str, Any] | None:
+    """The protocol's schema of the field at ``path`` of a ``ret`` answer, or None."""
+    schema: Mapping[str, Any] | None = _resolve(defs[ret], defs)
+    for p in path.split("."):
+        if schema is None:
+            return ()
+        if p == "[0]":
+            schema = _item_schema(schema, defs)
+            continue
+        obj = _object_schema(schema, defs)
+        schema = _resolve(obj["properties"][p], defs) if obj is not None and p in obj.get("properties", {}) else None
+    return schema
 
 
 def _reverse_keys(value: Any) -> Any:
@@ -604,12 +636,24 @@ class MutantServer(Server):
         return out.value if out.ok else None
 
     def _live_token(self, args: Mapping[str, Any]) -> Any:
+        if isinstance(args.get("session_key"), str) and isinstance(args.get("lane"), str):
+            return self._live_lane_token(args["session_key"], args["lane"])
         wid = args.get("work_id")
         if not isinstance(wid, str) and isinstance(args.get("key"), str):
             rec = self._call("effect_lookup", key=args["key"])
             wid = rec.get("work_id") if isinstance(rec, dict) else None
         snap = self._call("get", work_id=wid) if isinstance(wid, str) else None
         return snap.get("lease_token") if isinstance(snap, dict) else None
+
+    def _live_lane_token(self, session_key: str, lane: str) -> str | None:
+        """The token of a lane's current lease (None when the lane is free or released): no
+        operation reads a lane's lease without taking it, so it is read from the reference's
+        lane table (reference/schema.py)."""
+        read = getattr(getattr(self.adapter, "ledger", None), "_read", None)
+        if read is None:
+            return None
+        rows = read("SELECT token, released FROM lane WHERE session_key = ? AND lane = ?", (session_key, lane))
+        return str(rows[0][0]) if rows and not rows[0][1] else None
 
     def _last_seq(self, stream: Any) -> int | None:
         entries = self._call("log_read", stream=stream) if isinstance(stream, str) else None
@@ -699,7 +743,10 @@ class MutantServer(Server):
             where = _walk_path(resp.get("result"), p[1])
             if where is not None:
                 node, key = where
-                new = _alter(self.spec, key, node[key])
+                schema = _field_schema(self.defs, self.spec.operations[op].returns, p[1])
+                items = _item_schema(schema, self.defs) if schema is not None else None
+                new = _alter(self.spec, key, node[key], tuple(schema.get("enum", ())) if schema is not None else (),
+                             _placeholder(items, self.defs) if items is not None else None)
                 if new is not None and new != node[key]:
                     node[key] = new
                     self._fire()

@@ -109,6 +109,53 @@ def test_answer_fields_are_owned_by_what_the_operation_answers() -> None:
     assert "core.transition.allowed" not in own["alter:claim:lease_expires_at"]
 
 
+def test_altered_and_invented_answers_keep_the_protocols_shape() -> None:
+    # a name from a closed set becomes another name of that set, not a string the protocol
+    # refuses: the mutant is then judged by the model (the clause), not by the shape check
+    from ledgercheck.transport.wire import result_checker, result_types
+
+    defs, shape = result_types(SPEC), result_checker(SPEC)
+    run = {"run_id": "run-1", "state": "pending", "cycle": 1, "wakeups": ["message", "timer"], "timer_at": None}
+    for field in ("state", "wakeups"):
+        changed = {**run, field: M._alter(SPEC, field, run[field], M._field_enum(defs, "wake_run", field))}
+        assert changed[field] != run[field] and shape.problem("wake_get", changed) is None, changed
+    # an empty list of names gets one name (a run suspended with no wakeup yet)
+    items = M._item_schema(M._field_schema(defs, "wake_run", "wakeups"), defs)
+    assert shape.problem("wake_get", {**run, "wakeups": M._alter(SPEC, "wakeups", [], (), M._placeholder(items, defs))}) is None
+    assert M._field_enum(defs, "lane_task_list", "[0].state") == ("queued", "handed")
+    assert M._alter(SPEC, "state", "handed", ("queued", "handed")) == "queued"
+    assert M._alter(SPEC, "state", "pending", M._field_enum(defs, "wake_run", "state")) == "running"  # not the outbox's "sent"
+    assert M._alter(SPEC, "status", "queued") != "queued"  # the contract's statuses, as before
+    # a refusal answered ok: a value of the result's shape, enumerations included
+    for op in ("wake_get", "lane_next", "lane_tasks", "get"):
+        assert shape.problem(op, M._placeholder(defs[SPEC.operations[op].returns], defs)) is None, op
+
+
+def test_a_lanes_stale_token_is_swapped_for_the_lanes_live_one() -> None:
+    # skip_fence on a lane: the live token is the lane's lease, not a work item's
+    import io
+    import json
+
+    from ledgercheck.reference.adapter import ReferenceAdapter
+
+    adapter = ReferenceAdapter(SPEC)
+    adapter.reset({})
+    server = M.MutantServer(adapter, io.BytesIO(), SPEC, M.parse_mutant(SPEC, "skip_fence:lane_next:token"))
+
+    def call(op: str, **args: object) -> dict:
+        return server.handle(json.dumps({"id": 1, "op": op, "args": args}).encode())
+
+    lane = {"session_key": "s", "lane": "l"}
+    old = call("lane_acquire", **lane, owner="A", now=0.0)["result"]["token"]
+    call("lane_push", **lane, task_id="t1", now=0.0)
+    call("lane_acquire", **lane, owner="B", now=1000.0)  # the first lease lapsed long ago: B takes the lane over
+    assert server._live_lane_token("s", "l") not in (None, old)
+    out = call("lane_next", **lane, token=old, now=1000.0)
+    assert out["ok"] and out["result"]["task_id"] == "t1" and server.fired == 1  # the reference alone refuses it
+    assert server._live_lane_token("s", "nowhere") is None
+    adapter.close()
+
+
 def test_unknown_mutant_is_one_line_and_exit_2() -> None:
     p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "serve", "--mutant", "flip:nothing"],
                        input=b"", capture_output=True, timeout=60)
