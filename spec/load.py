@@ -37,12 +37,14 @@ from .contract import (
     EffectStep,
     EffectValue,
     EventType,
+    HandoutRule,
     LeaseTimings,
     MatrixEntry,
     MonitorMarked,
     Operation,
     Profile,
     ProfileSet,
+    PromiseWindow,
     RetryPolicy,
     Spec,
     StaleRule,
@@ -653,4 +655,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         spawn_budget=int(doc["spawn"]["budget"]),
         ask_outcomes=frozen_map(dict(doc["ask"]["outcomes"])),
         ask_unfinished=doc["ask"]["unfinished"],
+        handouts=frozen_map({p: HandoutRule(**r) for p, r in (doc.get("handouts") or {}).items()}),
+        promise_windows=frozen_map({n: PromiseWindow(n, w["operation"], tuple(w["keeps"]), w["after"], w["clause"])
+                                    for n, w in (doc.get("promise_windows") or {}).items()}),
     )
