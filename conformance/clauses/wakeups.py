@@ -9,8 +9,8 @@ from typing import Any
 
 from ledgercheck.spec import Spec
 
-from ..harness import Harness
-from . import CaseFn, case, cases, check
+from ..harness import Harness, NotApplicable
+from . import CaseFn, case, cases, check, durable
 
 
 def _take(h: Harness, worker: str = "worker-A") -> dict[str, Any] | None:
@@ -182,3 +182,68 @@ def _redeliver_kept(h: Harness) -> None:
     again = _take(h, "worker-B")
     check(again is not None and sorted(again["woken_by"]) == ["child_done", "message", "signal"], "wakeups.redeliver_kept",
           f"the lost hand-out carried message and signal, child_done fired since; the next take gave {again!r}", h)
+
+
+# ------------------------------------------------------------------ a crash inside a take
+WINDOW = "merged_handout"  # the contract's promise window of a take (recovery.yaml)
+
+
+def _raw(h: Harness, op: str, clause: str, **args: Any) -> Any:
+    out = h.raw(op, **args)
+    check(out.ok, clause, f"{op} {args} answered {out.code}: {out.message}", h)
+    return out.value
+
+
+@case("wakeups.redeliver", "crash-inside-take-then-lapse")
+def _crash_take(h: Harness) -> None:
+    """A worker's take dies inside the adapter, at each crash point of the adapter the take passes
+    (a real SIGKILL while the adapter blocks there).  After a reopen the wakeups merged into the
+    run are either still pending, whole, and the next take hands them out once; or they were
+    handed out (to the dead worker): then no take hands the run out while that hand-out's lease
+    is live, and once it lapsed the next take hands the same wake cycle out again, with every
+    wakeup, exactly once.  Needs an adapter that can be stopped at its own crash points (the wire
+    protocol's ``arm``) and durable state."""
+    window = h.spec.promise_windows.get(WINDOW)
+    clause = window.clause if window is not None else "wakeups.redeliver"
+    points = list(h.client.crash_points) if hasattr(h.client, "crash_points") else []
+    if not points or not callable(getattr(h.client, "arm", None)):
+        raise NotApplicable("the adapter declares no crash points it can be stopped at (arm)")
+    h.need("wake_suspend", "wake_fire", "wake_take", "wake_get")
+    lt = h.spec.lease_default
+    with durable(h) as reopen:
+        for point in points:
+            for occurrence in (1, 2, 3):
+                rid = f"run-{point}-{occurrence}"
+                _raw(h, "wake_suspend", clause, run_id=rid, now=h.now())
+                for kind in ("message", "signal"):
+                    _raw(h, "wake_fire", clause, run_id=rid, kind=kind, now=h.now())
+                armed = h.client.arm(point, occurrence)
+                if not armed.ok:
+                    raise NotApplicable(f"arm {point}: {armed.code}: {armed.message}")
+                first = h.client.call("wake_take", worker="doomed", now=h.now())
+                reopen()
+                crashed = not first.ok and first.code == "adapter_crashed"
+                where = f"a crash at {point} (occurrence {occurrence})" if crashed else "a take"
+                run = _raw(h, "wake_get", clause, run_id=rid)
+                check(run["state"] in ("pending", "running"), clause, f"after {where} run {rid!r} reads {run}", h)
+                if run["state"] == "pending":
+                    check(sorted(run["wakeups"]) == ["message", "signal"], clause,
+                          f"after {where} the pending run {rid!r} lists wakeups {run['wakeups']}: the merged ones were not kept whole", h)
+                    got = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1
+                          and sorted(got["woken_by"]) == ["message", "signal"], clause,
+                          f"after {where} left the run pending, the next take gave {got!r}", h)
+                else:
+                    live = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    check(live is None, clause, f"after {where} handed run {rid!r} out, it was handed out again while that "
+                          f"hand-out's lease is live: {live!r}", h)
+                    h.advance(lt.ttl + lt.grace + 1.0)
+                    got = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1 and got.get("attempt") == 2
+                          and sorted(got["woken_by"]) == ["message", "signal"], clause,
+                          f"after {where} handed run {rid!r} out and that hand-out lapsed, the next take gave {got!r}", h)
+                again = _raw(h, "wake_take", clause, worker="worker-C", now=h.now())
+                check(again is None, clause, f"after {where}, wake cycle 1 of {rid!r} was handed out twice: {again!r}", h)
+                _raw(h, "wake_suspend", clause, run_id=rid, token=got["token"], now=h.now())
+                if not crashed:
+                    break  # the take passes this point fewer times
