@@ -526,6 +526,9 @@ def _handouts(c: _Ctx) -> None:
             c.add(base + ("operation",), f"{r['operation']!r} is not an operation of profile {profile!r}")
         if r["fence"] not in d["errors"]:
             c.add(base + ("fence",), f"unknown error code {r['fence']!r}")
+    kind = d["spawn"].get("wakes_parent")
+    if kind is not None and kind not in (d.get("wakeups") or {}).get("kinds", ()):
+        c.add(("spawn", "wakes_parent"), f"{kind!r} is not one of the wakeup kinds (wakeups.kinds)")
     for name, w in (d.get("promise_windows") or {}).items():
         base = ("promise_windows", name)
         if w["operation"] not in d["operations"]:

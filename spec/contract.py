@@ -334,6 +334,7 @@ class Spec:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
     profile_sets: Mapping[str, ProfileSet] = field(default_factory=dict)
     spawn_budget: int = 4  # descendants one root may have (spawn profile)
+    spawn_wakeup: str | None = None  # the wakeup a finished child fires on its parent's run (spawn with wakeups)
     ask_outcomes: Mapping[str, str] = field(default_factory=dict)  # terminal status -> ask outcome
     ask_unfinished: str = "timed_out"  # the outcome of an ask whose target is not terminal
     handouts: Mapping[str, HandoutRule] = field(default_factory=dict)  # profile -> its hand-out lease rule

@@ -653,6 +653,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         profile_sets=frozen_map({n: ProfileSet(n, s["description"], tuple(s["profiles"]))
                                  for n, s in (doc.get("profile_sets") or {}).items()}),
         spawn_budget=int(doc["spawn"]["budget"]),
+        spawn_wakeup=doc["spawn"].get("wakes_parent"),
         ask_outcomes=frozen_map(dict(doc["ask"]["outcomes"])),
         ask_unfinished=doc["ask"]["unfinished"],
         handouts=frozen_map({p: HandoutRule(**r) for p, r in (doc.get("handouts") or {}).items()}),
