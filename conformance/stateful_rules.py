@@ -608,12 +608,6 @@ def wakeups_rules(c: Ctx) -> type:
             for _ in range(times):
                 h.do("wake_take", worker=c.pools.owners[who])
 
-        @needs("wake_renew")
-        @rule(r=st.integers(0, 3), use=USE)
-        def wake_renew(self, r: int, use: str) -> None:
-            rid = run(r)
-            h.do("wake_renew", run_id=rid, token=tok(rid, use))
-
         @rule(r=st.integers(0, 3))
         def wake_get(self, r: int) -> None:
             h.do("wake_get", run_id=run(r))
@@ -625,8 +619,9 @@ def wakeups_rules(c: Ctx) -> type:
                        use: str) -> None:
             """A run's wake cycle: it suspends (maybe with a timer), wakeups fire, workers take
             (more than once: the cycle is handed out once), wakeups fire while it runs, time
-            passes (maybe past the hand-out's lapse: its holder died, and the next take hands it
-            out again), and it suspends again, with the live, the first or a forged token
+            passes (half a ttl after a renew with the live, the first or a forged token, or past
+            the hand-out's lapse: its holder died, and the next take hands it out again), and it
+            suspends again, with the live, the first or a forged token
             (pending at once if a wakeup fired while it ran)."""
             rid = RUNS[r]
             if rid in h.model.runs and h.model.runs[rid]["state"] != "running":
@@ -641,6 +636,8 @@ def wakeups_rules(c: Ctx) -> type:
                 h.do("wake_take", worker=c.pools.owners[i % 3])
             for kind in during:
                 h.do("wake_fire", run_id=rid, kind=kind)
+            if how == "half" and h.claims("wake_renew"):
+                h.do("wake_renew", run_id=rid, token=tok(rid, use))  # the holder (or an impostor) renews
             wait(how)
             for i in range(takes):
                 h.do("wake_take", worker=c.pools.owners[(i + 1) % 3])
