@@ -90,7 +90,9 @@ class WakeupsOps(ModelBase):
             why = "a token of an earlier hand-out" if a.get("token") in run["tokens"] else \
                 "no token" if a.get("token") is None else "not the token of the run's hand-out"
             return Refuse(frozenset({"stale_lease"}), "wakeups.fencing", f"{op}: {why} for run {run['run_id']!r}"), frozenset()
-        return None, frozenset({"stale_lease"}) if lease in (LAPSED, EDGE) else frozenset()
+        # a lapsed hand-out's run may already read pending again: a suspend may then find it not running
+        lapsed = frozenset({"stale_lease", "invalid_transition"} if op == "wake_suspend" else {"stale_lease"})
+        return None, lapsed if lease in (LAPSED, EDGE) else frozenset()
 
     def _op_wake_suspend(self, a: dict[str, Any]) -> Expectation:
         rid = a["run_id"]
