@@ -569,19 +569,34 @@ def wakeups_rules(c: Ctx) -> type:
     h = c.h
     kinds = list(c.spec.wakeup_kinds) or ["message"]
     timers = st.sampled_from([None, None, 0.0, 5.0, 60.0, 600.0])
+    lt = c.spec.lease_default
+    waits = st.sampled_from(["none", "none", "half", "lapse"])
 
     def run(r: int) -> str:
         """One of the runs the model knows (or, past them, a new one)."""
         known = sorted(h.model.runs)
         return known[r] if r < len(known) else RUNS[r % len(RUNS)]
 
-    def suspend(rid: str, timer: float | None) -> None:
-        h.do("wake_suspend", run_id=rid, timer_at=None if timer is None else h.now() + timer * h.scale)
+    def tok(rid: str, use: str) -> str:
+        """The run's live hand-out token ("live"), its first one ever ("held": superseded once
+        the run was handed out again) or a forged one."""
+        r = h.model.runs.get(rid) or {}
+        if use == "live" and r.get("token"):
+            return str(r["token"])
+        if use == "held" and r.get("tokens"):
+            return str(r["tokens"][0])
+        return FORGED
+
+    def suspend(rid: str, timer: float | None, use: str = "live") -> None:
+        h.do("wake_suspend", run_id=rid, timer_at=None if timer is None else h.now() + timer * h.scale, token=tok(rid, use))
+
+    def wait(how: str) -> None:
+        h.advance({"none": 0.0, "half": lt.ttl / 2, "lapse": lt.ttl + lt.grace + 1.0}[how])
 
     class Wakeups:
-        @rule(r=st.integers(0, 3), timer=timers)
-        def wake_suspend(self, r: int, timer: float | None) -> None:
-            suspend(run(r), timer)
+        @rule(r=st.integers(0, 3), timer=timers, use=USE)
+        def wake_suspend(self, r: int, timer: float | None, use: str) -> None:
+            suspend(run(r), timer, use)
 
         @rule(r=st.integers(0, 3), kind=st.sampled_from(kinds), times=st.integers(1, 3))
         def wake_fire(self, r: int, kind: str, times: int) -> None:
@@ -600,11 +615,15 @@ def wakeups_rules(c: Ctx) -> type:
 
         @needs("wake_suspend", "wake_fire", "wake_take")
         @rule(r=st.integers(0, 2), fired=st.lists(st.sampled_from(kinds), max_size=3), timer=timers,
-              during=st.lists(st.sampled_from(kinds), max_size=2), takes=st.integers(1, 3))
-        def wake_cycle(self, r: int, fired: list[str], timer: float | None, during: list[str], takes: int) -> None:
+              during=st.lists(st.sampled_from(kinds), max_size=2), takes=st.integers(1, 3), how=waits, use=USE)
+        def wake_cycle(self, r: int, fired: list[str], timer: float | None, during: list[str], takes: int, how: str,
+                       use: str) -> None:
             """A run's wake cycle: it suspends (maybe with a timer), wakeups fire, workers take
-            (more than once: the cycle is handed out once), wakeups fire while it runs, and it
-            suspends again (pending at once if one did)."""
+            (more than once: the cycle is handed out once), wakeups fire while it runs, time
+            passes (half a ttl after a renew with the live, the first or a forged token, or past
+            the hand-out's lapse: its holder died, and the next take hands it out again), and it
+            suspends again, with the live, the first or a forged token
+            (pending at once if a wakeup fired while it ran)."""
             rid = RUNS[r]
             if rid in h.model.runs and h.model.runs[rid]["state"] != "running":
                 for _ in range(2):
@@ -618,10 +637,17 @@ def wakeups_rules(c: Ctx) -> type:
                 h.do("wake_take", worker=c.pools.owners[i % 3])
             for kind in during:
                 h.do("wake_fire", run_id=rid, kind=kind)
+            if how == "half" and h.claims("wake_renew"):
+                h.do("wake_renew", run_id=rid, token=tok(rid, use))  # the holder (or an impostor) renews
+            wait(how)
+            for i in range(takes):
+                h.do("wake_take", worker=c.pools.owners[(i + 1) % 3])
             if h.model.runs[rid]["state"] == "running":
-                suspend(rid, None)
+                suspend(rid, None, use)
 
     return Wakeups
+
+
 def spawn_rules(c: Ctx) -> type:
     h = c.h
     model = h.model

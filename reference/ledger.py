@@ -404,6 +404,8 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         rec.snap = new
         rec.n = n + 1
         self._pending.append(rec)
+        if dst in self.terminal and src not in self.terminal and new["source_run_id"] is not None:
+            self._wake_parent(cur, new, now)  # spawn.wakes_parent: in this same transaction
         return new
 
     def _dst(self, op: str, rec: Rec, want: str | None = None) -> str:

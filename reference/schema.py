@@ -23,7 +23,7 @@ from typing import Any
 
 from ledgercheck.spec import Spec, rules
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x4C444743  # "LDGC"
 TABLES = ("work", "work_event", "effect", "inbox", "outbox", "log_entry", "allowed_transition", "meta", "lane", "lane_task",
           "wake_run")
@@ -189,7 +189,9 @@ def lane_tables() -> list[str]:
         """CREATE TABLE wake_run (
   run_id TEXT PRIMARY KEY, state TEXT NOT NULL, cycle INTEGER NOT NULL, wakeups TEXT NOT NULL, timer_at REAL,
   worker TEXT, ready INTEGER NOT NULL, updated_at REAL NOT NULL,
-  CHECK (state = 'suspended' OR state = 'pending' OR state = 'running'), CHECK (cycle >= 0)
+  token TEXT, expires_at REAL, handed TEXT NOT NULL DEFAULT '[]', attempt INTEGER NOT NULL DEFAULT 0,
+  CHECK (state = 'suspended' OR state = 'pending' OR state = 'running'), CHECK (cycle >= 0),
+  CHECK ((state = 'running') = (token IS NOT NULL AND expires_at IS NOT NULL))
 ) STRICT, WITHOUT ROWID""",
     ]
 

@@ -5,7 +5,9 @@ and event discipline.  The parent's trail is the record of its children: a spawn
 ``child_spawned`` (``child_id``, ``spawn_key``) to the parent's trail and inserts the child with
 its own ``work_created`` event (whose data also names its ``parent_id`` and ``root_id``) in one
 transaction, so no child exists without its record and a replayed spawn finds the child there.
-No table is added: the tree is read from the trails.
+No table is added: the tree is read from the trails.  A child reaching a terminal status fires
+the contract's ``spawn.wakes_parent`` wakeup on its parent's run (the wakeups run named by the
+parent's work_id) in the transaction that finishes it (``_wake_parent``, called by ``_write``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class SuperviseOps:
     get: Callable[..., dict[str, Any]]
     _insert_item: Callable[..., dict[str, Any] | None]
     _cancel_rec: Callable[[sqlite3.Cursor, Rec, float, str | None], dict[str, Any]]
+    _fire: Callable[[sqlite3.Cursor, str, str, float], dict[str, Any]]
 
     # ------------------------------------------------------------------ the tree, from the trails
     @staticmethod
@@ -57,6 +60,15 @@ class SuperviseOps:
             out += nxt
             frontier = nxt
         return out
+
+    def _wake_parent(self, cur: Any, child: Mapping[str, Any], now: float) -> None:
+        """A finished child's wakeup on its parent's run, when the parent has one and logged the child."""
+        kind = self.spec.spawn_wakeup
+        parent = child["source_run_id"]
+        if kind is None or cur.execute("SELECT 1 FROM wake_run WHERE run_id = ?", (parent,)).fetchone() is None:
+            return
+        if any(d.get("child_id") == child["work_id"] for d in self._spawned(cur, parent)):
+            self._fire(cur, parent, kind, now)
 
     # ------------------------------------------------------------------ spawn profile
     def spawn(self, *, parent_id: str, key: str, now: float, payload: dict[str, Any] | None = None) -> dict[str, Any]:

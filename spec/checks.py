@@ -514,6 +514,30 @@ def _recovery(c: _Ctx) -> None:
 
 
 @check
+def _handouts(c: _Ctx) -> None:
+    d = c.doc
+    clauses = {cl["id"] for cl in d["clauses"]}
+    for profile, r in (d.get("handouts") or {}).items():
+        base = ("handouts", profile)
+        if profile not in d.get("profiles", {}):
+            c.whole(base, f"unknown profile {profile!r}")
+        op = d["operations"].get(r["operation"])
+        if op is None or op.get("profile") != profile:
+            c.add(base + ("operation",), f"{r['operation']!r} is not an operation of profile {profile!r}")
+        if r["fence"] not in d["errors"]:
+            c.add(base + ("fence",), f"unknown error code {r['fence']!r}")
+    kind = d["spawn"].get("wakes_parent")
+    if kind is not None and kind not in (d.get("wakeups") or {}).get("kinds", ()):
+        c.add(("spawn", "wakes_parent"), f"{kind!r} is not one of the wakeup kinds (wakeups.kinds)")
+    for name, w in (d.get("promise_windows") or {}).items():
+        base = ("promise_windows", name)
+        if w["operation"] not in d["operations"]:
+            c.add(base + ("operation",), f"unknown operation {w['operation']!r}")
+        if w["clause"] not in clauses:
+            c.add(base + ("clause",), f"unknown clause {w['clause']!r}")
+
+
+@check
 def _recovery_rules(c: _Ctx) -> None:
     d = c.doc
     for name, v in d["decisions"].items():

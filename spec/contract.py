@@ -223,6 +223,29 @@ class StaleRule:
     monitor_marked: MonitorMarked | None
 
 
+@dataclass(frozen=True)
+class HandoutRule:
+    """How a lapsed hand-out of a profile is recovered (``handouts`` in the contract)."""
+
+    operation: str  # the operation that hands out under the lease
+    timings: str  # the policy section whose ttl and grace the lease lives by
+    state: str  # the state a lapsed hand-out's run is in again
+    keep: str  # the lost hand-out's field whose wakeups are merged into the run's pending ones
+    cycle: str  # "same": the redelivery hands out the same wake cycle; "next": a new one
+    fence: str  # the error a stale token's write gets
+
+
+@dataclass(frozen=True)
+class PromiseWindow:
+    """A step whose two records a crash must not split (``promise_windows`` in the contract)."""
+
+    name: str
+    operation: str
+    keeps: tuple[str, ...]
+    after: str  # replay, handout_lapse or none: what mends what a crash leaves
+    clause: str
+
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
@@ -311,8 +334,11 @@ class Spec:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the merged raw document
     profile_sets: Mapping[str, ProfileSet] = field(default_factory=dict)
     spawn_budget: int = 4  # descendants one root may have (spawn profile)
+    spawn_wakeup: str | None = None  # the wakeup a finished child fires on its parent's run (spawn with wakeups)
     ask_outcomes: Mapping[str, str] = field(default_factory=dict)  # terminal status -> ask outcome
     ask_unfinished: str = "timed_out"  # the outcome of an ask whose target is not terminal
+    handouts: Mapping[str, HandoutRule] = field(default_factory=dict)  # profile -> its hand-out lease rule
+    promise_windows: Mapping[str, PromiseWindow] = field(default_factory=dict)
 
     # ---- identity -------------------------------------------------------------------------
     @functools.cached_property

@@ -37,12 +37,14 @@ from .contract import (
     EffectStep,
     EffectValue,
     EventType,
+    HandoutRule,
     LeaseTimings,
     MatrixEntry,
     MonitorMarked,
     Operation,
     Profile,
     ProfileSet,
+    PromiseWindow,
     RetryPolicy,
     Spec,
     StaleRule,
@@ -651,6 +653,10 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         profile_sets=frozen_map({n: ProfileSet(n, s["description"], tuple(s["profiles"]))
                                  for n, s in (doc.get("profile_sets") or {}).items()}),
         spawn_budget=int(doc["spawn"]["budget"]),
+        spawn_wakeup=doc["spawn"].get("wakes_parent"),
         ask_outcomes=frozen_map(dict(doc["ask"]["outcomes"])),
         ask_unfinished=doc["ask"]["unfinished"],
+        handouts=frozen_map({p: HandoutRule(**r) for p, r in (doc.get("handouts") or {}).items()}),
+        promise_windows=frozen_map({n: PromiseWindow(n, w["operation"], tuple(w["keeps"]), w["after"], w["clause"])
+                                    for n, w in (doc.get("promise_windows") or {}).items()}),
     )

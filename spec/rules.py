@@ -13,6 +13,8 @@ is pure: it reads the Spec and the values it is given, and returns a value.
   wrong field or argument breaks (the ``blame`` of work fields, arguments and error codes), which
   clauses only the chaos exploration judges (``judge: chaos``) and which clause takes one of the
   model's named judgements (``judges``);
+* ``handout_expiry`` / ``handout_lapse`` / ``redelivery`` - the lease of a hand-out that is not
+  a work item (``handouts``: a run of the wakeups profile) and what recovers a lapsed one;
 * ``identity_folded`` - whether two identity keys differ only by case, surrounding whitespace or
   Unicode normalization form.
 """
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import EffectStep, Spec
+from .contract import EffectStep, HandoutRule, LeaseTimings, Spec
 
 
 # ---------------------------------------------------------------------------------- decisions
@@ -293,3 +295,44 @@ def identity_folded(a: Iterable[Any], b: Iterable[Any]) -> bool:
     would take for one unit."""
     a, b = tuple(a), tuple(b)
     return a != b and len(a) == len(b) and all(_fold(x) == _fold(y) for x, y in zip(a, b, strict=True))
+
+
+# ---------------------------------------------------------------------------------- hand-outs
+def handout_rule(spec: Spec, profile: str) -> HandoutRule:
+    try:
+        return spec.handouts[profile]
+    except KeyError:
+        raise KeyError(f"the contract gives profile {profile!r} no hand-out lease (handouts)") from None
+
+
+def _handout_timings(spec: Spec, profile: str) -> LeaseTimings:
+    handout_rule(spec, profile)  # only "lease" timings exist (the schema admits no other)
+    return spec.lease_default
+
+
+def handout_expiry(spec: Spec, profile: str, now: float) -> float:
+    """``expires_at`` of a hand-out taken or renewed at ``now``: now + the lease ttl."""
+    return float(now) + _handout_timings(spec, profile).ttl
+
+
+def handout_lapse(spec: Spec, profile: str, expires_at: float) -> float:
+    """The instant after which a hand-out is lapsed (expires_at + grace): past it, its holder's
+    token is refused and the run is handed out again."""
+    return float(expires_at) + _handout_timings(spec, profile).grace
+
+
+@dataclass(frozen=True)
+class Redelivery:
+    """A run after the rule recovered its lapsed hand-out."""
+
+    state: str
+    wakeups: tuple[str, ...]  # the lost hand-out's, then those fired since
+    cycle: int  # the wake cycle the next take hands out
+
+
+def redelivery(spec: Spec, profile: str, cycle: int, lost: Iterable[str], fired_since: Iterable[str]) -> Redelivery:
+    """The run of a lapsed hand-out of wake cycle ``cycle`` that carried ``lost`` (its ``keep``
+    field), with ``fired_since`` fired while it was held: ``state`` again with both merged; the
+    next take hands out ``cycle`` again (``cycle: same``) or the one after it."""
+    r = handout_rule(spec, profile)
+    return Redelivery(r.state, (*lost, *fired_since), cycle if r.cycle == "same" else cycle + 1)

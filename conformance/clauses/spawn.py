@@ -80,6 +80,86 @@ def _crash_replay(h: Harness) -> None:
                     break  # the spawn passes this point fewer times
 
 
+def _both_claimed(h: Harness) -> None:
+    if "wakeups" not in h.client.profiles:
+        raise NotApplicable("spawn.wakes_parent is judged only when wakeups is claimed too")
+
+
+@case("spawn.wakes_parent", "finished-children-wake-the-parent-run")
+def _wakes_parent(h: Harness) -> None:
+    _both_claimed(h)
+    h.need("spawn", "wake_suspend", "wake_get", "wake_take")
+    kind = h.spec.spawn_wakeup
+    parent = h.create(source_id="waiter")
+    h.do("wake_suspend", run_id=parent)  # the parent's run: named by its work_id
+    first = _spawn(h, parent, "part-1")
+    second = _spawn(h, parent, "part-2") if h.spec.spawn_budget >= 2 else None
+    h.drive(first, "done")
+    run = h.do("wake_get", run_id=parent).value
+    check(run["state"] == "pending" and run["wakeups"] == [kind], "spawn.wakes_parent",
+          f"after its child {first} finished, the parent's run reads {run}", h)
+    out = h.do("wake_take", worker="worker-A").value
+    check(isinstance(out, dict) and out["run_id"] == parent and out["woken_by"] == [kind], "spawn.wakes_parent",
+          f"the woken parent's run was handed out as {out!r}", h)
+    if second is None:
+        return
+    h.drive(second, "failed")  # while the parent's run runs: kept for its next wake cycle
+    run = h.do("wake_get", run_id=parent).value
+    check(run["wakeups"] == [kind], "spawn.wakes_parent", f"after its child {second} failed, the running parent's run reads {run}", h)
+    h.do("wake_suspend", run_id=parent, token=out["token"])
+
+
+@case("spawn.wakes_parent", "crash-inside-child-close-out")
+def _crash_close_out(h: Harness) -> None:
+    """A worker's close-out of a child dies inside the adapter, at each crash point of the adapter
+    the close-out passes (a real SIGKILL while the adapter blocks there).  After a reopen the child
+    is terminal exactly when its parent's run has the wakeup: an implementation that wakes the
+    parent in a step of its own leaves a finished child whose parent never wakes.  A close-out the
+    crash undid is repeated (the lease is still live) and must then wake the parent.  Needs an
+    adapter that can be stopped at its own crash points (the wire protocol's ``arm``) and durable
+    state."""
+    _both_claimed(h)
+    window = h.spec.promise_windows.get("child_wakes_parent")
+    clause = window.clause if window is not None else "spawn.wakes_parent"
+    points = list(h.client.crash_points) if hasattr(h.client, "crash_points") else []
+    if not points or not callable(getattr(h.client, "arm", None)):
+        raise NotApplicable("the adapter declares no crash points it can be stopped at (arm)")
+    h.need("spawn", "claim", "close_out", "get", "wake_suspend", "wake_get")
+    kind = h.spec.spawn_wakeup
+
+    def woken(parent: str) -> bool:
+        run = h.raw("wake_get", run_id=parent).value
+        return run["state"] == "pending" and run["wakeups"] == [kind]
+
+    with durable(h) as reopen:
+        for point in points:
+            for occurrence in (1, 2, 3):
+                key = f"crash-{point}-{occurrence}"
+                parent = h.create(source_id=f"parent-{key}")  # a tree of its own: the budget never binds
+                h.raw("wake_suspend", run_id=parent, now=h.now())
+                child = h.raw("spawn", parent_id=parent, key=key, now=h.now()).value["work"]["work_id"]
+                lease = h.raw("claim", owner="worker-A", work_id=child, now=h.now()).value
+                if not isinstance(lease, dict) or lease.get("work_id") != child:
+                    raise NotApplicable("the implementation cannot claim a given item (only the next queued one)")
+                armed = h.client.arm(point, occurrence)
+                if not armed.ok:
+                    raise NotApplicable(f"arm {point}: {armed.code}: {armed.message}")
+                first = h.client.call("close_out", work_id=child, token=lease["lease_token"], status="done", now=h.now())
+                reopen()
+                crashed = not first.ok and first.code == "adapter_crashed"
+                where = f"a crash at {point} (occurrence {occurrence})" if crashed else "a close-out"
+                status = h.raw("get", work_id=child).value["status"]
+                finished = h.spec.terminal(status)
+                check(finished == woken(parent), clause, f"after {where} the child {child} is {status} and its parent's "
+                      f"run reads {h.raw('wake_get', run_id=parent).value}", h)
+                if not finished:  # the crash undid the close-out: the worker repeats it
+                    again = h.raw("close_out", work_id=child, token=lease["lease_token"], status="done", now=h.now())
+                    check(again.ok and woken(parent), clause, f"after {where} undid it, the repeated close-out answered "
+                          f"{again.code or 'ok'} and the parent's run reads {h.raw('wake_get', run_id=parent).value}", h)
+                if not crashed:
+                    break  # the close-out passes this point fewer times
+
+
 @case("spawn.replay", "same-key-same-child")
 def _replay(h: Harness) -> None:
     parent = h.create(source_id="planner")

@@ -1,5 +1,6 @@
-"""Clause tests of the wakeups profile: what wakes a suspended run, and that wakeups fired while
-it is pending merge into one hand-out."""
+"""Clause tests of the wakeups profile: what wakes a suspended run, that wakeups fired while it
+is pending merge into one hand-out, and the hand-out's lease: its holder's writes are fenced by
+its token, and a hand-out whose holder died is handed out again, whole, once its lease lapsed."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from ledgercheck.spec import Spec
 
-from ..harness import Harness
-from . import CaseFn, case, cases, check
+from ..harness import Harness, NotApplicable
+from . import CaseFn, case, cases, check, durable
 
 
 def _take(h: Harness, worker: str = "worker-A") -> dict[str, Any] | None:
@@ -59,7 +60,8 @@ def _cycles(h: Harness) -> None:
         check(out is not None and out["cycle"] == cycle and sorted(out["woken_by"]) == ["message", "signal"], "wakeups.coalesce",
               f"wake cycle {cycle} handed out {out!r}", h)
         check(_take(h) is None, "wakeups.coalesce", f"wake cycle {cycle} was handed out twice", h)
-        h.do("wake_suspend", run_id="run-1")
+        assert out is not None
+        h.do("wake_suspend", run_id="run-1", token=out.get("token"))
 
 
 @case("wakeups.timer", "not-before-its-instant")
@@ -88,10 +90,160 @@ def _timer_merge(h: Harness) -> None:
 def _kept(h: Harness) -> None:
     h.do("wake_suspend", run_id="run-1")
     _fire(h, "run-1", "message")
-    _take(h)
+    held = _take(h)
     got = _fire(h, "run-1", "child_done")  # the run is running: the wakeup waits for its next cycle
     check(got["state"] == "running", "wakeups.kept", f"the running run reads {got}", h)
-    after = h.do("wake_suspend", run_id="run-1").value
+    after = h.do("wake_suspend", run_id="run-1", token=(held or {}).get("token")).value
     check(after["state"] == "pending", "wakeups.kept", f"suspending with a kept wakeup left the run {after['state']}", h)
     out = _take(h)
     check(out is not None and out["woken_by"] == ["child_done"] and out["cycle"] == 2, "wakeups.kept", f"next cycle {out!r}", h)
+
+
+# ------------------------------------------------------------------ the hand-out's lease
+def _lapse(spec: Spec) -> float:
+    """How long after a take (or renew) its hand-out has surely lapsed."""
+    return spec.lease_default.ttl + spec.lease_default.grace + 1.0
+
+
+def _said(out: Any) -> str:
+    return f"{out.value!r:.80}" if out.ok else f"{out.code}: {out.message}"
+
+
+def _held(h: Harness, clause: str, *kinds: str, worker: str = "worker-A") -> dict[str, Any]:
+    """run-1 suspended, woken by ``kinds`` and handed to ``worker``: the hand-out."""
+    h.do("wake_suspend", run_id="run-1")
+    for kind in kinds or ("message",):
+        _fire(h, "run-1", kind)
+    out = _take(h, worker)
+    check(isinstance(out, dict) and out.get("run_id") == "run-1" and isinstance(out.get("token"), str) and bool(out["token"]),
+          clause, f"take of the woken run gave {out!r}", h)
+    assert out is not None
+    return out
+
+
+@case("wakeups.lease", "token-expiry-and-renew")
+def _lease(h: Harness) -> None:
+    lt = h.spec.lease_default
+    start = h.now()
+    out = _held(h, "wakeups.lease")
+    check(abs(out.get("expires_at", 0) - (start + lt.ttl * h.scale)) <= 1.0 * h.scale and out.get("attempt") == 1, "wakeups.lease",
+          f"the hand-out at {start} has expires_at {out.get('expires_at')!r} and attempt {out.get('attempt')!r}, "
+          f"the contract says now + {lt.ttl:g}s and 1", h)
+    for _ in range(3):
+        h.advance(lt.ttl / 2)
+        got = h.do("wake_renew", run_id="run-1", token=out["token"]).value
+        check(isinstance(got, dict) and got.get("token") == out["token"] and got.get("cycle") == 1, "wakeups.lease", f"renew gave {got!r}", h)
+    # past the first hand-out's lapse, but the renewed one is live: nobody else gets the run
+    check(_take(h, "worker-B") is None, "wakeups.redeliver", "a renewed hand-out was handed out again", h)
+    done = h.do("wake_suspend", run_id="run-1", token=out["token"]).value
+    check(done["state"] == "suspended", "wakeups.lease", f"the holder's suspend left the run {done['state']}", h)
+
+
+@case("wakeups.fencing", "missing-made-up-and-superseded-tokens")
+def _fencing(h: Harness) -> None:
+    first = _held(h, "wakeups.fencing")
+    for token in (None, "made-up", first["token"] + "x"):
+        out = h.do("wake_suspend", run_id="run-1", **({} if token is None else {"token": token}))
+        check(not out.ok and out.code == "stale_lease", "wakeups.fencing", f"suspend with token {token!r} answered {_said(out)}", h)
+    out = h.do("wake_renew", run_id="run-1", token="made-up")
+    check(not out.ok and out.code == "stale_lease", "wakeups.fencing", f"renew with a made-up token answered {_said(out)}", h)
+    h.advance(_lapse(h.spec))
+    second = _take(h, "worker-B")
+    check(second is not None and second["run_id"] == "run-1", "wakeups.redeliver", f"the lapsed hand-out was not handed out again: {second!r}", h)
+    assert second is not None
+    for op, args in (("wake_renew", {}), ("wake_suspend", {})):
+        out = h.do(op, run_id="run-1", token=first["token"], **args)
+        check(not out.ok and out.code == "stale_lease", "wakeups.fencing",
+              f"{op} with the dead holder's token after the run was handed out again answered {_said(out)}", h)
+    got = h.do("wake_get", run_id="run-1").value
+    check(got["state"] == "running", "wakeups.fencing", f"the refused writes left the run {got['state']}", h)
+    h.do("wake_suspend", run_id="run-1", token=second["token"])
+
+
+@case("wakeups.redeliver", "after-the-holder-dies")
+def _redeliver(h: Harness) -> None:
+    lt = h.spec.lease_default
+    first = _held(h, "wakeups.redeliver", "message", "signal")
+    h.advance(lt.ttl + lt.grace / 2)  # expired, within its grace: still live
+    check(_take(h, "worker-B") is None, "wakeups.redeliver", "a hand-out was handed out again before its lease lapsed", h)
+    h.advance(lt.grace)
+    again = _take(h, "worker-B")
+    check(again is not None and again["run_id"] == "run-1" and again["cycle"] == first["cycle"] and again.get("attempt") == 2
+          and again["worker"] == "worker-B" and again.get("token") != first["token"], "wakeups.redeliver",
+          f"after the hand-out {first!r} lapsed, take gave {again!r}", h)
+    check(_take(h, "worker-C") is None, "wakeups.redeliver", "the handed-out-again run was handed out a third time at once", h)
+
+
+@case("wakeups.redeliver_kept", "lost-wakeups-and-those-since")
+def _redeliver_kept(h: Harness) -> None:
+    _held(h, "wakeups.redeliver_kept", "message", "signal")
+    _fire(h, "run-1", "child_done")  # fired while the (soon dead) holder runs
+    h.advance(_lapse(h.spec))
+    again = _take(h, "worker-B")
+    check(again is not None and sorted(again["woken_by"]) == ["child_done", "message", "signal"], "wakeups.redeliver_kept",
+          f"the lost hand-out carried message and signal, child_done fired since; the next take gave {again!r}", h)
+
+
+# ------------------------------------------------------------------ a crash inside a take
+WINDOW = "merged_handout"  # the contract's promise window of a take (recovery.yaml)
+
+
+def _raw(h: Harness, op: str, clause: str, **args: Any) -> Any:
+    out = h.raw(op, **args)
+    check(out.ok, clause, f"{op} {args} answered {out.code}: {out.message}", h)
+    return out.value
+
+
+@case("wakeups.redeliver", "crash-inside-take-then-lapse")
+def _crash_take(h: Harness) -> None:
+    """A worker's take dies inside the adapter, at each crash point of the adapter the take passes
+    (a real SIGKILL while the adapter blocks there).  After a reopen the wakeups merged into the
+    run are either still pending, whole, and the next take hands them out once; or they were
+    handed out (to the dead worker): then no take hands the run out while that hand-out's lease
+    is live, and once it lapsed the next take hands the same wake cycle out again, with every
+    wakeup, exactly once.  Needs an adapter that can be stopped at its own crash points (the wire
+    protocol's ``arm``) and durable state."""
+    window = h.spec.promise_windows.get(WINDOW)
+    clause = window.clause if window is not None else "wakeups.redeliver"
+    points = list(h.client.crash_points) if hasattr(h.client, "crash_points") else []
+    if not points or not callable(getattr(h.client, "arm", None)):
+        raise NotApplicable("the adapter declares no crash points it can be stopped at (arm)")
+    h.need("wake_suspend", "wake_fire", "wake_take", "wake_get")
+    lt = h.spec.lease_default
+    with durable(h) as reopen:
+        for point in points:
+            for occurrence in (1, 2, 3):
+                rid = f"run-{point}-{occurrence}"
+                _raw(h, "wake_suspend", clause, run_id=rid, now=h.now())
+                for kind in ("message", "signal"):
+                    _raw(h, "wake_fire", clause, run_id=rid, kind=kind, now=h.now())
+                armed = h.client.arm(point, occurrence)
+                if not armed.ok:
+                    raise NotApplicable(f"arm {point}: {armed.code}: {armed.message}")
+                first = h.client.call("wake_take", worker="doomed", now=h.now())
+                reopen()
+                crashed = not first.ok and first.code == "adapter_crashed"
+                where = f"a crash at {point} (occurrence {occurrence})" if crashed else "a take"
+                run = _raw(h, "wake_get", clause, run_id=rid)
+                check(run["state"] in ("pending", "running"), clause, f"after {where} run {rid!r} reads {run}", h)
+                if run["state"] == "pending":
+                    check(sorted(run["wakeups"]) == ["message", "signal"], clause,
+                          f"after {where} the pending run {rid!r} lists wakeups {run['wakeups']}: the merged ones were not kept whole", h)
+                    got = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1
+                          and sorted(got["woken_by"]) == ["message", "signal"], clause,
+                          f"after {where} left the run pending, the next take gave {got!r}", h)
+                else:
+                    live = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    check(live is None, clause, f"after {where} handed run {rid!r} out, it was handed out again while that "
+                          f"hand-out's lease is live: {live!r}", h)
+                    h.advance(lt.ttl + lt.grace + 1.0)
+                    got = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1 and got.get("attempt") == 2
+                          and sorted(got["woken_by"]) == ["message", "signal"], clause,
+                          f"after {where} handed run {rid!r} out and that hand-out lapsed, the next take gave {got!r}", h)
+                again = _raw(h, "wake_take", clause, worker="worker-C", now=h.now())
+                check(again is None, clause, f"after {where}, wake cycle 1 of {rid!r} was handed out twice: {again!r}", h)
+                _raw(h, "wake_suspend", clause, run_id=rid, token=got["token"], now=h.now())
+                if not crashed:
+                    break  # the take passes this point fewer times

@@ -443,9 +443,24 @@ class ModelBase:
 
     def _commit(self, wid: str, new: dict[str, Any], blame: Mapping[str, str], default: str) -> None:
         self.fixed_reason.pop(wid, None)
+        prev = self.items.get(wid)
         self.items[wid] = new
+        if self.spec.terminal(new["status"]) and (prev is None or not self.spec.terminal(prev["status"])):
+            self._child_finished(wid)
         self.blame[wid] = dict(blame)
         self.blame_default[wid] = default
+
+    def _child_finished(self, wid: str) -> None:
+        """spawn.wakes_parent: a child that reached a terminal status fires the contract's wakeup on
+        its parent's run (the run named by the parent's work_id), when both profiles are claimed."""
+        pid, kind = self.items[wid].get("source_run_id"), self.spec.spawn_wakeup
+        run = self.runs.get(pid) if isinstance(pid, str) else None
+        if run is None or kind is None or not {"spawn", "wakeups"} <= self.profiles:
+            return
+        if any(c == wid for _, c in self.spawned.get(pid, ())):
+            run["wakeups"] = [*run["wakeups"], kind]
+            if run["state"] == "suspended":
+                run["state"] = "pending"
 
     def _check_returned(self, new: Mapping[str, Any], res: Any, blame: Mapping[str, str], default: str) -> list[Violation]:
         if not isinstance(res, Mapping):

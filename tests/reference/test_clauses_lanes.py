@@ -18,6 +18,11 @@ def stale(fn, **kw) -> None:  # noqa: ANN001
     assert info.value.code == "stale_lease"
 
 
+def handout(out: dict | None) -> dict | None:
+    """A hand-out without its lease (token, expires_at, attempt), for comparing the rest."""
+    return None if out is None else {k: v for k, v in out.items() if k not in ("token", "expires_at", "attempt")}
+
+
 def lapse(led: Ledger) -> float:
     return led.spec.lease_default.ttl + led.spec.lease_default.grace
 
@@ -111,7 +116,7 @@ def test_wakeups_wake(ledger: Ledger) -> None:
         assert ledger.wake_take(worker="w", now=T0) is None
         assert ledger.wake_fire(run_id=rid, kind=kind, now=T0) == {"run_id": rid, "state": "pending", "cycle": 0,
                                                                    "wakeups": [kind], "timer_at": None}
-        assert ledger.wake_take(worker="w", now=T0) == {"run_id": rid, "worker": "w", "cycle": 1, "woken_by": [kind]}
+        assert handout(ledger.wake_take(worker="w", now=T0)) == {"run_id": rid, "worker": "w", "cycle": 1, "woken_by": [kind]}
     with pytest.raises(LedgerError) as info:
         ledger.wake_fire(run_id="run-x", kind="telepathy", now=T0)
     assert info.value.code == "invalid_argument"
@@ -129,14 +134,62 @@ def test_wakeups_coalesce(ledger: Ledger) -> None:
 def test_wakeups_timer(ledger: Ledger) -> None:
     ledger.wake_suspend(run_id="r", timer_at=T0 + 60, now=T0)
     assert ledger.wake_take(worker="w", now=T0 + 59.999) is None
-    assert ledger.wake_take(worker="w", now=T0 + 60) == {"run_id": "r", "worker": "w", "cycle": 1, "woken_by": ["timer"]}
+    assert handout(ledger.wake_take(worker="w", now=T0 + 60)) == {"run_id": "r", "worker": "w", "cycle": 1, "woken_by": ["timer"]}
     assert ledger.wake_get(run_id="r")["timer_at"] is None
 
 
 def test_wakeups_kept(ledger: Ledger) -> None:
     ledger.wake_suspend(run_id="r", now=T0)
     ledger.wake_fire(run_id="r", kind="message", now=T0)
-    ledger.wake_take(worker="w", now=T0)
+    held = ledger.wake_take(worker="w", now=T0)
     assert ledger.wake_fire(run_id="r", kind="child_done", now=T0)["state"] == "running"
-    assert ledger.wake_suspend(run_id="r", now=T0)["state"] == "pending"
-    assert ledger.wake_take(worker="w", now=T0) == {"run_id": "r", "worker": "w", "cycle": 2, "woken_by": ["child_done"]}
+    assert ledger.wake_suspend(run_id="r", token=held["token"], now=T0)["state"] == "pending"
+    assert handout(ledger.wake_take(worker="w", now=T0)) == {"run_id": "r", "worker": "w", "cycle": 2, "woken_by": ["child_done"]}
+
+
+def held_run(ledger: Ledger, *kinds: str) -> dict:
+    ledger.wake_suspend(run_id="r", now=T0)
+    for kind in kinds or ("message",):
+        ledger.wake_fire(run_id="r", kind=kind, now=T0)
+    out = ledger.wake_take(worker="A", now=T0)
+    assert out is not None
+    return out
+
+
+def test_wakeups_lease(ledger: Ledger) -> None:
+    ttl = ledger.spec.lease_default.ttl
+    out = held_run(ledger)
+    assert out["expires_at"] == T0 + ttl and out["attempt"] == 1 and out["token"]
+    renewed = ledger.wake_renew(run_id="r", token=out["token"], now=T0 + ttl)
+    assert renewed == {**out, "expires_at": T0 + 2 * ttl}
+    assert ledger.wake_take(worker="B", now=T0 + lapse(ledger) + 1) is None  # renewed: still live
+    assert ledger.wake_suspend(run_id="r", token=out["token"], now=T0 + ttl + 1)["state"] == "suspended"
+
+
+def test_wakeups_fencing(ledger: Ledger) -> None:
+    out = held_run(ledger)
+    stale(ledger.wake_suspend, run_id="r", now=T0)
+    stale(ledger.wake_suspend, run_id="r", token="made-up", now=T0)
+    stale(ledger.wake_renew, run_id="r", token="made-up", now=T0)
+    again = ledger.wake_take(worker="B", now=T0 + lapse(ledger) + 1)
+    assert again is not None and again["token"] != out["token"]
+    stale(ledger.wake_suspend, run_id="r", token=out["token"], now=T0 + lapse(ledger) + 1)
+    stale(ledger.wake_renew, run_id="r", token=out["token"], now=T0 + lapse(ledger) + 1)
+    assert ledger.wake_get(run_id="r")["state"] == "running"
+    assert ledger.wake_suspend(run_id="r", token=again["token"], now=T0 + lapse(ledger) + 2)["state"] == "suspended"
+
+
+def test_wakeups_redeliver(ledger: Ledger) -> None:
+    out = held_run(ledger, "message", "signal")
+    assert ledger.wake_take(worker="B", now=T0 + lapse(ledger)) is None  # the lapse instant: live
+    again = ledger.wake_take(worker="B", now=T0 + lapse(ledger) + 0.001)
+    assert again is not None and (again["run_id"], again["cycle"], again["attempt"], again["worker"]) == ("r", 1, 2, "B")
+    assert again["token"] != out["token"] and again["expires_at"] == T0 + lapse(ledger) + 0.001 + ledger.spec.lease_default.ttl
+    assert ledger.wake_take(worker="C", now=T0 + lapse(ledger) + 1) is None
+
+
+def test_wakeups_redeliver_kept(ledger: Ledger) -> None:
+    held_run(ledger, "message", "signal")
+    ledger.wake_fire(run_id="r", kind="child_done", now=T0 + 1)
+    again = ledger.wake_take(worker="B", now=T0 + lapse(ledger) + 1)
+    assert again is not None and again["woken_by"] == ["message", "signal", "child_done"]

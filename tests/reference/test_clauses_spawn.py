@@ -57,6 +57,50 @@ def test_spawn_logged_first_crash_between_log_and_child(db: Path, spec: Any) -> 
         led.close()
 
 
+def test_spawn_wakes_parent(kit: Any) -> None:
+    p = kit.running(now=T0)
+    kit.led.wake_suspend(run_id=p["work_id"], now=T0)
+    a, b = spawn(kit, p, "a")["work"], spawn(kit, p, "b")["work"]
+    stranger = kit.led.create(source_system="manual", source_id="not-a-child", source_run_id=p["work_id"], now=T0)["work"]
+    kit.led.cancel(work_id=stranger["work_id"], now=T0)  # names the parent, but its log does not record it
+    assert kit.led.wake_get(run_id=p["work_id"])["state"] == "suspended"
+    kit.led.cancel(work_id=a["work_id"], now=T0)
+    assert kit.led.wake_get(run_id=p["work_id"])["wakeups"] == ["child_done"]
+    got = kit.led.claim(owner="w", work_id=b["work_id"], now=T0)
+    kit.led.close_out(work_id=b["work_id"], token=got["lease_token"], status="done", now=T0)
+    assert kit.led.wake_get(run_id=p["work_id"]) == {"run_id": p["work_id"], "state": "pending", "cycle": 0,
+                                                     "wakeups": ["child_done", "child_done"], "timer_at": None}
+
+
+def test_spawn_wakes_parent_crash_inside_close_out(db: Path, spec: Any) -> None:
+    """A crash inside the child's close-out (before its commit) leaves the child running and the
+    parent's run asleep: neither half without the other."""
+    class Crash(Exception):
+        pass
+
+    armed = {"on": False}
+
+    def hook(point: str) -> None:
+        if armed["on"] and point == "ledger.after_event_insert":
+            raise Crash(point)
+
+    led = Ledger(db, spec, crash_hook=hook)
+    p = led.create(source_system="manual", source_id="p", now=T0)["work"]
+    led.wake_suspend(run_id=p["work_id"], now=T0)
+    c = led.spawn(parent_id=p["work_id"], key="k", now=T0)["work"]
+    tok = led.claim(owner="w", work_id=c["work_id"], now=T0)["lease_token"]
+    armed["on"] = True
+    with pytest.raises(Crash):
+        led.close_out(work_id=c["work_id"], token=tok, status="done", now=T0)
+    led.close()
+    led = Ledger(db, spec)
+    try:
+        assert led.get(work_id=c["work_id"])["status"] == "running"
+        assert led.wake_get(run_id=p["work_id"])["state"] == "suspended"
+    finally:
+        led.close()
+
+
 def test_spawn_replay(kit: Any) -> None:
     p, q = kit.running(now=T0), kit.running(now=T0)
     a = spawn(kit, p, "step")
