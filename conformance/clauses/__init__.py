@@ -18,6 +18,7 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from ledgercheck.spec import Spec, rules
 
@@ -121,6 +122,13 @@ def fail(clause: str, message: str, h: Harness | None = None) -> None:
 def check(cond: bool, clause: str, message: str, h: Harness | None = None) -> None:
     if not cond:
         fail(clause, message, h)
+
+
+def answered(h: Harness, op: str, clause: str, **args: object) -> Any:
+    """Call ``op`` without the model and require an answer; a refusal fails ``clause``."""
+    out = h.raw(op, **args)
+    check(out.ok, clause, f"{op}({args}) was refused ({out.code}: {out.message})", h)
+    return out.value
 
 
 @contextmanager

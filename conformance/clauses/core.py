@@ -9,7 +9,7 @@ from ledgercheck.spec import Spec, rules
 from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import OWNER, Harness, NotApplicable
-from . import CaseFn, case, cases, check, fail
+from . import CaseFn, answered, case, cases, check, fail
 
 
 def _statuses(spec: Spec) -> list[str]:
@@ -877,13 +877,6 @@ def _identity_keys(h: Harness) -> None:
             _created(h, "inbox_deliver", "delivered", f"message_id {mid!r}", recipient="r", message_id=mid, sender="s", body={"n": 1})
 
 
-def _read(h: Harness, op: str, clause: str, **args: object) -> object:
-    """Call the read ``op`` (without the model) and require an answer."""
-    out = h.raw(op, **args)
-    check(out.ok, clause, f"{op}({args}) was refused ({out.code}: {out.message})", h)
-    return out.value
-
-
 @case("core.identity.exact", "lanes-and-runs")
 def _identity_lanes_runs(h: Harness) -> None:
     """A lane's session key and name and a lane task's id (profile lanes), a run's id (profile
@@ -902,13 +895,13 @@ def _identity_lanes_runs(h: Harness) -> None:
         for f in ID_FORMS:  # each form as the task id, in one lane: a task of its own
             _created(h, "lane_push", "queued", f"task_id {f!r}", session_key="tasks", lane="interactive", task_id=f)
         for i, (name, lane) in enumerate(where):
-            got = _read(h, "lane_tasks", "core.identity.exact", **lane)
+            got = answered(h, "lane_tasks", "core.identity.exact", **lane)
             check(isinstance(got, list) and [(t.get("task_id"), t.get("body")) for t in got] == [("task-1", {"n": i})],
                   "core.identity.exact", f"lane {lane} lists {got!r:.160}; only its own task (body {{'n': {i}}}) was pushed to it", h)
             lease = h.raw("lane_acquire", **lane, owner="worker-A", now=h.now())
             check(lease.ok and isinstance(lease.value, Mapping) and lease.value.get(name) == lane[name], "core.identity.exact",
                   f"acquiring the free lane {lane} answered {lease.value if lease.ok else lease.code!r:.160}", h)
-        got = _read(h, "lane_tasks", "core.identity.exact", session_key="tasks", lane="interactive")
+        got = answered(h, "lane_tasks", "core.identity.exact", session_key="tasks", lane="interactive")
         ids = [t.get("task_id") for t in got] if isinstance(got, list) else got
         check(isinstance(ids, list) and sorted(ids) == sorted(ID_FORMS), "core.identity.exact",
               f"the lane holds tasks {ids!r:.200} after pushes of {list(ID_FORMS)}", h)
@@ -920,7 +913,7 @@ def _identity_lanes_runs(h: Harness) -> None:
         out = h.raw("wake_fire", run_id=ID_FORMS[0], kind=h.spec.wakeup_kinds[0], now=h.now())
         check(out.ok, "core.identity.exact", f"waking run {ID_FORMS[0]!r} was refused ({out.code})", h)
         for f in ID_FORMS:
-            got = _read(h, "wake_get", "core.identity.exact", run_id=f)
+            got = answered(h, "wake_get", "core.identity.exact", run_id=f)
             want = "pending" if f == ID_FORMS[0] else "suspended"
             check(isinstance(got, Mapping) and got.get("run_id") == f and got.get("state") == want, "core.identity.exact",
                   f"run {f!r} reads {got!r:.160}; only {ID_FORMS[0]!r} was woken", h)

@@ -10,7 +10,7 @@ from typing import Any
 from ledgercheck.spec import Spec
 
 from ..harness import Harness, NotApplicable
-from . import CaseFn, case, cases, check, durable
+from . import CaseFn, answered, case, cases, check, durable
 
 
 def _take(h: Harness, worker: str = "worker-A") -> dict[str, Any] | None:
@@ -188,12 +188,6 @@ def _redeliver_kept(h: Harness) -> None:
 WINDOW = "merged_handout"  # the contract's promise window of a take (recovery.yaml)
 
 
-def _raw(h: Harness, op: str, clause: str, **args: Any) -> Any:
-    out = h.raw(op, **args)
-    check(out.ok, clause, f"{op} {args} answered {out.code}: {out.message}", h)
-    return out.value
-
-
 @case("wakeups.redeliver", "crash-inside-take-then-lapse")
 def _crash_take(h: Harness) -> None:
     """A worker's take dies inside the adapter, at each crash point of the adapter the take passes
@@ -214,9 +208,9 @@ def _crash_take(h: Harness) -> None:
         for point in points:
             for occurrence in (1, 2, 3):
                 rid = f"run-{point}-{occurrence}"
-                _raw(h, "wake_suspend", clause, run_id=rid, now=h.now())
+                answered(h, "wake_suspend", clause, run_id=rid, now=h.now())
                 for kind in ("message", "signal"):
-                    _raw(h, "wake_fire", clause, run_id=rid, kind=kind, now=h.now())
+                    answered(h, "wake_fire", clause, run_id=rid, kind=kind, now=h.now())
                 armed = h.client.arm(point, occurrence)
                 if not armed.ok:
                     raise NotApplicable(f"arm {point}: {armed.code}: {armed.message}")
@@ -224,26 +218,26 @@ def _crash_take(h: Harness) -> None:
                 reopen()
                 crashed = not first.ok and first.code == "adapter_crashed"
                 where = f"a crash at {point} (occurrence {occurrence})" if crashed else "a take"
-                run = _raw(h, "wake_get", clause, run_id=rid)
+                run = answered(h, "wake_get", clause, run_id=rid)
                 check(run["state"] in ("pending", "running"), clause, f"after {where} run {rid!r} reads {run}", h)
                 if run["state"] == "pending":
                     check(sorted(run["wakeups"]) == ["message", "signal"], clause,
                           f"after {where} the pending run {rid!r} lists wakeups {run['wakeups']}: the merged ones were not kept whole", h)
-                    got = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    got = answered(h, "wake_take", clause, worker="worker-B", now=h.now())
                     check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1
                           and sorted(got["woken_by"]) == ["message", "signal"], clause,
                           f"after {where} left the run pending, the next take gave {got!r}", h)
                 else:
-                    live = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    live = answered(h, "wake_take", clause, worker="worker-B", now=h.now())
                     check(live is None, clause, f"after {where} handed run {rid!r} out, it was handed out again while that "
                           f"hand-out's lease is live: {live!r}", h)
                     h.advance(lt.ttl + lt.grace + 1.0)
-                    got = _raw(h, "wake_take", clause, worker="worker-B", now=h.now())
+                    got = answered(h, "wake_take", clause, worker="worker-B", now=h.now())
                     check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1 and got.get("attempt") == 2
                           and sorted(got["woken_by"]) == ["message", "signal"], clause,
                           f"after {where} handed run {rid!r} out and that hand-out lapsed, the next take gave {got!r}", h)
-                again = _raw(h, "wake_take", clause, worker="worker-C", now=h.now())
+                again = answered(h, "wake_take", clause, worker="worker-C", now=h.now())
                 check(again is None, clause, f"after {where}, wake cycle 1 of {rid!r} was handed out twice: {again!r}", h)
-                _raw(h, "wake_suspend", clause, run_id=rid, token=got["token"], now=h.now())
+                answered(h, "wake_suspend", clause, run_id=rid, token=got["token"], now=h.now())
                 if not crashed:
                     break  # the take passes this point fewer times

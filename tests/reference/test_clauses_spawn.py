@@ -20,6 +20,19 @@ def child_records(kit: Any, parent: dict[str, Any]) -> list[dict[str, Any]]:
     return [e["data"] for e in kit.events(parent) if e["type"] == "child_spawned"]
 
 
+class _Crash(Exception):
+    pass
+
+
+def _crashing(db: Path, spec: Any, armed: dict[str, bool]) -> Ledger:
+    """A ledger that stops inside its transaction (after the event row, before COMMIT) once armed."""
+    def hook(point: str) -> None:
+        if armed["on"] and point == "ledger.after_event_insert":
+            raise _Crash(point)
+
+    return Ledger(db, spec, crash_hook=hook)
+
+
 # ---------------------------------------------------------------------- spawn
 def test_spawn_logged_first(kit: Any) -> None:
     p = kit.running(now=T0)
@@ -31,19 +44,11 @@ def test_spawn_logged_first(kit: Any) -> None:
 def test_spawn_logged_first_crash_between_log_and_child(db: Path, spec: Any) -> None:
     """A crash inside the spawn's transaction (after the parent's record, before the commit)
     leaves neither; the replay after reopening makes exactly one child."""
-    class Crash(Exception):
-        pass
-
     armed = {"on": False}
-
-    def hook(point: str) -> None:
-        if armed["on"] and point == "ledger.after_event_insert":
-            raise Crash(point)
-
-    led = Ledger(db, spec, crash_hook=hook)
+    led = _crashing(db, spec, armed)
     p = led.create(source_system="manual", source_id="p", now=T0)["work"]
     armed["on"] = True
-    with pytest.raises(Crash):
+    with pytest.raises(_Crash):
         led.spawn(parent_id=p["work_id"], key="k", now=T0)
     led.close()
     led = Ledger(db, spec)
@@ -75,22 +80,14 @@ def test_spawn_wakes_parent(kit: Any) -> None:
 def test_spawn_wakes_parent_crash_inside_close_out(db: Path, spec: Any) -> None:
     """A crash inside the child's close-out (before its commit) leaves the child running and the
     parent's run asleep: neither half without the other."""
-    class Crash(Exception):
-        pass
-
     armed = {"on": False}
-
-    def hook(point: str) -> None:
-        if armed["on"] and point == "ledger.after_event_insert":
-            raise Crash(point)
-
-    led = Ledger(db, spec, crash_hook=hook)
+    led = _crashing(db, spec, armed)
     p = led.create(source_system="manual", source_id="p", now=T0)["work"]
     led.wake_suspend(run_id=p["work_id"], now=T0)
     c = led.spawn(parent_id=p["work_id"], key="k", now=T0)["work"]
     tok = led.claim(owner="w", work_id=c["work_id"], now=T0)["lease_token"]
     armed["on"] = True
-    with pytest.raises(Crash):
+    with pytest.raises(_Crash):
         led.close_out(work_id=c["work_id"], token=tok, status="done", now=T0)
     led.close()
     led = Ledger(db, spec)
