@@ -9,6 +9,8 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from ledgercheck.reference.ledger import Ledger, LedgerOpenError
@@ -186,8 +188,23 @@ def test_damaged_event_data_is_a_ledger_error(tmp_path: Path, bad: object) -> No
         wid = led.create(source_system="manual", source_id="a", now=1.0)["work"]["work_id"]
         good = led.events(work_id=wid)
         assert [e["type"] for e in good] == ["work_created"]
-        rows = [(wid, 1, "work_created", None, "queued", 1.0, "x", "{}"), (wid, 2, "claimed", "queued", "running", 2.0, "x", bad)]
-        led._read = lambda sql, params=(): rows  # type: ignore[method-assign]
+    rows = [(wid, 1, "work_created", None, "queued", 1.0, "x", "{}"), (wid, 2, "claimed", "queued", "running", 2.0, "x", bad)]
+
+    class TrailRows:  # the file's rows as a damaged file would give them (the schema keeps such rows out)
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def execute(self, sql: str, params: Any = ()) -> Any:
+            if "FROM work_event" in sql:
+                return SimpleNamespace(fetchall=lambda: rows, fetchone=lambda: rows[0])
+            return self.real.execute(sql, params)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+    with Ledger(tmp_path / "ledger.db") as led:  # a new connection: nothing of the trail is held yet
+        led.conn = TrailRows(led.conn)  # type: ignore[assignment]
         with pytest.raises(LedgerError) as info:
             led.events(work_id=wid)
+        led.conn = led.conn.real
         assert info.value.code == "internal" and "damaged" in info.value.message and str(tmp_path) in info.value.message

@@ -128,7 +128,12 @@ def test_kill_between_merging_wakeups_and_handing_out(procs: list[str], tmp_path
         assert led.wake_take(worker="survivor", now=2002.0) is None
     if point == "ledger.after_event_insert":  # killed before COMMIT: the merged wake is intact
         assert (run["state"], run["cycle"], sorted(run["wakeups"])) == ("pending", 0, ["message", "signal"])
-        assert again == {"run_id": "run-1", "worker": "survivor", "cycle": 1, "woken_by": ["message", "signal"]}
-    else:  # killed after COMMIT: the doomed process's hand-out stands, once
+        lease = {"token": again["token"], "attempt": 1, "expires_at": 2001.0 + spec.lease_default.ttl}
+        assert again == {"run_id": "run-1", "worker": "survivor", "cycle": 1, "woken_by": ["message", "signal"], **lease}
+    else:  # killed after COMMIT: the doomed process's hand-out stands, once, while its lease is live
         assert (run["state"], run["cycle"], run["wakeups"]) == ("running", 1, [])
         assert again is None
+        with Ledger(db, spec) as led:  # once it lapses, the lost cycle is handed out again with all it carried
+            late = 2000.0 + spec.lease_default.ttl + spec.lease_default.grace + 1
+            redo = led.wake_take(worker="survivor", now=late)
+            assert redo is not None and (redo["cycle"], sorted(redo["woken_by"]), redo["attempt"]) == (1, ["message", "signal"], 2)
