@@ -188,11 +188,14 @@ def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: Pg
 
 
 # ------------------------------------------------------------------------------ broken ledgers
+SEEDS = (2, 4, 5, 6)
 @pytest.mark.parametrize("cls", [pg_ledger.LostAckRetried, pg_ledger.CallerClockLease], ids=lambda c: c.__name__)
 def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_hosts: PgHosts, cls: type,
                                                                             tmp_path: Any) -> None:
     found = None
-    for seed in (2, 4):  # the partition has to land while a takeover still runs; the second seed is a spare
+    # the partition has to land while a takeover still runs: on a loaded machine a seed's cut can
+    # miss that moment, so the later seeds are spares, tried only when the earlier ones missed
+    for seed in SEEDS:
         single = _campaign(pg_hosts, cls, seed, partition=False, tmp=tmp_path)
         assert single.anomalies == [], f"a single-host run should miss {cls.__name__}: {single.anomalies[:1]}"
         assert single.nemesis["kill"] + single.nemesis["pause"] > 0
@@ -200,7 +203,7 @@ def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_ho
         if part.anomalies:
             found = part
             break
-    assert found is not None, f"the partition campaign missed {cls.__name__} on seeds 2 and 4"
+    assert found is not None, f"the partition campaign missed {cls.__name__} on seeds {', '.join(map(str, SEEDS))}"
     assert found.observations["counts"].get("late_writes_ok", 0) >= 1  # a cut-off worker's write went through
     assert _classes(found) == set(cls.ANOMALIES), found.anomalies[:2]
     a = found.anomalies[0]
