@@ -24,11 +24,19 @@ from ledgercheck.transport.reaper import scratch_parent
 
 SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads it
 
-# The certifications of the independent ledgers (tests/conformance/test_independent.py,
-# test_doc_literal.py, tests/protocol/test_*_ledger.py) run the stateful exploration with the
-# "smoke" budget by default: every rule is still driven and every clause test runs, with fewer
-# programs.  LEDGERCHECK_FULL_CERTIFY=1 gives them the default budget (.ci/run's long campaigns).
-FULL_CERTIFY = "LEDGERCHECK_FULL_CERTIFY"
+# Two tiers.  The default run (the README's test command) keeps every check with a test that fails
+# on a broken implementation; LEDGERCHECK_THOROUGH=1 is the long tier .ci/run adds after it
+# (``pytest -m "thorough or budgeted"``):
+# * ``@pytest.mark.thorough``: a test (or one parameter of a test) that repeats what a default
+#   test already proves, over more ledgers, seeds or programs; skipped, with that reason, by default;
+# * ``@pytest.mark.budgeted``: a test that runs in both tiers with a smaller budget by default, e.g.
+#   the independent ledgers' certifications, whose stateful exploration gets the "smoke" budget
+#   (every rule driven and every clause test run, fewer programs; ``certify_budget`` below).
+THOROUGH = "LEDGERCHECK_THOROUGH"
+
+
+def thorough() -> bool:
+    return os.environ.get(THOROUGH) == "1"
 
 # Longest first (wall times of earlier full runs on 2 cores in the comments).  xdist's load
 # scheduling hands each worker two tests to start with (items 0-1 and 2-3): DBOS and procrastinate
@@ -66,7 +74,7 @@ LAST = (
 @pytest.fixture(scope="session")
 def certify_budget() -> list[str]:
     """Arguments of ``ledgercheck certify`` that set an independent ledger's stateful budget."""
-    return [] if os.environ.get(FULL_CERTIFY) == "1" else ["--hypothesis-profile", "smoke"]
+    return [] if thorough() else ["--hypothesis-profile", "smoke"]
 
 
 def _matches(nodeid: str, prefix: str) -> bool:
@@ -119,6 +127,12 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(items):
+    if not thorough():
+        skip = pytest.mark.skip(reason=f"the long tier: {THOROUGH}=1 runs it (.ci/run does)")
+        for item in items:
+            if item.get_closest_marker("thorough") is not None:
+                item.add_marker(skip)
+
     def rank(item) -> int:
         if any(_matches(item.nodeid, p) for p in LAST):
             return len(SLOW_FIRST) + 1

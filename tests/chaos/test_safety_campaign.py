@@ -71,14 +71,17 @@ def test_every_fault_is_exercised_and_the_history_is_well_formed(tmp_path: Path,
     faults = [x for x in recs if x.type == "nemesis"]
     assert {f.fault for f in faults} >= {"kill", "pause", "resume", "reopen"}
     assert any(f.fault == "kill" and f.point for f in faults)  # a kill at a named crash point
-    # a paused worker is alive after SIGCONT: it writes again (with whatever token it holds),
-    # unless the workload ended right after it was let go
+    # a paused worker is alive after SIGCONT: it writes again (with whatever token it holds), or
+    # finishes the call it was stopped in, or is killed later, unless the workload ended soon after
+    # it was let go (on a loaded machine a resumed process may wait a while for a core)
     resumes = [f for f in faults if f.fault == "resume"]
     wrote_again = [f for f in resumes if any(x.type == "invoke" and x.process == f.process and x.t > f.t for x in recs)]
     assert wrote_again, resumes
     for f in resumes:
         if f not in wrote_again:
-            assert not any(x.type == "invoke" and x.t > f.t + 0.5 for x in recs), f
+            heard = any(x.process == f.process and x.t > f.t and (x.type == "complete" or getattr(x, "fault", None) == "kill")
+                        for x in recs)
+            assert heard or not any(x.type == "invoke" and x.t > f.t + 2.0 for x in recs), f
     # a killed worker writes nothing after its kill, and a replacement with a new name carries on
     for f in (f for f in faults if f.fault == "kill"):
         assert not any(x.type == "invoke" and x.process == f.process and x.t > f.t for x in recs), f

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from ledgercheck.conformance.clauses import all_cases, durable
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.spec import default_spec
@@ -21,6 +22,7 @@ from ledgercheck.transport.client import connect
 ADDRESS = "python:docliteral:DocLiteralLedger"
 
 
+@pytest.mark.budgeted
 def test_the_doc_literal_ledger_is_certified(cli, tmp_path: Path, certify_budget: list[str]) -> None:
     out = tmp_path / "out"
     proc = cli("certify", "--adapter", ADDRESS, "--seed", "3", "--out", str(out), "--artifacts", str(tmp_path / "art"),

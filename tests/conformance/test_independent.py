@@ -12,9 +12,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ADDRESS = "python:ledgercheck.fixtures.independent:SharedMemLedger"
 
 
+@pytest.mark.budgeted
 def test_the_independent_ledger_is_certified(tmp_path, certify_budget) -> None:
     out = tmp_path / "out"
     seed = os.environ.get("LEDGERCHECK_INDEPENDENT_SEED", "3")

@@ -20,9 +20,12 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "eventsourced" / "ledger.py"
 
 
+@pytest.mark.budgeted
 def test_certified_from_the_docs_alone(certified_without_chaos):
     env = dict(os.environ)
     env.pop("ESLEDGER_CHOICES", None)

@@ -31,6 +31,7 @@ def test_every_documented_choice_exists():
         assert f"//   {choice}" in text and f"CHOICES.has('{choice}')" in text, choice
 
 
+@pytest.mark.budgeted
 def test_certified_with_every_open_choice_taken(certified_without_chaos):
     node = shutil.which("node")
     if node is None:
