@@ -42,9 +42,10 @@ def _cases() -> list:
     for name, addr in CORRECT.items():
         marks = [pytest.mark.skipif(NODE is None, reason="node is not installed")] if name == "node" else []
         seeds = SEEDS if name != "node" else SEEDS[:1]  # the Node ledger: one seed in every run
-        # the seeds after the first are the long tier's: the default keeps each correct ledger
-        # under its first seed (and the reference under seed 6 below, with every fault)
-        out += [pytest.param(addr, s, id=f"{name}-seed{s}", marks=marks + (MORE_SEEDS if i else []))
+        # the seeds after the first are the long tier's: the default keeps each independent ledger
+        # under its first seed, and the reference under seed 6 with every fault (below) and under
+        # the broken ledgers' widest mix (test_safety_broken.py), so its seeds here are all the long tier's
+        out += [pytest.param(addr, s, id=f"{name}-seed{s}", marks=marks + (MORE_SEEDS if i or name == "reference" else []))
                 for i, s in enumerate(seeds)]
     return out
 
