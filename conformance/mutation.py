@@ -329,21 +329,13 @@ def _generate(spec: Spec) -> list[Mutant]:
             out.append(Mutant("refuse_swap", (op, code, other), own=own, site=("code", op, code),
                               what=f"{op} refuses with {other} where the reference refused it with {code}"))
     # dropped fields: every required field of every result shape an operation returns
-    shapes = {spec.operations[o].returns for o in ops}
-    seen: set[str] = set()
-    for typ in sorted(shapes):
-        for name, obj in _shapes_within(types[typ], types, typ):
-            if name in seen:
-                continue
-            seen.add(name)
-            for f in obj.get("properties", {}):
-                required = f in obj.get("required", [])
-                if required:
-                    out.append(Mutant("drop_field", (name, f), own=(PROTOCOL_OWNER,), site=("field", name, f),
-                                      what=f"every {name} answer lacks its required field {f}"))
-                else:
-                    out.append(Mutant("drop_field", (name, f), benign=True, site=("field", name, f),
-                                      what=f"every {name} answer leaves out its optional field {f}"))
+    for name, f, required in _answer_fields(spec, ops, types):
+        if required:
+            out.append(Mutant("drop_field", (name, f), own=(PROTOCOL_OWNER,), site=("field", name, f),
+                              what=f"every {name} answer lacks its required field {f}"))
+        else:
+            out.append(Mutant("drop_field", (name, f), benign=True, site=("field", name, f),
+                              what=f"every {name} answer leaves out its optional field {f}"))
     # altered fields: what each operation writes (event data) and the scalar fields of other answers
     for op in ops:
         writes = _event_clauses(spec, op)
@@ -358,10 +350,7 @@ def _generate(spec: Spec) -> list[Mutant]:
             out.append(Mutant("alter", (op, path), own=own_clauses(spec, op, [leaf], extra), site=("value", op, path),
                               what=f"{op}'s answer has {path} changed (type kept)"))
     # lists: reversed, and one element left out
-    for op in ops:
-        schema = _resolve(types[spec.operations[op].returns], types)
-        if schema.get("type") != "array":
-            continue
+    for op, schema in _list_answers(spec, ops, types):
         if _order_bearing(spec, op):
             out.append(Mutant("reorder", (op,), own=own_clauses(spec, op, list(ORDER_WORDS) + ["seq"]), site=("list2", op),
                               what=f"{op}'s list answer is reversed (the contract fixes its order)"))
@@ -411,10 +400,34 @@ def _generate(spec: Spec) -> list[Mutant]:
         for sign in ("+", "-"):
             out.append(Mutant("limit", (".".join(path), sign), own=own_clauses(spec, None, [path[-1]]),
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"))
-    out += [Mutant(f, (), benign=True, what=BENIGN_WHAT[f]) for f in BENIGN_FAMILIES]
-    out.append(Mutant("benign", ("all",), benign=True, what="every benign rewrite at once, optional fields left out and "
-                      "lists of free order reversed too (a delay on every 8th answer)"))
-    return out
+    return out + _benign_rewrites()
+
+
+def _benign_rewrites() -> list[Mutant]:
+    """The benign families' mutants, and all of them at once (they need no clause of their own)."""
+    return [Mutant(f, (), benign=True, what=BENIGN_WHAT[f]) for f in BENIGN_FAMILIES] \
+        + [Mutant("benign", ("all",), benign=True, what="every benign rewrite at once, optional fields left out and "
+                  "lists of free order reversed too (a delay on every 8th answer)")]
+
+
+def _answer_fields(spec: Spec, ops: Iterable[str], types: Mapping[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    """(shape name, field, required) of every field of every object shape the operations return."""
+    seen: set[str] = set()
+    for typ in sorted({spec.operations[o].returns for o in ops}):
+        for name, obj in _shapes_within(types[typ], types, typ):
+            if name in seen:
+                continue
+            seen.add(name)
+            for f in obj.get("properties", {}):
+                yield name, f, f in obj.get("required", [])
+
+
+def _list_answers(spec: Spec, ops: Iterable[str], types: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(operation, its resolved result schema) of the operations that answer a list."""
+    for op in ops:
+        schema = _resolve(types[spec.operations[op].returns], types)
+        if schema.get("type") == "array":
+            yield op, schema
 
 
 BENIGN_WHAT = {
@@ -482,9 +495,11 @@ def parse_mutant(spec: Spec, name: str) -> Mutant:
     """The generated mutant called ``name`` (or a ``ValueError`` naming the known families)."""
     if name == "none" or name.startswith("observe"):
         return Mutant(name, ())
-    for m in generate(spec):
-        if m.name == name:
-            return m
+    # the benign ones without generating the rest (a mutant server parses its name at each start)
+    found = next((m for m in _benign_rewrites() if m.name == name), None) \
+        or next((m for m in generate(spec) if m.name == name), None)
+    if found is not None:
+        return found
     families = sorted({m.family for m in generate(spec)} | {"none", "observe"})
     raise ValueError(f"unknown mutant {name!r} (families: {', '.join(families)}; `ledgercheck selfcheck list` names them all)")
 
@@ -606,9 +621,10 @@ class MutantServer(Server):
         self.benign = set(BENIGN_FAMILIES) if fam == "benign" else {fam} & set(BENIGN_FAMILIES)
         self.delay_every = 8 if fam == "benign" else 1
         # all at once: also the optional fields left out and the lists whose order is free reversed
-        every = generate(spec) if fam == "benign" else []
-        self.optional = [m.params for m in every if m.family == "drop_field" and m.benign]
-        self.free_order = {m.params[0] for m in every if m.family == "reorder" and m.benign}
+        # (the benign drop_field and reorder mutants, found without generating every mutant)
+        ops = [o for o in spec.operations if o not in ("hello", "reset")] if fam == "benign" else []
+        self.optional = [(name, f) for name, f, required in _answer_fields(spec, ops, self.defs) if not required]
+        self.free_order = {op for op, _ in _list_answers(spec, ops, self.defs) if not _order_bearing(spec, op)}
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _note(self, *site: str) -> None:

@@ -23,7 +23,10 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command``, the modules after the one that adds it are not
+    imported (an adapter served as ``exec:ledgercheck serve ...`` starts once per process a test
+    opens, so it need not import the chaos and report commands)."""
     parser = argparse.ArgumentParser(prog="ledgercheck", description="Conformance and chaos testing for durable work ledgers.")
     parser.add_argument("--version", action="version", version=f"ledgercheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -35,11 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.add_parser(sub)
+        if command is not None and command in sub.choices:
+            break
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
     args = parser.parse_args(argv)
     try:
         rc = args.func(args)

@@ -2,7 +2,8 @@
 
 Needs root and ``ip`` (CI has both).  Without them every test here fails with one line saying
 so, unless ``LEDGERCHECK_ALLOW_NO_NETNS=1`` lets them skip.  ``LEDGERCHECK_PARTITION_SEEDS=N``
-runs the correct ledgers (the PostgreSQL reference among them) over N seeds instead of two; the
+runs the correct ledgers (the PostgreSQL reference among them) over N seeds instead of two (the
+long tier runs both; by default the second is a spare, run when the first showed too little); the
 figure docs/safety.md records is ``LEDGERCHECK_PARTITION_SEEDS=10``.
 
 Why the two broken ledgers pass single-host runs (each test shows it on the same seed):
@@ -145,6 +146,15 @@ def _seeds() -> list[int]:
     return list(range(1, n + 1)) if n else [1, 2]
 
 
+def _every_seed() -> bool:
+    """Whether every seed of ``_seeds()`` runs: with LEDGERCHECK_PARTITION_SEEDS, and in the long tier.
+    Else the second seed is a spare, run only when the first showed less than the test asks for
+    across its seeds (a cut-off worker's write, an indefinite outcome): each seed's campaign must
+    show no anomaly, so the default still judges a correct ledger under partitions every time."""
+    return bool(os.environ.get("LEDGERCHECK_PARTITION_SEEDS")) or os.environ.get("LEDGERCHECK_THOROUGH") == "1"
+
+
+@pytest.mark.budgeted  # the second seed is a spare by default (_every_seed)
 @pytest.mark.parametrize("cls", [pg_ledger.PgLedger, pg_ledger.PgTimeFenced], ids=lambda c: c.__name__)
 def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, cls: type, tmp_path: Any) -> None:
     indefinite = late = 0
@@ -162,12 +172,15 @@ def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, c
         assert cuts and len(heals) >= 1, "the campaign cut no host off"
         indefinite += sum(1 for x in lines if x["type"] == "complete" and x["outcome"] == "indefinite")
         late += r.observations["counts"].get("late_writes", 0)
+        if not _every_seed() and late > 0 and (indefinite > 0 or cls is not pg_ledger.PgLedger):
+            break
     if cls is pg_ledger.PgLedger:
         # a write cut off before its answer came back is recorded as indefinite, and not held against the ledger
         assert indefinite > 0
     assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
 
 
+@pytest.mark.budgeted  # the second seed is a spare by default (_every_seed)
 def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, tmp_path: Any) -> None:
     """The reference ledger itself (reference/pg.py through the ``reference-pg`` adapter), its
     workers on three hosts, every process on the one ledger schema of the server the hosts reach."""
@@ -184,6 +197,8 @@ def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: Pg
         cuts = [x for x in lines if x["type"] == "nemesis" and x["fault"] == "partition"]
         assert cuts and any(x["type"] == "nemesis" and x["fault"] == "heal" for x in lines), "the campaign cut no host off"
         late += r.observations["counts"].get("late_writes", 0)
+        if late > 0 and not _every_seed():
+            break
     assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
 
 
