@@ -38,6 +38,7 @@ def _failing_traces(spec: Spec, module: str, out: Path, only: Collection[str] | 
     (of the ledgers named in ``only``, when given)."""
     m = importlib.import_module(f"ledgercheck.fixtures.{module}")
     found = []
+    cases = list(all_cases(spec))  # listed once: every ledger's broken clause is looked up in it
     for cls in m.ALL:
         if only is not None and cls.__name__ not in only:
             continue
@@ -45,7 +46,7 @@ def _failing_traces(spec: Spec, module: str, out: Path, only: Collection[str] | 
         client = connect(address, spec)
         h = Harness(client, spec, client.profiles)
         try:
-            for case in all_cases(spec):
+            for case in cases:
                 if case.clause != cls.BREAKS:
                     continue
                 try:
