@@ -104,12 +104,14 @@ class ReferenceAdapter:
         except LedgerOpenError as exc:
             raise LedgerError("invalid_argument", f"reset: {exc}") from None
 
-    def _template(self, root: Path) -> Path:
-        """An empty ledger for the current contract, checkpointed into a single file."""
-        tpl = root / f"template-{self.spec.digest[:16]}.db"
+    def _template(self, root: Path, spec: Spec | None = None, tag: str = "") -> Path:
+        """An empty ledger for ``spec`` (default: the current contract), checkpointed into a single
+        file; ``tag`` names a contract its digest does not tell apart (one changed in code)."""
+        spec = spec or self.spec
+        tpl = root / f"template-{tag}{spec.digest[:16]}.db"
         if not tpl.exists():
             tmp = root / f"{tpl.name}.building"
-            led = Ledger(tmp, self.spec)
+            led = Ledger(tmp, spec)
             led.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             led.close()
             for suffix in ("-wal", "-shm"):

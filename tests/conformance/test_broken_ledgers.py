@@ -6,7 +6,8 @@ Every class in ``ledgercheck.fixtures.broken``, ``broken_lanes`` and ``broken_sp
 * the clause tests of that clause's profile fail, a failure names the clause, and every failing
   test of the profile names the broken clause or its own (the attribution, not only the failure);
 * the stateful model-based tests alone (no clause tests) find the bug too, with a fixed seed
-  and the same budget for every ledger, and blame that clause.
+  and the same budget for every ledger, and blame that clause (the default run: one ledger per
+  profile and machine family; the long tier: every ledger).
 
 The reference ledger passes the very same runs (tests/conformance/test_reference_conformance.py).
 """
@@ -25,6 +26,7 @@ from ledgercheck.conformance.stateful import (
     run_machine,
 )
 from ledgercheck.fixtures import broken, broken_lanes, broken_spawn
+from ledgercheck.spec import default_spec
 
 MESSAGING = {"inbox", "outbox", "lanes", "wakeups", "logread"}  # profiles the messaging machine family checks
 STATEFUL_BUDGET = 150  # examples, same for every ledger
@@ -69,11 +71,28 @@ def test_a_stateful_blind_ledger_says_why(spec):
     assert len(blind) <= len(CATALOGUE) // 5, "most broken ledgers must be caught by the stateful machines too"
 
 
-@pytest.mark.parametrize("cls", [c for c in CATALOGUE if c.STATEFUL_BLIND is None], ids=lambda c: c.__name__)
-def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
-    profile = spec.clause(cls.BREAKS).profile
-    family = "messaging" if profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else \
+def _family(cls: type) -> str:
+    """The machine family whose rules reach the clause ``cls`` breaks."""
+    profile = default_spec().clause(cls.BREAKS).profile
+    return "messaging" if profile in MESSAGING or cls.BREAKS.startswith("eventlog.append") else \
         "tree" if profile in TREE_PROFILES else "lifecycle"
+
+
+def _stateful_params() -> list:
+    """Every ledger the stateful machines must catch.  The default run keeps the first of the
+    catalogue for each profile and machine family (every profile's stateful checks, in each machine
+    that judges them, shown to catch a bug with no clause test's help); the long tier runs the rest."""
+    first: dict[tuple[str, str], type] = {}
+    seen = [c for c in CATALOGUE if c.STATEFUL_BLIND is None]
+    for cls in seen:
+        first.setdefault((default_spec().clause(cls.BREAKS).profile, _family(cls)), cls)
+    keep = set(first.values())
+    return [pytest.param(c, id=c.__name__, marks=() if c in keep else pytest.mark.thorough) for c in seen]
+
+
+@pytest.mark.parametrize("cls", _stateful_params())
+def test_stateful_tests_alone_catch_it(cls, spec, harness_for):
+    family = _family(cls)
     h = harness_for(_address(cls))
     h = harness_for(_address(cls), machine_profiles(h.client.profiles, family))
     machine = make_machine(h, only=family)

@@ -97,14 +97,17 @@ def test_redis_store_round_trip(redis_url: str) -> None:
 
 def run_shard(cwd: Path, shard: str, seed: int, store: str, artifacts: Path) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
     """One shard of a stateful campaign against the broken ledger, as its own pytest process; returns
-    its exit status, hypothesis' observations of the test cases it ran (in order), and its results."""
+    its exit status, hypothesis' observations of the test cases it ran (in order), and its results.
+    The smallest budget: the lifecycle machine finds this bug in its first programs, and the other
+    machines of a shard (on a ledger they judge correct) need not explore further for this test."""
     cwd.mkdir(parents=True)
     results = cwd / "results.json"
     env = {**os.environ, "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(cwd), "--rootdir", str(cwd), "-p", "no:cacheprovider", "-p", "no:xdist",
          "-o", "addopts=", "-o", "testpaths=", "--assert=plain", "-q", "--ledger-adapter", BROKEN, "--ledger-only",
-         "--ledger-stateful-only", "--ledger-shard", shard, "--ledger-seed", str(seed), "--ledger-example-db", store,
+         "--ledger-stateful-only", "--ledger-hypothesis-profile", "smoke", "--ledger-shard", shard, "--ledger-seed", str(seed),
+         "--ledger-example-db", store,
          "--ledger-artifacts", str(artifacts), "--ledger-results", str(results)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=570)
     observed = sorted((cwd / ".hypothesis" / "observed").glob("*_testcases.jsonl"))
