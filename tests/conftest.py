@@ -72,12 +72,6 @@ LAST = (
 
 
 @pytest.fixture(scope="session")
-def thorough_tier() -> bool:
-    """Whether this run is the long tier (LEDGERCHECK_THOROUGH=1)."""
-    return thorough()
-
-
-@pytest.fixture(scope="session")
 def certify_budget() -> list[str]:
     """Arguments of ``ledgercheck certify`` that set an independent ledger's stateful budget."""
     return [] if thorough() else ["--hypothesis-profile", "smoke"]
