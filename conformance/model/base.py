@@ -19,6 +19,7 @@ It never imports an implementation and performs no I/O.
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -148,6 +149,9 @@ class ModelBase:
         self.roots: dict[str, str] = {}
         self.touched: set[str] = set()
         self._events_before: dict[str, int] = {}
+        # per item: the model's trail, how many events of the implementation's trail passed, their
+        # encoding and the fold of them (marshal), for check_trail
+        self._verified: dict[str, tuple[list[dict[str, Any]], int, bytes, bytes | None]] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
         self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
@@ -248,10 +252,58 @@ class ModelBase:
 
     def check_fold(self, actual_work: Mapping[str, Any], actual_events: list[Mapping[str, Any]]) -> list[Violation]:
         """The implementation's own snapshot must equal the fold of its own events."""
-        folded = fold(self.spec, actual_events)
+        return self._fold_problems(actual_work, fold(self.spec, actual_events))
+
+    def check_trail(self, work_id: str, actual: Any, snapshot: Mapping[str, Any] | None = None) -> list[Violation]:
+        """:meth:`check_events` and, given the snapshot read with the trail, :meth:`check_fold`,
+        with the same verdicts, but the events a read-back of this item already found right are
+        not compared field by field again while they are unchanged.
+
+        After a trail passed, it is kept as bytes (``marshal`` version 2: one encoding per value,
+        exact about types, dict order included, objects never shared), with the fold of it.  The
+        item's next trail is encoded the same way: while its first events encode to the bytes
+        kept (each value's encoding delimits itself, so equal leading bytes are equal events),
+        only the events after them are compared with the model, and the fold goes on from the
+        one kept.  Any difference in those first events (a changed value, type or key order), a
+        trail marshal cannot encode, or a model trail that is not the one they were compared
+        with (:meth:`adopt` replaces it) falls back to the full comparison."""
+        blob = _encoded(actual) if type(actual) is list else None
+        start, state = self._verified_prefix(work_id, blob)
+        found = self._compare_events(work_id, actual, start)
+        folded = None
+        if snapshot is not None:
+            folded = fold(self.spec, actual[start:], state) if state is not None else fold(self.spec, actual)
+        exp = self.events.get(work_id)
+        if found or blob is None or exp is None:
+            self._verified.pop(work_id, None)
+        else:
+            self._verified[work_id] = (exp, len(actual), blob[5:], _encoded(folded) if folded is not None else None)
+        out = self.keep(found) if found else found
+        if folded is not None:
+            out += self._fold_problems(snapshot, folded)
+        return out
+
+    def _verified_prefix(self, wid: str, blob: bytes | None) -> tuple[int, dict[str, Any] | None]:
+        """How many first events of a trail (``blob``: its encoding) are those of the item's
+        last trail that passed, byte for byte (0 when none), and the fold of them (if kept)."""
+        held = self._verified.get(wid)
+        if held is None or blob is None:
+            return 0, None
+        exp, n, kept, state = held
+        # (a list's encoding: 5 bytes of type and length, then its elements' encodings in turn;
+        # ``kept`` holds the elements' part)
+        if exp is not self.events.get(wid) or len(exp) < n or not blob.startswith(kept, 5):
+            return 0, None
+        return n, (marshal.loads(state) if state is not None else None)
+
+    def _fold_problems(self, actual_work: Mapping[str, Any], folded: Mapping[str, Any]) -> list[Violation]:
         out = []
+        fold_get, snap_get = folded.get, actual_work.get
         for name, kind in self._folded:
-            if not self._same(kind, folded.get(name), actual_work.get(name)):
+            a, b = fold_get(name), snap_get(name)
+            if a is b or (a == b and type(a) is type(b)):  # (the first test _same makes)
+                continue
+            if not self._same(kind, a, b):
                 out.append(Violation("eventlog.fold", f"{actual_work.get('work_id')}: fold(events).{name} = {folded.get(name)!r} but the snapshot has {actual_work.get(name)!r}"))
         return self.keep(out) if out else out
 
@@ -301,7 +353,9 @@ class ModelBase:
                                  f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
         return out
 
-    def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
+    def _compare_events(self, wid: str, actual: Any, start: int = 0) -> list[Violation]:
+        """The implementation's trail against the model's; events before ``start`` are known
+        to be unchanged since they last passed (check_trail) and are not compared again."""
         out: list[Violation] = []
         exp = self.events.get(wid, [])
         if not isinstance(actual, list):
@@ -310,7 +364,7 @@ class ModelBase:
         n = min(len(exp), len(actual))
         first_seq = self.spec.first_seq
         event_fields = self._event_fields
-        for i in range(n):
+        for i in range(start, n):
             e, a = exp[i], actual[i]
             if type(a) is not dict and not isinstance(a, Mapping):
                 out.append(Violation("trail.append_only", f"{wid}: event {i} is not an object"))
@@ -530,6 +584,15 @@ class ModelBase:
         if tok and tok not in self.tokens.setdefault(work_id, []):
             self.tokens[work_id].append(tok)
         self._events_before[work_id] = len(events)
+
+
+def _encoded(value: Any) -> bytes | None:
+    """``value``'s marshal encoding, version 2 (no references between objects, so equal values
+    of equal types in the same order encode to equal bytes); None for a value it cannot encode."""
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return None
 
 
 class _Bad(Exception):
