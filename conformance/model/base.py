@@ -22,6 +22,7 @@ import copy
 import marshal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Self
 
 from ledgercheck.spec import Spec, UnknownClause, rules
@@ -159,6 +160,9 @@ class ModelBase:
         # snapshot is compared exactly in event data); the fold fields the fold check compares
         self._event_fields: dict[str, tuple[tuple[str, str], ...]] = {}
         self._folded = tuple((n, f.compare) for n, f in spec.work_fields.items() if f.fold and f.compare != "none")
+        # each of those fields' values of a mapping, as a tuple (KeyError where one is missing)
+        self._pick_compared = _picker([n for n, _ in self._compared])
+        self._pick_folded = _picker([n for n, _ in self._folded])
         self._field_owner = rules.field_owners(spec)  # the contract's `blame` of each snapshot field
         # status_reason is not compared in general (close-out, cancel and requeue store the
         # caller's free text); the contract fixes it only for work the monitor marked timeout
@@ -297,7 +301,9 @@ class ModelBase:
         return n, (marshal.loads(state) if state is not None else None)
 
     def _fold_problems(self, actual_work: Mapping[str, Any], folded: Mapping[str, Any]) -> list[Violation]:
-        out = []
+        out: list[Violation] = []
+        if _all_same(self._pick_folded, folded, actual_work):
+            return out
         fold_get, snap_get = folded.get, actual_work.get
         for name, kind in self._folded:
             a, b = fold_get(name), snap_get(name)
@@ -329,6 +335,20 @@ class ModelBase:
         if status not in self.spec.statuses:
             out.append(Violation("core.status.enum", f"{expect['work_id']}: status {status!r} is not a contract status"))
             return out
+        if not _all_same(self._pick_compared, expect, actual):
+            self._compare_fields(expect, actual, blame, default, out)
+        fixed = self.fixed_reason.get(expect["work_id"])
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
+                and isinstance(expect, dict):
+            expect["status_reason"] = actual.get("status_reason")  # the phase the record names, from now on
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
+            out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
+                                 f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
+        return out
+
+    def _compare_fields(self, expect: Mapping[str, Any], actual: Mapping[str, Any], blame: Mapping[str, str], default: str,
+                        out: list[Violation]) -> None:
+        """_compare_work's comparison of the snapshot fields, one by one (appended to ``out``)."""
         for name, kind in self._compared:
             if name not in actual:
                 out.append(Violation(blame.get(name, default), f"{expect['work_id']}: snapshot lacks field {name!r}"))
@@ -344,14 +364,6 @@ class ModelBase:
                 continue
             clause = blame.get(name) or (self._field_owner.get(name, default) if default != "core.create.initial" else default)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
-        fixed = self.fixed_reason.get(expect["work_id"])
-        if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
-                and isinstance(expect, dict):
-            expect["status_reason"] = actual.get("status_reason")  # the phase the record names, from now on
-        if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
-            out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
-                                 f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
-        return out
 
     def _compare_events(self, wid: str, actual: Any, start: int = 0) -> list[Violation]:
         """The implementation's trail against the model's; events before ``start`` are known
@@ -584,6 +596,24 @@ class ModelBase:
         if tok and tok not in self.tokens.setdefault(work_id, []):
             self.tokens[work_id].append(tok)
         self._events_before[work_id] = len(events)
+
+
+def _picker(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving the values of ``names`` in a mapping, as a tuple (KeyError where one is missing)."""
+    if len(names) == 1:
+        return lambda m, _n=names[0]: (m[_n],)
+    return itemgetter(*names) if names else (lambda m: ())
+
+
+def _all_same(pick: Callable[[Any], tuple[Any, ...]], a: Any, b: Any) -> bool:
+    """Whether every field ``pick`` takes is in both mappings and passes the first test of
+    ``_same`` in each (the same object, or equal and of the same type): one comparison of two
+    tuples and of their types, where the field-by-field loops would find nothing to report."""
+    try:
+        x, y = pick(a), pick(b)
+    except (KeyError, TypeError):
+        return False
+    return x == y and tuple(map(type, x)) == tuple(map(type, y))
 
 
 def _encoded(value: Any) -> bytes | None:
