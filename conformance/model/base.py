@@ -152,7 +152,7 @@ class ModelBase:
         self._events_before: dict[str, int] = {}
         # per item: the model's trail, how many events of the implementation's trail passed, their
         # encoding and the fold of them (marshal), for check_trail
-        self._verified: dict[str, tuple[list[dict[str, Any]], int, bytes, bytes | None]] = {}
+        self._verified: dict[str, tuple[list[dict[str, Any]], int, bytes, dict[str, Any] | bytes | None]] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
         self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
@@ -281,7 +281,7 @@ class ModelBase:
         if found or blob is None or exp is None:
             self._verified.pop(work_id, None)
         else:
-            self._verified[work_id] = (exp, len(actual), blob[5:], _encoded(folded) if folded is not None else None)
+            self._verified[work_id] = (exp, len(actual), blob[5:], _frozen(folded))
         out = self.keep(found) if found else found
         if folded is not None:
             out += self._fold_problems(snapshot, folded)
@@ -298,7 +298,7 @@ class ModelBase:
         # ``kept`` holds the elements' part)
         if exp is not self.events.get(wid) or len(exp) < n or not blob.startswith(kept, 5):
             return 0, None
-        return n, (marshal.loads(state) if state is not None else None)
+        return n, (marshal.loads(state) if type(state) is bytes else state)
 
     def _fold_problems(self, actual_work: Mapping[str, Any], folded: Mapping[str, Any]) -> list[Violation]:
         out: list[Violation] = []
@@ -614,6 +614,18 @@ def _all_same(pick: Callable[[Any], tuple[Any, ...]], a: Any, b: Any) -> bool:
     except (KeyError, TypeError):
         return False
     return x == y and tuple(map(type, x)) == tuple(map(type, y))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _frozen(folded: dict[str, Any] | None) -> dict[str, Any] | bytes | None:
+    """A fold kept for later: as it is when it holds only immutable values (fold() copies the
+    dict it goes on from), else encoded, so that no later change to an object it shares with
+    the implementation's answer reaches it."""
+    if folded is None or set(map(type, folded.values())) <= _SCALARS:
+        return folded
+    return _encoded(folded)
 
 
 def _encoded(value: Any) -> bytes | None:

@@ -167,3 +167,21 @@ def test_a_ledger_rewriting_an_event_read_back_before_fails_append_only(spec, re
     with pytest.raises(ClauseFailure) as info:
         h.do("renew", work_id=wid, token=tok)
     assert "trail.append_only" in info.value.clauses, info.value
+
+
+def test_a_kept_fold_shares_no_object_with_the_answer_it_came_from(spec):
+    """An in-process ledger may hand out objects it keeps and change them later: the fold kept
+    from a trail must not change with them."""
+    client = InProcessClient(ReferenceAdapter(spec), "python:test_trail_prefix:ReferenceAdapter", spec)
+    h = Harness(client, spec, client.profiles)
+    h.fresh()
+    wid = h.create(source_system="manual", source_id="result-0")
+    tok = h.claim(wid)
+    h.do("close_out", work_id=wid, token=tok, status=spec.terminal_statuses[0], result={"answer": [1, 2]})
+    snap = h.raw("get", work_id=wid).value
+    trail = h.raw("events", work_id=wid).value
+    pristine = copy.deepcopy(trail)
+    h.model._verified.pop(wid)  # (the fold kept is then taken from this very trail)
+    assert h.model.check_trail(wid, trail, snap) == []
+    trail[-1]["data"]["result"]["answer"].append(3)  # the object the fold took its result from
+    assert h.model.check_trail(wid, pristine, snap) == []
