@@ -80,6 +80,46 @@ only a change of the rules' choices would cut, and that changes what seed 7 find
 wire the medians of this loaded run are 0.86x in wall time and 0.83x per CPU second (level
 at the quieter earlier measurement); the wire's own cost per call (two JSON passes and a pipe)
 is untouched by this round.
+
+Measured again 2026-11-25 05:07-06:20 UTC, after a round that again leaves the programs as they
+were (seed 7's 40 examples: the same multiset of adapter calls and answers, 23,046 calls, work
+ids, tokens and keys named by first appearance):
+
+* a read-back compares an item's trail with the model only from the first event after those a
+  read-back already found right; those are checked by their marshal bytes (version 2: type-exact,
+  no shared objects), any difference falls back to the full comparison, and the fold goes on from
+  the one kept (``Model.check_trail``, tests/conformance/test_trail_prefix.py: a ledger that
+  rewrites an event read back before is still trail.append_only);
+* a snapshot is compared with the model's item, and with the fold, in one step (two tuples and
+  their types) when every field passes ``_same``'s first test, else field by field
+  (tests/conformance/test_compare_fastpath.py);
+* this script takes the rates from a run with nothing wrapped and the breakdown from a second
+  run of the same programs with the stopwatches (both checkouts alike).
+
+Instructions (valgrind cachegrind, user space only, load-independent; ``fp.py``-style run of the
+lifecycle machine in process, seed 7, 40 examples, minus the same script stopped before the run):
+c04bfe7 10.82 G for 1,952 steps = 5,543 k a step; 768331e (before this round) 6,347 k;
+after it 6,137 k: 3.3% fewer a step, 0.90x the pre-issue-14 steps per instruction (0.87x before).
+SQLite's bytecode engine (sqlite3VdbeExec) is 1.3% of a 10-example run's instructions (callgrind);
+the Python interpreter loop 23%.  By py-spy samples about a quarter of a run is hypothesis's, most of
+the rest the harness, the model, the result checker and the reference's Python around each call
+(an answered ``get`` costs ~72 k instructions, ``events`` of 6 events ~156 k, a read-back ~373 k).
+
+Wall time: ``--baseline /work/wt/i14-perf-base --rounds 3 --skip-suite --no-strict`` at 06:06-06:08
+(load average 0.6-1.3, other sessions' tests running): in process this 432.8 / 665.6 / 506.3
+steps/s against 756.2 / 623.6 / 731.7, medians 506.3 vs 731.7 (0.69x), steps per CPU second 0.69x;
+over the wire 279.4 vs 378.8 steps/s (0.74x).  Single rounds moved by +-25% within minutes (this
+tree's own steps per CPU second ranged 441-670), more than the round's gain, so these rounds
+neither show it nor bound it; the instruction counts are the figure to compare.  The 05:01 quiet
+run of the tree before this round gave 0.83x in process and 0.87x over the wire.
+
+Verdict: not met.  Per step this tree still executes about 11% more instructions than c04bfe7: it
+makes 12 adapter calls a step where c04bfe7 made 9.5 (each call now costs fewer instructions than
+then, all included), and hypothesis makes 25 choices a step where it made 14.  What is left to
+cut without changing the programs is spread thin: the result checker (~24 k instructions a
+snapshot, ~46 k a trail of 6 events), the dispatcher's and the reference's Python layers around
+each SQL statement (about a dozen frames a call), and the trail's marshal encoding (v2 encodes
+every string anew, ~59 k for 6 events).
 """
 
 from __future__ import annotations
