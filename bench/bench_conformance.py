@@ -81,7 +81,7 @@ wire the medians of this loaded run are 0.86x in wall time and 0.83x per CPU sec
 at the quieter earlier measurement); the wire's own cost per call (two JSON passes and a pipe)
 is untouched by this round.
 
-Measured again 2026-11-25 05:07-06:20 UTC, after a round that again leaves the programs as they
+Measured again 2026-11-25 05:07-06:18 UTC, after a round that again leaves the programs as they
 were (seed 7's 40 examples: the same multiset of adapter calls and answers, 23,046 calls, work
 ids, tokens and keys named by first appearance):
 
@@ -108,7 +108,9 @@ the rest the harness, the model, the result checker and the reference's Python a
 Wall time: ``--baseline /work/wt/i14-perf-base --rounds 3 --skip-suite --no-strict`` at 06:06-06:08
 (load average 0.6-1.3, other sessions' tests running): in process this 432.8 / 665.6 / 506.3
 steps/s against 756.2 / 623.6 / 731.7, medians 506.3 vs 731.7 (0.69x), steps per CPU second 0.69x;
-over the wire 279.4 vs 378.8 steps/s (0.74x).  Single rounds moved by +-25% within minutes (this
+over the wire 279.4 vs 378.8 steps/s (0.74x).  Again at 06:15-06:18 (load 1.2-1.5): in process this
+409.3 / 579.7 / 446.6 against 803.1 / 511.6 / 599.5, medians 0.74x (steps per CPU second 0.76x,
+operations/s 0.94x); over the wire 243.9 vs 274.6 (0.89x; operations/s 1.11x).  Single rounds moved by +-25% within minutes (this
 tree's own steps per CPU second ranged 441-670), more than the round's gain, so these rounds
 neither show it nor bound it; the instruction counts are the figure to compare.  The 05:01 quiet
 run of the tree before this round gave 0.83x in process and 0.87x over the wire.
