@@ -80,6 +80,48 @@ only a change of the rules' choices would cut, and that changes what seed 7 find
 wire the medians of this loaded run are 0.86x in wall time and 0.83x per CPU second (level
 at the quieter earlier measurement); the wire's own cost per call (two JSON passes and a pipe)
 is untouched by this round.
+
+Measured again 2026-11-25 05:07-06:18 UTC, after a round that again leaves the programs as they
+were (seed 7's 40 examples: the same multiset of adapter calls and answers, 23,046 calls, work
+ids, tokens and keys named by first appearance):
+
+* a read-back compares an item's trail with the model only from the first event after those a
+  read-back already found right; those are checked by their marshal bytes (version 2: type-exact,
+  no shared objects), any difference falls back to the full comparison, and the fold goes on from
+  the one kept (``Model.check_trail``, tests/conformance/test_trail_prefix.py: a ledger that
+  rewrites an event read back before is still trail.append_only);
+* a snapshot is compared with the model's item, and with the fold, in one step (two tuples and
+  their types) when every field passes ``_same``'s first test, else field by field
+  (tests/conformance/test_compare_fastpath.py);
+* this script takes the rates from a run with nothing wrapped and the breakdown from a second
+  run of the same programs with the stopwatches (both checkouts alike).
+
+Instructions (valgrind cachegrind, user space only, load-independent; ``fp.py``-style run of the
+lifecycle machine in process, seed 7, 40 examples, minus the same script stopped before the run):
+c04bfe7 10.82 G for 1,952 steps = 5,543 k a step; 768331e (before this round) 6,347 k;
+after it 6,137 k: 3.3% fewer a step, 0.90x the pre-issue-14 steps per instruction (0.87x before).
+SQLite's bytecode engine (sqlite3VdbeExec) is 1.3% of a 10-example run's instructions (callgrind);
+the Python interpreter loop 23%.  By py-spy samples about a quarter of a run is hypothesis's, most of
+the rest the harness, the model, the result checker and the reference's Python around each call
+(an answered ``get`` costs ~72 k instructions, ``events`` of 6 events ~156 k, a read-back ~373 k).
+
+Wall time: ``--baseline /work/wt/i14-perf-base --rounds 3 --skip-suite --no-strict`` at 06:06-06:08
+(load average 0.6-1.3, other sessions' tests running): in process this 432.8 / 665.6 / 506.3
+steps/s against 756.2 / 623.6 / 731.7, medians 506.3 vs 731.7 (0.69x), steps per CPU second 0.69x;
+over the wire 279.4 vs 378.8 steps/s (0.74x).  Again at 06:15-06:18 (load 1.2-1.5): in process this
+409.3 / 579.7 / 446.6 against 803.1 / 511.6 / 599.5, medians 0.74x (steps per CPU second 0.76x,
+operations/s 0.94x); over the wire 243.9 vs 274.6 (0.89x; operations/s 1.11x).  Single rounds moved by +-25% within minutes (this
+tree's own steps per CPU second ranged 441-670), more than the round's gain, so these rounds
+neither show it nor bound it; the instruction counts are the figure to compare.  The 05:01 quiet
+run of the tree before this round gave 0.83x in process and 0.87x over the wire.
+
+Verdict: not met.  Per step this tree still executes about 11% more instructions than c04bfe7: it
+makes 12 adapter calls a step where c04bfe7 made 9.5 (each call now costs fewer instructions than
+then, all included), and hypothesis makes 25 choices a step where it made 14.  What is left to
+cut without changing the programs is spread thin: the result checker (~24 k instructions a
+snapshot, ~46 k a trail of 6 events), the dispatcher's and the reference's Python layers around
+each SQL statement (about a dozen frames a call), and the trail's marshal encoding (v2 encodes
+every string anew, ~59 k for 6 events).
 """
 
 from __future__ import annotations
@@ -135,17 +177,49 @@ def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, An
     over the wire), the harness' checks (the model's verdict and the comparisons of what was
     read back) and the engine (hypothesis choosing rules and arguments, the rules' own code).
     The engine's share alone bounds the rate: ``steps / engine seconds`` is what the run would
-    reach if the ledger and every check cost nothing."""
+    reach if the ledger and every check cost nothing.
+
+    The machine runs twice with the same seed (the same programs): the rates (steps/s,
+    operations/s, CPU seconds) come from the first run, which nothing is wrapped in; the
+    breakdown from the second, whose stopwatches wrap every adapter call and harness check (a
+    wrapper costs about a microsecond a call, and the two need not make as many calls a step)."""
+    plain = _run(address, examples, seed, timed=False)
+    timed = _run(address, examples, seed, timed=True)
+
+    dt = plain["seconds"]
+    out = {"address": address, "examples": examples, "steps": plain["steps"], "seconds": round(dt, 3),
+           "steps_per_s": round(plain["steps"] / dt, 1), "operations": plain["operations"],
+           "operations_per_s": round(plain["operations"] / dt, 1), "adapter_calls": plain["calls"],
+           "calls_per_s": round(plain["calls"] / dt, 1),
+           # CPU seconds of this process and of the adapter's (over the wire): what a step
+           # costs, whatever else the machine runs at the time
+           "cpu_seconds": round(plain["cpu"], 3), "steps_per_cpu_s": round(plain["steps"] / max(plain["cpu"], 1e-9), 1),
+           "operations_per_cpu_s": round(plain["operations"] / max(plain["cpu"], 1e-9), 1)}
+    tsteps = max(timed["steps"], 1)
+    engine = timed["seconds"] - timed["harness"]
+    checks = timed["harness"] - timed["adapter"]
+    out |= {"timed_run": {"seconds": round(timed["seconds"], 3), "steps_per_s": round(timed["steps"] / timed["seconds"], 1),
+                          "same_programs": (timed["steps"], timed["calls"]) == (plain["steps"], plain["calls"])},
+            "ms_per_step": {"adapter": round(timed["adapter"] / tsteps * 1e3, 3), "checks": round(checks / tsteps * 1e3, 3),
+                            "engine": round(engine / tsteps * 1e3, 3)},
+            "ceiling_if_free_checks_and_ledger": round(tsteps / max(engine, 1e-9), 1)}
+    return out
+
+
+def _run(address: str, examples: int, seed: int, timed: bool) -> dict[str, Any]:
+    """One run of the lifecycle machine; with ``timed``, stopwatches around the adapter's calls
+    and the harness' checks."""
     spec = default_spec()
     client = connect(address, spec)
     try:
         h = Harness(client, spec, machine_profiles(client.profiles, "lifecycle"))
         machine = make_machine(h, only="lifecycle")
         adapter, harness = _Stopwatch(), _Stopwatch()
-        for name in ("call", "reset"):
-            adapter.wrap(client, name)
-        for name in ("do", "raw", "drive", "perform", "verify", "verify_all", "fresh", "advance", "advance_to"):
-            harness.wrap(h, name)
+        if timed:
+            for name in ("call", "reset"):
+                adapter.wrap(client, name)
+            for name in ("do", "raw", "drive", "perform", "verify", "verify_all", "fresh", "advance", "advance_to"):
+                harness.wrap(h, name)
         calls0 = client.calls
         server = getattr(client, "pid", None)
         cpu0 = time.process_time() + _cpu_seconds(server)
@@ -153,20 +227,8 @@ def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, An
         run_machine(machine, hypothesis_settings("ci", database=None, max_examples=examples), seed)
         dt = time.perf_counter() - t
         cpu = time.process_time() + _cpu_seconds(server) - cpu0
-        steps = max(h.rule_steps, 1)
-        engine = dt - harness.seconds
-        checks = harness.seconds - adapter.seconds
-        return {"address": address, "examples": examples, "steps": h.rule_steps, "seconds": round(dt, 3),
-                "steps_per_s": round(h.rule_steps / dt, 1), "operations": h.operations,
-                "operations_per_s": round(h.operations / dt, 1), "adapter_calls": client.calls - calls0,
-                "calls_per_s": round((client.calls - calls0) / dt, 1),
-                "ms_per_step": {"adapter": round(adapter.seconds / steps * 1e3, 3), "checks": round(checks / steps * 1e3, 3),
-                                "engine": round(engine / steps * 1e3, 3)},
-                "ceiling_if_free_checks_and_ledger": round(steps / max(engine, 1e-9), 1),
-                # CPU seconds of this process and of the adapter's (over the wire): what a step
-                # costs, whatever else the machine runs at the time
-                "cpu_seconds": round(cpu, 3), "steps_per_cpu_s": round(h.rule_steps / max(cpu, 1e-9), 1),
-                "operations_per_cpu_s": round(h.operations / max(cpu, 1e-9), 1)}
+        return {"steps": h.rule_steps, "operations": h.operations, "calls": client.calls - calls0, "seconds": dt,
+                "cpu": cpu, "adapter": adapter.seconds, "harness": harness.seconds}
     finally:
         client.close()
 

@@ -451,9 +451,7 @@ class Harness:
             if not ev.ok:
                 found.append(Violation("trail.append_only", f"events({wid}) failed with {ev.code}: {ev.message}"))
                 continue
-            found += self.model.check_events(wid, ev.value)
-            if "eventlog" in self.profiles:
-                found += self.model.check_fold(got.value, ev.value)
+            found += self.model.check_trail(wid, ev.value, got.value if "eventlog" in self.profiles else None)
         if found and not self._tolerate(found, list(wids)):
             self.fail(found)
 

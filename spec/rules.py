@@ -227,9 +227,10 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------- the trail
-def fold(spec: Spec, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Rebuild a snapshot's fold fields from an item's events (eventlog.fold)."""
-    snap: dict[str, Any] = dict.fromkeys(_once("fold_fields", spec, _fold_fields))
+def fold(spec: Spec, events: Iterable[Mapping[str, Any]], start: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Rebuild a snapshot's fold fields from an item's events (eventlog.fold); ``start``: the
+    fold of the events before these, to go on from."""
+    snap: dict[str, Any] = dict.fromkeys(_once("fold_fields", spec, _fold_fields)) if start is None else dict(start)
     for e in events:
         if type(e) is not dict and not isinstance(e, Mapping):
             continue

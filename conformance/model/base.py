@@ -19,8 +19,10 @@ It never imports an implementation and performs no I/O.
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Self
 
 from ledgercheck.spec import Spec, UnknownClause, rules
@@ -148,6 +150,9 @@ class ModelBase:
         self.roots: dict[str, str] = {}
         self.touched: set[str] = set()
         self._events_before: dict[str, int] = {}
+        # per item: the model's trail, how many events of the implementation's trail passed, their
+        # encoding and the fold of them (marshal), for check_trail
+        self._verified: dict[str, tuple[list[dict[str, Any]], int, bytes, dict[str, Any] | bytes | None]] = {}
         self._wait_kinds = dict(spec.waiting_statuses)  # kind -> status
         self._pending_point = next(p for p, c in spec.crash_points.items() if c.journal == "pending")
         self._compared = [(n, f.compare) for n, f in spec.work_fields.items() if f.compare != "none"]
@@ -155,6 +160,9 @@ class ModelBase:
         # snapshot is compared exactly in event data); the fold fields the fold check compares
         self._event_fields: dict[str, tuple[tuple[str, str], ...]] = {}
         self._folded = tuple((n, f.compare) for n, f in spec.work_fields.items() if f.fold and f.compare != "none")
+        # each of those fields' values of a mapping, as a tuple (KeyError where one is missing)
+        self._pick_compared = _picker([n for n, _ in self._compared])
+        self._pick_folded = _picker([n for n, _ in self._folded])
         self._field_owner = rules.field_owners(spec)  # the contract's `blame` of each snapshot field
         # status_reason is not compared in general (close-out, cancel and requeue store the
         # caller's free text); the contract fixes it only for work the monitor marked timeout
@@ -248,10 +256,60 @@ class ModelBase:
 
     def check_fold(self, actual_work: Mapping[str, Any], actual_events: list[Mapping[str, Any]]) -> list[Violation]:
         """The implementation's own snapshot must equal the fold of its own events."""
-        folded = fold(self.spec, actual_events)
-        out = []
+        return self._fold_problems(actual_work, fold(self.spec, actual_events))
+
+    def check_trail(self, work_id: str, actual: Any, snapshot: Mapping[str, Any] | None = None) -> list[Violation]:
+        """:meth:`check_events` and, given the snapshot read with the trail, :meth:`check_fold`,
+        with the same verdicts, but the events a read-back of this item already found right are
+        not compared field by field again while they are unchanged.
+
+        After a trail passed, it is kept as bytes (``marshal`` version 2: one encoding per value,
+        exact about types, dict order included, objects never shared), with the fold of it.  The
+        item's next trail is encoded the same way: while its first events encode to the bytes
+        kept (each value's encoding delimits itself, so equal leading bytes are equal events),
+        only the events after them are compared with the model, and the fold goes on from the
+        one kept.  Any difference in those first events (a changed value, type or key order), a
+        trail marshal cannot encode, or a model trail that is not the one they were compared
+        with (:meth:`adopt` replaces it) falls back to the full comparison."""
+        blob = _encoded(actual) if type(actual) is list else None
+        start, state = self._verified_prefix(work_id, blob)
+        found = self._compare_events(work_id, actual, start)
+        folded = None
+        if snapshot is not None:
+            folded = fold(self.spec, actual[start:], state) if state is not None else fold(self.spec, actual)
+        exp = self.events.get(work_id)
+        if found or blob is None or exp is None:
+            self._verified.pop(work_id, None)
+        else:
+            self._verified[work_id] = (exp, len(actual), blob[5:], _frozen(folded))
+        out = self.keep(found) if found else found
+        if folded is not None:
+            out += self._fold_problems(snapshot, folded)
+        return out
+
+    def _verified_prefix(self, wid: str, blob: bytes | None) -> tuple[int, dict[str, Any] | None]:
+        """How many first events of a trail (``blob``: its encoding) are those of the item's
+        last trail that passed, byte for byte (0 when none), and the fold of them (if kept)."""
+        held = self._verified.get(wid)
+        if held is None or blob is None:
+            return 0, None
+        exp, n, kept, state = held
+        # (a list's encoding: 5 bytes of type and length, then its elements' encodings in turn;
+        # ``kept`` holds the elements' part)
+        if exp is not self.events.get(wid) or len(exp) < n or not blob.startswith(kept, 5):
+            return 0, None
+        return n, (marshal.loads(state) if type(state) is bytes else state)
+
+    def _fold_problems(self, actual_work: Mapping[str, Any], folded: Mapping[str, Any]) -> list[Violation]:
+        out: list[Violation] = []
+        if _all_same(self._pick_folded, folded, actual_work):
+            return out
+        fold_get, snap_get = folded.get, actual_work.get
         for name, kind in self._folded:
-            if not self._same(kind, folded.get(name), actual_work.get(name)):
+            a, b = fold_get(name), snap_get(name)
+            if a is b or (a == b and type(a) is type(b)):  # (the first test _same makes)
+                continue
+            if not self._same(kind, a, b):
                 out.append(Violation("eventlog.fold", f"{actual_work.get('work_id')}: fold(events).{name} = {folded.get(name)!r} but the snapshot has {actual_work.get(name)!r}"))
         return self.keep(out) if out else out
 
@@ -277,6 +335,20 @@ class ModelBase:
         if status not in self.spec.statuses:
             out.append(Violation("core.status.enum", f"{expect['work_id']}: status {status!r} is not a contract status"))
             return out
+        if not _all_same(self._pick_compared, expect, actual):
+            self._compare_fields(expect, actual, blame, default, out)
+        fixed = self.fixed_reason.get(expect["work_id"])
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
+                and isinstance(expect, dict):
+            expect["status_reason"] = actual.get("status_reason")  # the phase the record names, from now on
+        if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
+            out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
+                                 f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
+        return out
+
+    def _compare_fields(self, expect: Mapping[str, Any], actual: Mapping[str, Any], blame: Mapping[str, str], default: str,
+                        out: list[Violation]) -> None:
+        """_compare_work's comparison of the snapshot fields, one by one (appended to ``out``)."""
         for name, kind in self._compared:
             if name not in actual:
                 out.append(Violation(blame.get(name, default), f"{expect['work_id']}: snapshot lacks field {name!r}"))
@@ -292,16 +364,10 @@ class ModelBase:
                 continue
             clause = blame.get(name) or (self._field_owner.get(name, default) if default != "core.create.initial" else default)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
-        fixed = self.fixed_reason.get(expect["work_id"])
-        if fixed is not None and expect.get("status") == status and actual.get("status_reason") in fixed \
-                and isinstance(expect, dict):
-            expect["status_reason"] = actual.get("status_reason")  # the phase the record names, from now on
-        if fixed is not None and expect.get("status") == status and actual.get("status_reason") not in fixed:
-            out.append(Violation("core.expire.timeout_reason", f"{expect['work_id']}: marked {status} by the monitor, status_reason is "
-                                 f"{actual.get('status_reason')!r}, the phase that ran out is {'/'.join(sorted(fixed))}"))
-        return out
 
-    def _compare_events(self, wid: str, actual: Any) -> list[Violation]:
+    def _compare_events(self, wid: str, actual: Any, start: int = 0) -> list[Violation]:
+        """The implementation's trail against the model's; events before ``start`` are known
+        to be unchanged since they last passed (check_trail) and are not compared again."""
         out: list[Violation] = []
         exp = self.events.get(wid, [])
         if not isinstance(actual, list):
@@ -310,7 +376,7 @@ class ModelBase:
         n = min(len(exp), len(actual))
         first_seq = self.spec.first_seq
         event_fields = self._event_fields
-        for i in range(n):
+        for i in range(start, n):
             e, a = exp[i], actual[i]
             if type(a) is not dict and not isinstance(a, Mapping):
                 out.append(Violation("trail.append_only", f"{wid}: event {i} is not an object"))
@@ -530,6 +596,45 @@ class ModelBase:
         if tok and tok not in self.tokens.setdefault(work_id, []):
             self.tokens[work_id].append(tok)
         self._events_before[work_id] = len(events)
+
+
+def _picker(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving the values of ``names`` in a mapping, as a tuple (KeyError where one is missing)."""
+    if len(names) == 1:
+        return lambda m, _n=names[0]: (m[_n],)
+    return itemgetter(*names) if names else (lambda m: ())
+
+
+def _all_same(pick: Callable[[Any], tuple[Any, ...]], a: Any, b: Any) -> bool:
+    """Whether every field ``pick`` takes is in both mappings and passes the first test of
+    ``_same`` in each (the same object, or equal and of the same type): one comparison of two
+    tuples and of their types, where the field-by-field loops would find nothing to report."""
+    try:
+        x, y = pick(a), pick(b)
+    except (KeyError, TypeError):
+        return False
+    return x == y and tuple(map(type, x)) == tuple(map(type, y))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _frozen(folded: dict[str, Any] | None) -> dict[str, Any] | bytes | None:
+    """A fold kept for later: as it is when it holds only immutable values (fold() copies the
+    dict it goes on from), else encoded, so that no later change to an object it shares with
+    the implementation's answer reaches it."""
+    if folded is None or set(map(type, folded.values())) <= _SCALARS:
+        return folded
+    return _encoded(folded)
+
+
+def _encoded(value: Any) -> bytes | None:
+    """``value``'s marshal encoding, version 2 (no references between objects, so equal values
+    of equal types in the same order encode to equal bytes); None for a value it cannot encode."""
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return None
 
 
 class _Bad(Exception):
