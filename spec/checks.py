@@ -15,6 +15,7 @@ from typing import Any
 
 from .contract import parse_duration
 from .problems import Positions, Problem
+from .rules import judgement_problem
 
 ARG_TYPES = {
     "string", "nonempty_string", "time", "duration", "object", "any", "boolean", "positive_int",
@@ -710,7 +711,10 @@ def _blame_ids(c: _Ctx) -> None:
     judged: dict[str, str] = {}
     for i, cl in enumerate(d["clauses"]):
         for j, name in enumerate(cl.get("judges", ())):
-            if name in judged:
+            why = judgement_problem(d.get("operations", {}), d.get("work_fields", {}), name)
+            if why is not None:
+                c.add(("clauses", i, "judges", j), f"clause {cl['id']!r} takes an unknown judgement: {why}")
+            elif name in judged:
                 c.add(("clauses", i, "judges", j), f"clause {cl['id']!r} takes judgement {name!r}, which {judged[name]!r} already takes")
             judged.setdefault(name, cl["id"])
 

@@ -12,7 +12,8 @@ is pure: it reads the Spec and the values it is given, and returns a value.
 * ``field_owner`` / ``argument_blame`` / ``chaos_clauses`` / ``judging_clause`` - which clause a
   wrong field or argument breaks (the ``blame`` of work fields, arguments and error codes), which
   clauses only the chaos exploration judges (``judge: chaos``) and which clause takes one of the
-  model's named judgements (``judges``);
+  model's judgements (``judges``: a named one, or ``<operation>.<field>``, the value an operation
+  leaves in a snapshot field);
 * ``handout_expiry`` / ``handout_lapse`` / ``redelivery`` - the lease of a hand-out that is not
   a work item (``handouts``: a run of the wakeups profile) and what recovers a lapsed one;
 * ``identity_folded`` - whether two identity keys differ only by case, surrounding whitespace or
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import string
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,6 +277,34 @@ def argument_blame(spec: Spec, op: str, name: str, value: Any = None) -> str:
 def chaos_clauses(spec: Spec) -> tuple[str, ...]:
     """The clauses only the chaos exploration judges (``judge: chaos``), in contract order."""
     return tuple(c.id for c in spec.clauses if c.judge == "chaos")
+
+
+# Judgements the model makes by name (beside ``<operation>.<field>``), each with what it judges.
+NAMED_JUDGEMENTS = {
+    "create.identity_folded": "a create answered with an existing record whose identity differs from the new "
+                              "one only by case, surrounding whitespace or Unicode normalization form",
+}
+
+
+def judgement_problem(operations: Collection[str], fields: Collection[str], judgement: str) -> str | None:
+    """Why ``judgement`` is not one the model makes (None if it is): a named judgement, or
+    ``<operation>.<field>`` for one of the contract's ``operations`` and a field of the work
+    snapshot (``fields``): the value that operation leaves in that field, in the snapshot it returns
+    and in every later read until the item changes again."""
+    if judgement in NAMED_JUDGEMENTS:
+        return None
+    op, dot, name = judgement.partition(".")
+    if not dot or op not in operations:
+        return (f"{judgement!r} is neither one of the model's named judgements ({', '.join(sorted(NAMED_JUDGEMENTS))}) "
+                f"nor <operation>.<field> for an operation of the contract")
+    if name not in fields:
+        return f"{judgement!r}: {name!r} is not a field of the work snapshot"
+    return None
+
+
+def judgements(spec: Spec) -> dict[str, str]:
+    """Every judgement a clause takes (its ``judges``) -> that clause."""
+    return {j: c.id for c in spec.clauses for j in c.judges}
 
 
 def judging_clause(spec: Spec, judgement: str, default: str) -> str:

@@ -135,6 +135,11 @@ class ModelBase:
         self.tokens: dict[str, list[str]] = {}  # every token ever issued per item, oldest first
         self.blame: dict[str, dict[str, str]] = {}  # per item: field -> clause for the last change
         self.blame_default: dict[str, str] = {}
+        # per item: the operation of its last change; with the clauses' ``judges`` of the form
+        # <operation>.<field>, it says which clause a wrong value of that field breaks
+        self.changed_by: dict[str, str] = {}
+        self._op: str | None = None  # the operation being settled
+        self._judged = {j: c for j, c in rules.judgements(spec).items() if "." in j}
         self.receipts: dict[str, dict[str, Any]] = {}
         self.receipt_order: list[str] = []
         # items whose receipts recovery marked where the contract also lets them stay pending
@@ -213,6 +218,7 @@ class ModelBase:
 
     def settle(self, op: str, exp: Expectation, outcome: Outcome) -> list[Violation]:
         self.touched = set()
+        self._op = op
         if not outcome.ok and not outcome.definite:
             raise Indefinite(f"{op}: {outcome.code}: {outcome.message}")
         if isinstance(exp, Refuse):
@@ -363,6 +369,8 @@ class ModelBase:
                     expect[name] = copy.deepcopy(b)  # the implementation's choice, from now on
                 continue
             clause = blame.get(name) or (self._field_owner.get(name, default) if default != "core.create.initial" else default)
+            if self._judged:  # a clause that takes "<operation>.<field>" for the item's last change
+                clause = self._judged.get(f"{self.changed_by.get(expect['work_id'])}.{name}", clause)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
 
     def _compare_events(self, wid: str, actual: Any, start: int = 0) -> list[Violation]:
@@ -515,6 +523,8 @@ class ModelBase:
             self._child_finished(wid)
         self.blame[wid] = dict(blame)
         self.blame_default[wid] = default
+        if self._op is not None:
+            self.changed_by[wid] = self._op
 
     def _child_finished(self, wid: str) -> None:
         """spawn.wakes_parent: a child that reached a terminal status fires the contract's wakeup on
@@ -588,6 +598,7 @@ class ModelBase:
         self.items[work_id] = {f: copy.deepcopy(snapshot.get(f)) for f in self.spec.work_fields} | {"status_reason": snapshot.get("status_reason")}
         self.items[work_id]["work_id"] = work_id
         self.fixed_reason.pop(work_id, None)
+        self.changed_by.pop(work_id, None)
         self.events[work_id] = [
             {"type": e.get("type"), "from_status": e.get("from_status"), "to_status": e.get("to_status"),
              "at": e.get("at"), "data": copy.deepcopy(e.get("data") or {})} for e in events

@@ -128,3 +128,46 @@ def test_a_clause_takes_a_named_judgement_of_the_model(spec: Spec, tmp_path: Pat
         dataclasses.replace(c, judges=("create.identity_folded",)) if c.id == "core.scheduler.run_identity" else c
         for c in plain.clauses))
     assert merged_blame(moved) == ["core.scheduler.run_identity"]
+
+
+def test_a_clause_takes_what_an_operation_leaves_in_a_field(spec: Spec) -> None:
+    """``judges: [<operation>.<field>]``: a wrong value of that field, in the snapshot the operation
+    returns or in a later read before the item changes again, is blamed on the clause that takes
+    it; another operation's wrong value of the same field is not."""
+    def blames(s: Spec, status: str, lose_at: str) -> list[str]:
+        m = Model(s)
+        args = {"source_system": "manual", "source_id": "a", "now": T}
+        exp = m.expect("create", args)
+        assert m.settle("create", exp, Outcome.success({"work": m._new_item("w1", args), "created": True})) == []
+        exp = m.expect("claim", {"owner": "o", "work_id": "w1", "now": T})
+        snap = {**m.items["w1"], "status": "running", "owner": "o", "lease_token": "t", "lease_version": 1,
+                "lease_expires_at": T + s.lease_for("manual").ttl, "attempt": 1, "started_at": T}
+        assert m.settle("claim", exp, Outcome.success(snap)) == []
+        exp = m.expect("close_out", {"work_id": "w1", "token": "t", "status": status, "result": {"n": None}, "now": T + 1})
+        done = {**snap, "status": status, "owner": None, "lease_token": None, "lease_expires_at": None,
+                "result": {"n": None}, "finished_at": T + 1}
+        found = m.settle("close_out", exp, Outcome.success({**done, "result": {}} if lose_at == "close_out" else done))
+        if lose_at == "read":
+            found = m.check_work({**done, "result": {}})
+        return [v.clause for v in found]
+
+    # no clause takes it: the close-out's own clauses
+    plain = dataclasses.replace(spec, clauses=tuple(dataclasses.replace(c, judges=tuple(j for j in c.judges if j in rules.NAMED_JUDGEMENTS))
+                                                    for c in spec.clauses))
+    assert "close_out.result" not in rules.judgements(plain)
+    assert blames(plain, "failed", "close_out") == ["core.transition.allowed"]
+    assert blames(plain, "done", "read") == ["core.close_out.explicit"]
+    # the clause that takes it, whichever that is
+    for taker in ("core.close_out.explicit", "core.status.terminal"):
+        taking = dataclasses.replace(plain, clauses=tuple(
+            dataclasses.replace(c, judges=(*c.judges, "close_out.result")) if c.id == taker else c for c in plain.clauses))
+        assert rules.judgements(taking)["close_out.result"] == taker
+        for status in ("done", "failed"):
+            assert blames(taking, status, "close_out") == [taker]
+            assert blames(taking, status, "read") == [taker]
+    # another operation's value of the field stays with its own clause: a create that stores a result
+    m = Model(spec)
+    args = {"source_system": "manual", "source_id": "b", "now": T}
+    exp = m.expect("create", args)
+    assert [v.clause for v in m.settle("create", exp, Outcome.success({"work": {**m._new_item("w2", args), "result": 1}, "created": True}))] \
+        == ["core.create.initial"]
