@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Iterable, Mapping
 
@@ -452,6 +453,41 @@ def _holder_only(h: Harness) -> None:
     h.claim(wid)
     out = h.do("close_out", work_id=wid, token="not-the-token", status="done")
     check(not out.ok, "core.close_out.explicit", "close-out without the lease token was accepted", h)
+
+
+# Results of the shapes a careless store changes: null-valued and nested keys, an empty list,
+# non-ASCII text, a list with a null, a bare string, an explicit null and none given at all.
+OUTCOMES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("object", {"result": {"answer": 42, "note": None, "detail": {"tags": [], "by": "réunion à 10h ✓"}}}),
+    ("list", {"result": ["a", None, 3]}),
+    ("text", {"result": "no reply after 3 tries"}),
+    ("null", {"result": None}),
+    ("absent", {}),
+)
+
+
+@cases("core.close_out.outcome")
+def _outcome(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    """Close-out into each terminal status it reaches from a leased one, with each result shape:
+    the returned snapshot (judged by the model) and a later read carry that result exactly."""
+    for t in spec.edges_of("close_out"):
+        if not spec.statuses[t.src].leased:
+            continue
+        def fn(h: Harness, src: str = t.src, dst: str = t.dst, guard: str | None = t.guard) -> None:
+            if guard is not None:
+                h.need("cancel")  # the guard (a cancel request) is what a cancel records on leased work
+            for _, given in OUTCOMES:
+                wid = h.create()
+                h.drive(wid, src)
+                if guard is not None:
+                    h.do("cancel", work_id=wid)
+                h.do("close_out", work_id=wid, token=h.token(wid), status=dst, **given)
+                want = given.get("result")
+                got = h.raw("get", work_id=wid).value
+                check(got["status"] == dst and json.dumps(got.get("result"), sort_keys=True) == json.dumps(want, sort_keys=True),
+                      "core.close_out.outcome", f"closed out {dst} with result {want!r}, a read gives {got['status']} "
+                      f"with result {got.get('result')!r}", h)
+        yield f"{t.src}->{t.dst}", fn
 
 
 # ---------------------------------------------------------------- requeue
