@@ -16,7 +16,7 @@ from typing import Any
 from ledgercheck.spec import Allowance, Spec, default_spec, rules
 from ledgercheck.spec.rules import fold
 
-from .points import COMPLETED_POINT, DONE, FRESH_POINT, OP_AFTER, STAGES, leased_status
+from .points import DONE, OP_AFTER, STAGES, completed_point, fresh_point, leased_status, stage_point
 from .workload import Item, Workload
 
 CLAUSE_ORDER = (
@@ -83,11 +83,10 @@ def _next_effect(item: Item, step: int | None) -> int | None:
 
 
 def make_alt(spec: Spec, item: Item, stage: str, step: int | None, completed: Iterable[int]) -> Alt:
-    st = STAGES[stage]
     done = frozenset(completed)
     journal = {item.steps[j].step_id: "completed" for j in done if j < len(item.steps) and item.steps[j].is_effect}
-    if step is not None and step < len(item.steps) and item.steps[step].is_effect and st.journal in ("pending", "completed"):
-        journal[item.steps[step].step_id] = st.journal
+    if step is not None and step < len(item.steps) and item.steps[step].is_effect and STAGES[stage].journal in ("pending", "completed"):
+        journal[item.steps[step].step_id] = STAGES[stage].journal
     if stage == "unclaimed":
         status = spec.initial_status
     elif stage == "waiting":
@@ -98,7 +97,7 @@ def make_alt(spec: Spec, item: Item, stage: str, step: int | None, completed: It
     else:
         status = leased_status(spec)
     crashed = None if stage == "closed" else _next_effect(item, step)
-    return Alt(stage, step, done, journal, status, crashed, st.point)
+    return Alt(stage, step, done, journal, status, crashed, stage_point(spec, stage))
 
 
 def alternatives(spec: Spec, item: Item, ctx: Mapping[str, Any]) -> list[Alt]:
@@ -127,19 +126,19 @@ def step_allowance(spec: Spec, item: Item, j: int, alt: Alt | None, quarantined:
     cls_ = item.steps[j].step_class or ""
     row = spec.matrix[cls_]
     if alt is None:
-        return spec.allowances[row[FRESH_POINT].effects]
+        return spec.allowances[row[fresh_point(spec)].effects]
     if alt.stage == "closed" or (j in alt.completed and j != alt.crashed):
-        return spec.allowances[row[COMPLETED_POINT].effects]
+        return spec.allowances[row[completed_point(spec)].effects]
     if j == alt.crashed:
         journal = spec.crash_points[alt.point].journal if alt.point else "none"
         if quarantined and by_attempts and journal == "none":
             return ZERO
         if quarantined and by_attempts and journal == "pending":
             return next((a for a in spec.allowances.values() if a.quarantined), AT_MOST_ONCE)
-        return spec.allowances[row[alt.point or FRESH_POINT].effects]
+        return spec.allowances[row[alt.point or fresh_point(spec)].effects]
     if quarantined:
         return ZERO
-    return spec.allowances[row[FRESH_POINT].effects]
+    return spec.allowances[row[fresh_point(spec)].effects]
 
 
 def expected_decision(spec: Spec, item: Item, alt: Alt, attempt: int | None) -> tuple[str, bool]:

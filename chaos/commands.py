@@ -197,13 +197,13 @@ def _print_failures(windows: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------------------------- commands
 def cmd_points(args: argparse.Namespace) -> int:
     from .exploration import Explorer
-    from .points import WORKER_POINTS, unknown_points, worker_points
+    from .points import unknown_points, worker_points
 
     try:
         _check_paths(args)
         spec = _spec(args.spec)
         with Explorer(args.adapter, spec, timeout=args.timeout, tmp_root=args.tmp_dir, worker=args.worker) as ex:
-            adapter_points = [p for p in ex.adapter_points if p not in WORKER_POINTS]
+            adapter_points = [p for p in ex.adapter_points if p not in ex.worker_points]
             caps = ex.handshake.get("capabilities") or {}
     except (ChaosError, OSError) as exc:
         return _fail("points", exc)

@@ -25,7 +25,7 @@ from typing import Any
 from ledgercheck.spec import Spec
 
 from .checker import alternatives, expected_decision
-from .points import WORKER_POINTS, ChaosError, check_contract, unknown_points, worker_points
+from .points import ChaosError, check_contract, unknown_points, worker_points
 from .pool import WorkerPool
 from .replays import attach_replay, default_replay_dir
 from .scenario import T0, Harness, NotReached, WindowError, WindowResult
@@ -63,6 +63,7 @@ class Explorer:
         if problems:
             raise ChaosError(f"the contract does not fit the crash harness: {problems[0]}")
         self.address, self.spec, self.seed, self.worker = address, spec, seed, worker
+        self.worker_points = frozenset(worker_points(spec))  # the contract's points the worker stops at
         self.jobs = max(1, jobs)
         if workload is not None and not isinstance(workload, Workload):
             try:
@@ -102,7 +103,7 @@ class Explorer:
 
     @property
     def all_points(self) -> list[str]:
-        return worker_points(self.spec) + [p for p in self.adapter_points if p not in WORKER_POINTS]
+        return worker_points(self.spec) + [p for p in self.adapter_points if p not in self.worker_points]
 
     def check_points(self, points: list[str] | None) -> list[str]:
         if points is None:
@@ -122,7 +123,7 @@ class Explorer:
     def counted(self, point: str) -> int | None:
         """How often the run passes ``point``; None when it cannot be counted from outside."""
         counts = self.baseline()["counts"]
-        if point in WORKER_POINTS or self.kind == "in-process":
+        if point in self.worker_points or self.kind == "in-process":
             return int(counts.get(point, 0))
         return None
 
@@ -223,7 +224,7 @@ class Explorer:
         out, seen = [], set()
         for t in self.baseline()["trace"]:
             p, ctx = t["point"], t["ctx"]
-            if p not in WORKER_POINTS or not ctx.get("item"):
+            if p not in self.worker_points or not ctx.get("item"):
                 continue
             item = self.workload.item(ctx["item"])
             d, _ = expected_decision(self.spec, item, alternatives(self.spec, item, ctx)[0], 1)
@@ -237,7 +238,7 @@ class Explorer:
         out, seen = [], set()
         for t in self.baseline()["trace"]:
             p, ctx = t["point"], t["ctx"]
-            if p not in points or p not in WORKER_POINTS or p in FENCE_SKIP or not ctx.get("item"):
+            if p not in points or p not in self.worker_points or p in FENCE_SKIP or not ctx.get("item"):
                 continue
             item = self.workload.item(ctx["item"])
             alt = alternatives(self.spec, item, ctx)[0]
@@ -339,7 +340,7 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
         try:
             futs = [tp.submit(chain, p) for p in probes] + [tp.submit(one, t) for t in fixed]
             if scan_kills:
-                futs += [tp.submit(scan_chain, rp, base) for rp in pts if rp in ex.adapter_points and rp not in WORKER_POINTS
+                futs += [tp.submit(scan_chain, rp, base) for rp in pts if rp in ex.adapter_points and rp not in ex.worker_points
                          for base in ex.scan_kill_windows()]
             for f in futs:
                 f.result()
@@ -365,7 +366,7 @@ def run_one(address: str, spec: Spec, point: str, occurrence: int = 1, *, seed: 
         raise ChaosError(f"mode must be kill or pause, not {mode!r}")
     with Explorer(address, spec, seed=seed, workload=workload, worker=worker, timeout=timeout, tmp_root=tmp_root) as ex:
         ex.check_points([point])
-        if mode == "pause" and point not in WORKER_POINTS:
+        if mode == "pause" and point not in ex.worker_points:
             raise ChaosError(f"a takeover (pause) window needs a worker point, not the adapter's {point!r}")
         if mode == "pause" and not (ex.handshake.get("capabilities") or {}).get("concurrent"):
             raise ChaosError(f"adapter {address}: a takeover window needs two processes on one ledger (concurrent: true)")
@@ -373,7 +374,7 @@ def run_one(address: str, spec: Spec, point: str, occurrence: int = 1, *, seed: 
             raise ChaosError(f"--occurrence must be 1 or more, not {occurrence}")
         if scan_kill is not None:
             ex.check_points([scan_kill[0]])
-            if scan_kill[0] in WORKER_POINTS or mode != "kill":
+            if scan_kill[0] in ex.worker_points or mode != "kill":
                 raise ChaosError(f"a scan kill needs the adapter's own point and mode kill, not {scan_kill[0]!r} ({mode})")
         try:
             res = ex.harness.run_window(point, occurrence, mode, recovery_kill=scan_kill)

@@ -66,7 +66,7 @@ from ledgercheck.transport.reaper import gone
 from . import nemesis
 from .forkserver import ForkServerError, fork_server
 from .history import HistoryWriter, merge_histories, process_path
-from .points import WORKER_POINTS, ChaosError
+from .points import ChaosError, worker_points
 from .sink import EffectSink
 
 ENTRY = "ledgercheck.chaos.safety:process_main"
@@ -727,11 +727,12 @@ class _Campaign:
             "step_class": STEP_CLASS.get(self.declared.delivery, PLAIN_CLASS), "delivery": self.declared.delivery,
             "latency": list(self.p.latency), "renew_p": self.p.renew_p, "fail_p": self.p.fail_p,
         }
-        passed = set(WORKER_POINTS) - {"after_waiting_set"} - (
+        own = set(worker_points(self.spec))
+        passed = own - {"after_waiting_set"} - (
             set() if self.declared.delivery == "effectively-once" else {"after_intent_before_submit"})
         self.points = [] if not self.durable else (
             [pt for pt in self.spec.crash_points if pt in passed]
-            + [pt for pt in hs.get("crash_points") or [] if isinstance(pt, str) and pt not in WORKER_POINTS])
+            + [pt for pt in hs.get("crash_points") or [] if isinstance(pt, str) and pt not in own])
 
     def _meta(self) -> None:
         if not self.p.record:

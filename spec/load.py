@@ -628,7 +628,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         errors=frozen_map({k: bool(v["definite"]) for k, v in doc["errors"].items()}),
         error_blame=frozen_map({k: v["blame"] for k, v in doc["errors"].items() if v.get("blame")}),
         crash_points=frozen_map(
-            {n: CrashPoint(n, c["journal"], bool(c.get("waiting", False)), c["description"]) for n, c in doc["crash_points"].items()}
+            {n: CrashPoint(n, c["journal"], bool(c.get("waiting", False)), c["description"], c.get("stage")) for n, c in doc["crash_points"].items()}
         ),
         step_classes=frozen_map({n: c["effect"] for n, c in doc["step_classes"].items()}),
         decisions=frozen_map({n: frozen_map(d) for n, d in doc["decisions"].items()}),

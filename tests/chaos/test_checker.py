@@ -3,6 +3,8 @@ allowances, the two legitimate outcomes of a kill inside an operation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from ledgercheck.chaos.checker import (
     Observation,
@@ -14,11 +16,10 @@ from ledgercheck.chaos.checker import (
     step_allowance,
     storm_step_allowed,
 )
-from ledgercheck.chaos.points import STAGES, check_contract, worker_points
+from ledgercheck.chaos.points import check_contract, stage_point, worker_points
 from ledgercheck.chaos.workload import Item, Step, Workload
-from ledgercheck.spec import Spec
-
-STAGE_OF = {st.point: st.name for st in STAGES.values() if st.point}
+from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.contract import CrashPoint, MatrixEntry
 
 
 def _item(cls_: str, wait: bool = False) -> Item:
@@ -33,15 +34,38 @@ def test_the_contract_fits_the_worker_protocol(spec: Spec) -> None:
     assert set(worker_points(spec)) == set(spec.crash_points)
 
 
-@pytest.mark.parametrize("point", ["after_claim", "during_renew", "after_intent_before_submit",
-                                   "after_submit_before_record", "after_record_before_close_out", "after_waiting_set"])
+def test_a_contract_point_names_the_worker_stage_it_stands_for(spec: Spec) -> None:
+    """Each crash point names a stage of the worker's protocol (``stage``); the harness refuses a
+    contract whose point names no such stage, leaves a stage without a point, or gives two points
+    of one stage (which the checker cannot tell apart) different matrix entries."""
+    def with_points(points: dict, matrix: dict | None = None) -> Spec:
+        return dataclasses.replace(spec, crash_points=points, matrix=matrix if matrix is not None else spec.matrix)
+
+    pts = dict(spec.crash_points)
+    odd = with_points({**pts, "after_claim": dataclasses.replace(pts["after_claim"], stage="claimed")})
+    assert any("stands for stage 'claimed'" in p for p in check_contract(odd))
+    assert any("no crash point for the worker's stage 'acquired'" in p for p in check_contract(odd))
+    # a second point of the 'recorded' stage: the same entries fit, other ones do not
+    twin = CrashPoint("after_record_before_next", "completed", False, "between two steps", "recorded")
+    first = stage_point(spec, "recorded")
+    same = {c: {**row, twin.name: row[first]} for c, row in spec.matrix.items()}
+    assert check_contract(with_points({**pts, twin.name: twin}, same)) == []
+    assert stage_point(with_points({**pts, twin.name: twin}, same), "recorded") == first  # contract order
+    other = {c: {**row, twin.name: MatrixEntry("retry", row[first].effects)} for c, row in spec.matrix.items()}
+    assert any("cannot tell them apart" in p for p in check_contract(with_points({**pts, twin.name: twin}, other)))
+    # its journal must be the stage's
+    wrong = dataclasses.replace(twin, journal="pending")
+    assert any("the worker's protocol leaves completed" in p for p in check_contract(with_points({**pts, twin.name: wrong}, same)))
+
+
+@pytest.mark.parametrize("point", list(default_spec().crash_points))
 def test_every_matrix_cell_is_what_the_checker_expects(spec: Spec, point: str) -> None:
     for cls_, row in spec.matrix.items():
-        waiting = point == "after_waiting_set"
+        waiting = spec.crash_points[point].waiting
         item = _item(cls_, wait=waiting)
-        step = 0 if waiting else 0
-        done = {0} if (waiting or point == "after_record_before_close_out") else set()
-        alt = make_alt(spec, item, STAGE_OF[point], step, done)
+        step = 0
+        done = {0} if (waiting or spec.crash_points[point].journal == "completed") else set()
+        alt = make_alt(spec, item, spec.crash_points[point].stage, step, done)
         decision, by_attempts = expected_decision(spec, item, alt, attempt=1)
         want = "none" if spec.crash_points[point].waiting else row[point].decision
         assert (decision, by_attempts) == (want, False), (cls_, point)
