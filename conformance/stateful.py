@@ -23,7 +23,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, multiple, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from ledgercheck.spec import Spec
 from ledgercheck.transport.clock import QUANTUM
 
@@ -126,13 +126,9 @@ def base_machine(c: Ctx, full_check_every: int) -> type[RuleBasedStateMachine]:
             self.steps = 0
             self.probes = 0
 
-        @initialize(target=WORKS)
-        def start(self) -> Any:
-            """Every program over items starts with one (``work_0``): the rules that take an item
-            apply from the first step, whichever of the rules that make items (create, and the
-            scenarios on fresh items) the example's feature flags leave enabled; without it about
-            a fifth of the examples (every such rule disabled) run the monitors on an empty ledger."""
-            return c.fresh(0) if "create" in c.enabled else multiple()
+        @initialize()
+        def start(self) -> None:
+            pass
 
         @rule(dt=st.sampled_from(steps), then=then)
         def advance(self, dt: float, then: str) -> None:

@@ -9,20 +9,12 @@ trailing whitespace, the other Unicode normalization form, an astral character, 
 type allows it), and numbers at their bounds (the last valid value and the first invalid one).
 Nothing here is written per operation: a new operation or argument in the contract is drawn
 the same way.
-
-Every argument is one hypothesis choice: an index into the list of its values, in which an
-optional argument's absence takes half the places and a string's edges half of the rest (weights
-by repetition, see ``weighted``).  Absence comes first and a pool's first value next, so a
-failing program shrinks to the arguments left out, then to plain values.  A choice less a step
-is engine work less a step: hypothesis replays, mutates and simulates every choice of every
-example, and its optimiser walks them all again.
 """
 
 from __future__ import annotations
 
-import math
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any
 
 from faker import Faker
@@ -32,25 +24,6 @@ from ledgercheck.spec import Spec
 from ledgercheck.transport.clock import QUANTUM
 
 ASTRAL = "\U0001d11e"  # MUSICAL SYMBOL G CLEF: outside the basic multilingual plane (a UTF-16 surrogate pair)
-
-
-class _Absent:
-    """An optional argument left out of a call (never sent: ``ArgDraws.call`` drops it)."""
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT: Any = _Absent()
-
-
-def weighted(*groups: Sequence[Any]) -> list[Any]:
-    """One list drawing each group with the same probability, and each value uniformly within its
-    group: every group repeated (a list of a few dozen places, one hypothesis choice, which draws
-    an index below 256 uniformly).  The first group's first value comes first (the shrink target)."""
-    groups = tuple(g for g in groups if g)
-    n = math.lcm(*(len(g) for g in groups))
-    return [v for g in groups for v in list(g) * (n // len(g))]
 
 
 class Pools:
@@ -115,8 +88,8 @@ class ArgDraws:
         self.pools = pools
         self.policies = policies
 
-    def strings(self, name: str, typ: str) -> list[str]:
-        """A pool's values as they are half the time, one of their edges the other half."""
+    def strings(self, name: str, typ: str) -> SearchStrategy[str]:
+        """A pool's values, most often as they are, sometimes at one of their edges."""
         pool = self.pools.named(name) or self.pools.texts
         pool = [v for v in pool if isinstance(v, str)]
         # empty where the type allows it: the contract says what it means where a record may hold
@@ -124,10 +97,9 @@ class ArgDraws:
         allow_empty = typ == "string"
         first = nfd_variant(pool[0])
         edge = [v for v in edges(first, allow_empty) if typ != "nonempty_string" or v.strip()]
-        return weighted(pool, [first, *edge])
+        return st.one_of(st.sampled_from(pool), st.sampled_from([first, *edge]))
 
-    def values(self, name: str, typ: str) -> list[Any]:
-        """The values an argument is drawn from, repeated by weight (``value`` draws one)."""
+    def value(self, name: str, typ: str) -> SearchStrategy[Any]:
         spec = self.spec
         pool = self.pools.named(name)
         if typ in self.ENUMS:
@@ -135,34 +107,31 @@ class ArgDraws:
             # and one value of the right kind that this argument does not accept (a leased status
             # for a close-out's terminal one): the refusal gets checked
             wrong = [s for s in spec.statuses if s not in valid][:1] if typ == "terminal_status" else []
-            return valid + wrong
+            return st.sampled_from(valid + wrong)
         if typ in ("string", "nonempty_string"):
             return self.strings(name, typ)
         if typ == "priority":
             lo, hi = spec.priority_min, spec.priority_max
-            return [lo - 1, lo, (lo + hi) // 2, hi, hi + 1]
+            return st.sampled_from([lo - 1, lo, (lo + hi) // 2, hi, hi + 1])
         if typ == "positive_int":
-            return [1, 2, 4, 0]
+            return st.sampled_from([1, 2, 4, 0])
         if typ == "nonnegative_int":
-            return [0, 1, spec.first_seq, 2]
+            return st.sampled_from([0, 1, spec.first_seq, 2])
         if typ == "duration":
-            return [QUANTUM, 60.0, 600.0]
+            return st.sampled_from([QUANTUM, 60.0, 600.0])
         if typ == "time":
-            return [0.0, 1.0]
+            return st.sampled_from([0.0, 1.0])
         if typ == "boolean":
-            return [False, True]
+            return st.booleans()
         if typ == "retry_policy":
-            return list(self.policies)
+            return st.sampled_from(self.policies)
         if typ == "effect_key":
             key = spec.input_hash({"unknown": name})
-            return [key, key.upper()]  # a key nobody holds, and one that is not lowercase hex
+            return st.sampled_from([key, key.upper()])  # a key nobody holds, and one that is not lowercase hex
         if typ in ("object", "any"):
-            return [v for v in pool or self.pools.payloads if typ == "any" or isinstance(v, dict)]
+            vals = [v for v in pool or self.pools.payloads if typ == "any" or isinstance(v, dict)]
+            return st.sampled_from(vals)
         raise ValueError(f"the contract's argument {name!r} has a type the stateful machine cannot draw: {typ!r}")
-
-    def value(self, name: str, typ: str) -> SearchStrategy[Any]:
-        """One value of the argument, in one choice."""
-        return st.sampled_from(self.values(name, typ))
 
     def plain(self, name: str, typ: str) -> Any:
         """One valid value of the argument, as the pools give it (no edge): what a clause test sends
@@ -186,22 +155,11 @@ class ArgDraws:
 
     def call(self, op: str, taken: Collection[str] = ()) -> SearchStrategy[dict[str, Any]]:
         """The arguments of ``op`` that a rule does not supply itself (``taken``, and ``now``,
-        which the harness sets): required ones always, optional ones present or absent, each
-        argument in one choice (an optional one absent half the time)."""
-        draws = tuple((name, st.sampled_from(vals if arg.required else weighted([ABSENT], vals)))
-                      for name, arg in self.spec.operations[op].args.items() if name not in taken and name != "now"
-                      for vals in [self.values(name, arg.type)])
-
-        # a composite, not a mapped tuple: hypothesis prints the arguments as the dict they are (a
-        # map prints as a call of its function over the drawn tuple); the default argument gives
-        # every operation's draw a label of its own (hypothesis labels a composite by its function)
-        @st.composite
-        def arguments(draw: Any, _op: str = op) -> dict[str, Any]:
-            out = {}
-            for name, values in draws:
-                v = draw(values)
-                if v is not ABSENT:
-                    out[name] = v
-            return out
-
-        return arguments()
+        which the harness sets): required ones always, optional ones present or absent."""
+        required: dict[str, SearchStrategy[Any]] = {}
+        optional: dict[str, SearchStrategy[Any]] = {}
+        for name, arg in self.spec.operations[op].args.items():
+            if name in taken or name == "now":
+                continue
+            (required if arg.required else optional)[name] = self.value(name, arg.type)
+        return st.fixed_dictionaries(required, optional=optional)
