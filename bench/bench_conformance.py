@@ -148,7 +148,11 @@ bench/bench_choices.py (lifecycle machine, reference in process, 40 examples):
 Instructions as above (cachegrind, seed 7 minus the stopped script; c04bfe7 measured again,
 5,550 k, against the 5,543 k before; "before" is the 05:07 round's figure).  With the argument
 change alone (before the start item) seed 7 gave 10.4 choices and 4,483 k instructions a step:
-seed 7's figure is one draw.  Within the ci budget the target phase runs about half of the 40 examples as the
+seed 7's figure is one draw.  Wall time, ``--baseline /work/wt/i14-perf-base --rounds 3
+--skip-suite --no-strict`` run from a checkout of 390a047 at 08:16-08:19 (load 0.8-2.4, this
+session's own tests running in rounds 2-3): in process 527.1 / 757.9 / 581.5 steps/s against
+665.7 / 556.4 / 455.4, medians 1.05x (steps per CPU second 1.03x); over the wire 1.26x in wall
+time, 1.00x per CPU second; single rounds moved by +-30%.  Within the ci budget the target phase runs about half of the 40 examples as the
 optimiser's near-copies of the example with the most coverage triples, and simulates many
 candidate choice sequences per copy, so a seed's choices a step are mostly that one example's:
 where it has most rules disabled by its feature flags (seed 4 of the argument change: p=0.84,
