@@ -6,8 +6,10 @@ clause.  One seed says little about a machine: whether a ledger that takes ~100 
 average is caught within 150 at seed 0 is a coin flip, and any change to the machine's choices
 (rules, arguments, their order) draws it again.  This runs the same hunt (same settings, same
 machine family) at every seed given, with a larger budget, and prints for each ledger the
-examples it took at each seed (machines started, hypothesis' replays of the failing one included; ``MISS``: not found within the budget; ``WRONG``: the run failed
-with something else first, e.g. another clause the ledger also breaks, or an adapter error).
+examples it took at each seed (machines started, hypothesis' replays of the failing one
+included; a ``!`` beyond the test's budget; ``MISS``: not found within the budget; ``WRONG``:
+the run failed with something else first, e.g. another clause the ledger also breaks, or an
+adapter error).
 
     python bench/detection_margins.py [--seeds 0,1,2,3] [--budget 300] [--only A,B] [--jsonl out]
 
