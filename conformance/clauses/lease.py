@@ -79,7 +79,8 @@ def _extends(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 lt = h.spec.lease_for(src)
                 wid = h.create(src)
                 tok = h.claim(wid)
-                h.advance(round(lt.renew_interval * frac / QUANTUM) * QUANTUM or QUANTUM)
+                step = lt.renew_interval * frac  # whole quanta on a virtual clock, exact sums
+                h.advance(step if h.wall else round(step / QUANTUM) * QUANTUM or QUANTUM)
                 t = h.now()
                 out = h.do("renew", work_id=wid, token=tok)
                 if not h.wall and src not in h.spec.lease_by_source:
@@ -376,7 +377,7 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             h.advance_to(h.item(wid)["lease_expires_at"] + lt.grace)
             h.do("expire")
             check(h.item(wid)["status"] == "running", "lease.per_source", "expired within the override's grace", h)
-            h.advance(QUANTUM)
+            h.advance(h.contract_seconds(QUANTUM))
             h.do("expire")
             check(h.item(wid)["status"] != "running", "lease.per_source", "the override's grace was not applied", h)
         yield src, fn
@@ -390,7 +391,7 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             tok = h.claim(wid)
             kind = next(iter(h.spec.waiting_statuses))
             h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-1")
-            h.advance(1.0)
+            h.advance(h.contract_seconds(1.0))
             t0 = h.now()
             got = h.do("resume", work_id=wid, owner="worker-2").value
             lt = h.spec.lease_for(src)
@@ -419,7 +420,7 @@ def _per_source(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             h.advance_to(h.item(wid)["lease_expires_at"] + lt.grace)
             h.do("expire")
             check(h.item(wid)["status"] == "running", "lease.per_source", "renewed work expired within the override's ttl + grace", h)
-            h.advance(QUANTUM)
+            h.advance(h.contract_seconds(QUANTUM))
             h.do("expire")
             check(h.item(wid)["status"] != "running", "lease.per_source", "renewed work outlived the override's ttl + grace", h)
         yield f"{src}-renewed", renewed
