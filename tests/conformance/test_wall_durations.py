@@ -90,3 +90,21 @@ def test_a_stale_renewal_is_caught_in_the_run_not_before_the_renewal_is_due(harn
     with pytest.raises(ClauseFailure) as err:
         h.do("renew", work_id=wid, token=tok)
     assert "lease_expires_at" in str(err.value)
+
+
+def _per_source(case) -> bool:
+    return case.clause == "lease.per_source" and case.param in ("control", "control-renewed")
+
+
+def test_the_wall_reference_keeps_a_per_source_grace(harness_for, spec):
+    """At the lapse instant either answer is right on a wall clock: the checks stay a tolerance
+    either side of it (checking at the instant itself failed the correct ledger)."""
+    assert "control" in spec.lease_by_source
+    h = harness_for(WALL, ["core", "lease"])
+    assert clause_test_failures(h, spec, _per_source) == {}
+
+
+def test_a_monitor_ignoring_the_per_source_grace_fails_on_a_wall_clock(harness_for, spec):
+    h = harness_for("python:tests.conformance.wall_durations:DefaultGrace", ["core", "lease"])
+    failed = clause_test_failures(h, spec, _per_source)
+    assert set(failed) == {"lease.per_source"} and "lease.per_source" in failed["lease.per_source"]

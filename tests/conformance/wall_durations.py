@@ -42,3 +42,24 @@ class StaleRenew(WallReference):
     def renew(self, **kw: Any) -> Any:
         kw["now"] = self.claimed_at.get(kw.get("work_id"), time.time())
         return self.ledger.renew(**kw)
+
+
+class LibraryProfiles(WallReference):
+    """The wall reference claiming what the wall-clock library adapters claim (core, trail,
+    cancel, lease, retry): no waits, whose default budgets are hours of contract time."""
+
+    def hello(self, protocol: str = "1.0") -> Any:
+        hs = super().hello(protocol)
+        hs["profiles"] = [p for p in hs["profiles"] if p in ("core", "trail", "cancel", "lease", "retry")]
+        return hs
+
+
+class DefaultGrace(WallReference):
+    """The monitor gives work of every source the default grace: a control lease (whose grace the
+    contract shortens) is timed out only as late as a default one would be."""
+
+    def expire(self, **kw: Any) -> Any:
+        spec = self.ledger.spec
+        longer = spec.lease_default.grace - spec.lease_for("control").grace
+        kw["now"] = time.time() - longer
+        return self.ledger.expire(**kw)
