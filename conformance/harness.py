@@ -22,7 +22,15 @@ from typing import Any
 from ledgercheck.spec import Spec
 from ledgercheck.spec.args import type_problem
 from ledgercheck.transport.client import Client
-from ledgercheck.transport.clock import QUANTUM, VIRTUAL_EPOCH, InjectedClock, WallClock, plain
+from ledgercheck.transport.clock import (
+    QUANTUM,
+    VIRTUAL_EPOCH,
+    InjectedClock,
+    WallClock,
+    plain,
+    scaled_document,
+    scaled_spec,
+)
 
 from .model import Accept, Model, Outcome, Refuse, Violation
 
@@ -242,29 +250,34 @@ class Harness:
         return self.clock.now()
 
     def advance(self, seconds: float) -> float:
-        """Move time by a duration of the contract's scale (a wall clock sleeps it, scaled)."""
-        return self.clock.advance(seconds * self.scale)
+        """Move time by ``seconds`` of the run's clock (a wall clock sleeps exactly that long).
+
+        The unit is the one of ``self.spec`` and the model: for a wall-clock adapter the contract's
+        timings arrive here already multiplied by ``wall_scale`` (plugin, replay), so a duration
+        read from ``h.spec`` is passed as it is.  A duration written in the contract's own seconds
+        (a literal such as "a minute later") goes through :meth:`contract_seconds` first."""
+        return self.clock.advance(seconds)
 
     @property
     def scale(self) -> float:
         """Factor from contract seconds to clock seconds: 1 under an injected clock."""
         return self.wall_scale if self.wall else 1.0
 
-    def _scaled_args(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Durations a test writes in contract seconds, converted to the run's time scale."""
-        if not self.wall:
-            return args
-        out = dict(args)
-        for name, arg in self.spec.operations[op].args.items():
-            v = out.get(name)
-            if v is None:
-                continue
-            if arg.type == "duration" and isinstance(v, int | float) and not isinstance(v, bool):
-                out[name] = v * self.wall_scale
-            elif arg.type == "retry_policy" and isinstance(v, dict):
-                out[name] = {k: (x * self.wall_scale if k in ("initial_backoff", "max_backoff") and isinstance(x, int | float)
-                                 and not isinstance(x, bool) else x) for k, x in v.items()}
-        return out
+    def contract_seconds(self, seconds: float) -> float:
+        """A duration written in the contract's seconds, in the run's clock seconds (the unit of
+        ``self.spec``, :meth:`advance` and every duration argument of :meth:`do`)."""
+        return seconds * self.scale
+
+    def lapse_step(self) -> float:
+        """A step after which a lease of the default timings, acquired or renewed now, has surely
+        lapsed: ttl + grace and the contract's second more (clock seconds, like :meth:`advance`)."""
+        lt = self.spec.lease_default
+        return lt.ttl + lt.grace + self.contract_seconds(1.0)
+
+    def contract_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        """A retry policy written in the contract's seconds (its backoffs), in clock seconds."""
+        return {k: (self.contract_seconds(x) if k in ("initial_backoff", "max_backoff") and isinstance(x, int | float)
+                    and not isinstance(x, bool) else x) for k, x in policy.items()}
 
     def advance_to(self, t: float) -> float:
         if t > self.clock.now():
@@ -282,11 +295,13 @@ class Harness:
     def do(self, op: str, /, _expected: Any = None, **args: Any) -> Outcome:
         """Perform an operation, check it against the model, read back what it touched.
 
+        Durations among ``args`` (a ``duration`` argument, a retry policy's backoffs) are in the
+        run's clock seconds, sent as given: see :meth:`contract_seconds` for literals.
+
         ``_expected``: what the model expects of exactly this call (these arguments, at this
         instant), which the caller has just asked it (``expected``); it is not asked again."""
         self.need(op)
         self.operations += 1
-        args = self._scaled_args(op, args)
         if "now" in self.spec.operations[op].args and args.get("now") is None:
             args["now"] = self.clock.now()
         elif _expected is not None:
@@ -641,6 +656,20 @@ def wall_tolerance(handshake: dict[str, Any], timeout_scale: float = 1.0) -> flo
     res = (handshake.get("capabilities") or {}).get("time_resolution")
     base = 0.05 * timeout_scale
     return max(base, 2.0 * float(res)) if isinstance(res, int | float) and not isinstance(res, bool) else base
+
+
+def run_harness(client: Client, contract: Spec, profiles: Iterable[str], *, wall_scale: float = 0.01,
+                **kw: Any) -> Harness:
+    """A harness checking ``client`` against ``contract`` (timings in the contract's own seconds)
+    the way a run does: for a wall-clock adapter the contract's timings multiplied by
+    ``wall_scale``, in the spec the harness and its model use and in the document the adapter is
+    sent (docs/protocol.md, ``timeout_scale``), and the wall tolerance its handshake asks for;
+    ``kw``: the rest of :class:`Harness`'s options."""
+    if client.clock != "wall":
+        return Harness(client, contract, profiles, **kw)
+    kw.setdefault("wall_tolerance", wall_tolerance(client.handshake, kw.get("timeout_scale", 1.0)))
+    return Harness(client, scaled_spec(contract, wall_scale), profiles, wall_scale=wall_scale,
+                   contract_doc=scaled_document(plain(contract.document), wall_scale), **kw)
 
 
 def reset_seed(run_seed: int | None) -> int:

@@ -64,8 +64,16 @@ def _q(x: float) -> float:
     return max(QUANTUM, round(x / QUANTUM) * QUANTUM)
 
 
-def time_steps(spec: Spec) -> list[float]:
-    """Durations around the contract's boundaries (all multiples of the clock quantum)."""
+def time_steps(spec: Spec, wall: bool = False) -> list[float]:
+    """Durations around the contract's boundaries, in clock seconds (the unit of ``spec``, the
+    run's contract: on a wall clock already multiplied by the wall scale).
+
+    On a virtual clock: all multiples of the clock quantum, a quantum either side of each lease
+    boundary.  On a wall clock (``wall``): the lease timings and retry backoffs as they are (a
+    quantum of contract time is far inside the wall tolerance); the contract's hour-long budgets
+    (waits, the execution budget) stay out, as minutes of real sleep per step."""
+    if wall:
+        return _wall_steps(spec)
     vals: set[float] = {QUANTUM, 1.0}
     for lt in [spec.lease_default, *spec.lease_by_source.values()]:
         for v in (lt.renew_interval, lt.ttl, lt.ttl + lt.grace, lt.grace):
@@ -78,6 +86,15 @@ def time_steps(spec: Spec) -> list[float]:
     ex = spec.phase_timeout("execution")
     if ex:
         vals.add(_q(ex + QUANTUM))
+    return sorted(vals)
+
+
+def _wall_steps(spec: Spec) -> list[float]:
+    vals: set[float] = set()
+    for lt in [spec.lease_default, *spec.lease_by_source.values()]:
+        vals |= {lt.renew_interval, lt.ttl, lt.ttl + lt.grace, lt.grace}
+    p = spec.retry_default
+    vals |= {spec.backoff_base(p, n) for n in range(1, p.max_attempts + 1)}
     return sorted(vals)
 
 
@@ -115,7 +132,7 @@ def base_machine(c: Ctx, full_check_every: int) -> type[RuleBasedStateMachine]:
     """What every machine has: time, jumps to an item's instants, negative probes in every
     status, driving items along the table, and the periodic and final full comparisons."""
     h, spec = c.h, c.spec
-    steps = time_steps(spec)
+    steps = time_steps(spec, h.wall)
     all_statuses = list(spec.statuses)
     then = st.sampled_from(["", *c.monitors])
 

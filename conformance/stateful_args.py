@@ -83,10 +83,14 @@ class ArgDraws:
              "waiting_kind": "waiting_statuses", "error_class": "error_classes", "step_class": "step_classes",
              "receipt_state": "receipt_states", "wakeup_kind": "wakeup_kinds"}
 
-    def __init__(self, spec: Spec, pools: Pools, policies: list[Any]) -> None:
+    def __init__(self, spec: Spec, pools: Pools, policies: list[Any], scale: float = 1.0) -> None:
+        """``policies``: retry policies in clock seconds; ``scale``: the run's factor from contract
+        seconds to clock seconds (``Harness.scale``), applied once to the durations drawn here
+        (written in contract seconds), since the harness sends every duration as given."""
         self.spec = spec
         self.pools = pools
         self.policies = policies
+        self.scale = scale
 
     def strings(self, name: str, typ: str) -> SearchStrategy[str]:
         """A pool's values, most often as they are, sometimes at one of their edges."""
@@ -118,7 +122,7 @@ class ArgDraws:
         if typ == "nonnegative_int":
             return st.sampled_from([0, 1, spec.first_seq, 2])
         if typ == "duration":
-            return st.sampled_from([QUANTUM, 60.0, 600.0])
+            return st.sampled_from([x * self.scale for x in (QUANTUM, 60.0, 600.0)])
         if typ == "time":
             return st.sampled_from([0.0, 1.0])
         if typ == "boolean":
@@ -144,7 +148,7 @@ class ArgDraws:
         if typ in ("object", "any"):
             return next(v for v in (pool or self.pools.payloads) if typ == "any" or isinstance(v, dict))
         return {"priority": self.spec.priority_default, "positive_int": 1, "nonnegative_int": self.spec.first_seq,
-                "duration": 60.0, "time": 0.0, "boolean": True, "retry_policy": {},
+                "duration": 60.0 * self.scale, "time": 0.0, "boolean": True, "retry_policy": {},
                 "effect_key": self.spec.input_hash({"unknown": name})}[typ]
 
     def string_forms(self, name: str, typ: str) -> list[str]:

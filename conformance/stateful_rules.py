@@ -74,12 +74,13 @@ class Ctx:
         self.leased = tuple(n for n, s_ in spec.statuses.items() if s_.leased)
         self.waiting = tuple(spec.waiting_statuses.values())
         self.monitors = [op for op in spec.operations if op in self.enabled and self.is_monitor(op)]
+        h = self.h  # policies in clock seconds: their literals are the contract's, converted once
         self.policies: list[Any] = [
-            None, {"max_attempts": 8, "initial_backoff": 4.0, "multiplier": 3.0, "max_backoff": 20.0},
+            None, h.contract_policy({"max_attempts": 8, "initial_backoff": 4.0, "multiplier": 3.0, "max_backoff": 20.0}),
             # a partial policy keeps the default max_backoff, which its initial_backoff may not exceed
-            {"max_attempts": 5, "jitter": "none", "initial_backoff": min(1.0, spec.retry_default.max_backoff)},
+            {"max_attempts": 5, "jitter": "none", "initial_backoff": min(h.contract_seconds(1.0), spec.retry_default.max_backoff)},
             {"max_attempts": 4, "jitter": "equal"}, {"max_attempts": 1}]
-        self.draw = ArgDraws(spec, self.pools, [p for p in self.policies if p is not None])
+        self.draw = ArgDraws(spec, self.pools, [p for p in self.policies if p is not None], h.scale)
 
     @property
     def spec(self) -> Spec:
@@ -554,7 +555,7 @@ def lanes_rules(c: Ctx) -> type:
             for j in range(n):
                 h.do("lane_push", session_key=sk, lane=LANES[i], task_id=f"task-{k + j}", body=c.pools.payloads[(k + j) % 6])
             lt = c.spec.lease_default
-            h.advance({"none": 0.0, "half": lt.ttl / 2, "lapse": lt.ttl + lt.grace + 1.0}[wait])
+            h.advance({"none": 0.0, "half": lt.ttl / 2, "lapse": h.lapse_step()}[wait])
             tok = lease.get("token")
             h.do("lane_renew", session_key=sk, lane=LANES[i], token=tok)
             got = h.do("lane_next", session_key=sk, lane=LANES[i], token=tok).value
@@ -588,10 +589,10 @@ def wakeups_rules(c: Ctx) -> type:
         return FORGED
 
     def suspend(rid: str, timer: float | None, use: str = "live") -> None:
-        h.do("wake_suspend", run_id=rid, timer_at=None if timer is None else h.now() + timer * h.scale, token=tok(rid, use))
+        h.do("wake_suspend", run_id=rid, timer_at=None if timer is None else h.now() + h.contract_seconds(timer), token=tok(rid, use))
 
     def wait(how: str) -> None:
-        h.advance({"none": 0.0, "half": lt.ttl / 2, "lapse": lt.ttl + lt.grace + 1.0}[how])
+        h.advance({"none": 0.0, "half": lt.ttl / 2, "lapse": h.lapse_step()}[how])
 
     class Wakeups:
         @rule(r=st.integers(0, 3), timer=timers, use=USE)

@@ -435,17 +435,10 @@ def replay_harness(client: Client, spec: Spec, doc: dict[str, Any]) -> Harness:
     """A harness for replaying ``doc`` as its run had it: the trace's profiles the adapter claims,
     and for a wall-clock adapter the contract's timings scaled by the run's ``wall_scale`` (the
     adapter is sent the scaled contract, as in the run) with the tolerance its handshake asks for."""
-    from ledgercheck.transport.clock import scaled_document, scaled_spec
-    from ledgercheck.transport.wire import plain
-
-    from .harness import wall_tolerance
+    from .harness import run_harness
 
     profiles = [p for p in doc.get("profiles") or client.profiles if p in client.profiles]
-    if client.clock != "wall":
-        return Harness(client, spec, profiles)
-    scale = float(doc.get("wall_scale") or WALL_SCALE)
-    return Harness(client, scaled_spec(spec, scale), profiles, contract_doc=scaled_document(plain(spec.document), scale),
-                   wall_scale=scale, wall_tolerance=wall_tolerance(client.handshake))
+    return run_harness(client, spec, profiles, wall_scale=float(doc.get("wall_scale") or WALL_SCALE))
 
 
 def find_case(spec: Spec, name: str) -> Any:

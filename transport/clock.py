@@ -7,6 +7,11 @@ harness then runs the contract at a reduced time scale (every timing multiplied 
 sends that scaled contract to the adapter, sleeps for real when it moves time, and compares
 timestamps with a tolerance.  Both waits the harness needs are explicit and scaled by the same
 factor: a *deadline* for things that must happen, and a *quiet window* for things that must not.
+
+The contract is scaled once, where a run starts (``scaled_spec``, ``scaled_document``): from then
+on every duration the harness handles is in *clock seconds*, the unit of the scaled spec it checks
+with (``Harness.advance``, the duration arguments it sends, the model's instants).  A duration
+written in the contract's own seconds is converted once, by ``Harness.contract_seconds``.
 """
 
 from __future__ import annotations

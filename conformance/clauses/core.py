@@ -121,9 +121,9 @@ def _unique_answer(h: Harness) -> None:
     spec = h.spec
     first, second = spec.priority_min, spec.priority_max
     a = h.create("control", "cmd-echo", priority=first)
-    h.advance(1.0)
+    h.advance(h.contract_seconds(1.0))
     h.claim(a)
-    h.advance(1.0)
+    h.advance(h.contract_seconds(1.0))
     out = h.do("create", source_system="control", source_id="cmd-echo", priority=second, payload={"again": True})
     check(out.ok and out.value["work"]["work_id"] == a, "core.create.unique_unit", "second create did not answer the existing record", h)
     got = h.raw("get", work_id=a).value
@@ -374,7 +374,7 @@ def _immutable(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             wid = h.create()
             h.drive(wid, status)
             before = h.raw("get", work_id=wid).value
-            h.advance(1.0)
+            h.advance(h.contract_seconds(1.0))
             _poke_everything(h, wid)
             after = h.raw("get", work_id=wid).value
             for k in ("status", "owner", "lease_token", "lease_version", "lease_expires_at", "result", "finished_at"):
@@ -680,7 +680,7 @@ def _order(h: Harness) -> None:
     ids = []
     for p in prios:
         ids.append(h.create(priority=p))
-        h.advance(QUANT)
+        h.advance(h.contract_seconds(QUANT))
     want = [w for _, _, w in sorted((p, i, w) for i, (p, w) in enumerate(zip(prios, ids, strict=True)))]
     got = []
     for _ in ids:

@@ -30,10 +30,11 @@ from . import CaseFn, cases, check
 _DRAWS: dict[str, ArgDraws] = {}
 
 
-def _draws(spec: Spec) -> ArgDraws:
-    got = _DRAWS.get(spec.digest)
+def _draws(spec: Spec, scale: float = 1.0) -> ArgDraws:
+    """Argument draws for ``spec``; ``scale``: the harness's (durations come in its clock seconds)."""
+    got = _DRAWS.get((spec.digest, scale))
     if got is None:
-        got = _DRAWS[spec.digest] = ArgDraws(spec, Pools(), [])
+        got = _DRAWS[(spec.digest, scale)] = ArgDraws(spec, Pools(), [], scale)
     return got
 
 
@@ -71,7 +72,7 @@ def _every_optional(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 
             def fn(h: Harness, src: str = t.src, dst: str = t.dst, op: str = op) -> None:
                 h.need(op)
-                draws = _draws(h.spec)
+                draws = _draws(h.spec, h.scale)
                 extra = {n: draws.plain(n, typ) for n, typ in _optional(h.spec, op).items()}
                 wid = h.create()
                 h.drive(wid, src)
@@ -132,7 +133,7 @@ def _acceptance_clause(spec: Spec, op: str, args: Mapping[str, Any]) -> str | No
 def _names_case(op: str, name: str) -> CaseFn:
     def fn(h: Harness) -> None:
         h.need(op)
-        draws = _draws(h.spec)
+        draws = _draws(h.spec, h.scale)
         args_of = h.spec.operations[op].args
         plain = {n: draws.plain(n, a.type) for n, a in args_of.items() if a.required and n != "now"}
         forms = draws.string_forms(name, args_of[name].type)
@@ -206,7 +207,7 @@ def _bounded_reads(spec: Spec) -> Iterator[tuple[str, str, int]]:
 def _bound_case(op: str, producer: str, limit: int) -> CaseFn:
     def fn(h: Harness) -> None:
         h.need(op, producer)
-        draws = _draws(h.spec)
+        draws = _draws(h.spec, h.scale)
         prod = {n: draws.plain(n, a.type) for n, a in h.spec.operations[producer].args.items() if a.required and n != "now"}
         scope = {n: v for n, v in prod.items() if n in h.spec.operations[op].args}  # what the read names (a recipient)
         for i in range(limit + 1):  # one more than a batch, each from a name of its own

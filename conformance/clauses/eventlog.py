@@ -61,9 +61,10 @@ def _read(h: Harness) -> None:
 
 
 def _inside_lease(h: Harness) -> float:
-    """A step after a claim that the lease outlives: 5 s, or half a short ttl (whole quanta)."""
-    ttl = h.spec.lease_for("manual").ttl
-    return min(5.0, max(QUANTUM, (ttl / 2) // QUANTUM * QUANTUM))
+    """A step after a claim that the lease outlives: the contract's 5 s, or half a short ttl
+    (whole quanta on a virtual clock)."""
+    half = h.spec.lease_for("manual").ttl / 2
+    return min(h.contract_seconds(5.0), half if h.wall else max(QUANTUM, half // QUANTUM * QUANTUM))
 
 
 @case("eventlog.fold", "every-step")
@@ -96,8 +97,8 @@ def _data_monitors(h: Harness) -> None:
     h.do("requeue", work_id=wid, reason="again")
     tok = h.claim(wid)
     if h.claims("set_waiting"):
-        h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="cb-9", timeout=60.0)
-        h.advance(60.0 + QUANTUM)
+        h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="cb-9", timeout=h.contract_seconds(60.0))
+        h.advance(h.contract_seconds(60.0 + QUANTUM))
         h.do("expire")
         h.do("requeue", work_id=wid, reason="again")
         tok = h.claim(wid)

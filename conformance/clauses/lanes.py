@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledgercheck.spec import Spec
 from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import Harness, NotApplicable
@@ -23,11 +22,6 @@ def _holder(h: Harness, owner: str, clause: str, lane: str = LANE) -> str:
     check(isinstance(got, dict) and bool(got.get("token")), clause, f"acquiring the free lane {lane!r} gave {got!r}", h)
     assert got is not None
     return str(got["token"])
-
-
-def _lapse(spec: Spec) -> float:
-    """How long after an acquire (or renew) its lease has surely lapsed."""
-    return spec.lease_default.ttl + spec.lease_default.grace + 1.0
 
 
 def _push(h: Harness, *tasks: str, lane: str = LANE) -> None:
@@ -66,7 +60,7 @@ def _exclusive_edge(h: Harness) -> None:
     assert lease is not None
     h.advance_to(lease["expires_at"] + lt.grace)
     check(_acquire(h, "worker-B") is None, "lanes.exclusive", "the lane was handed over at expires_at + grace, not after it", h)
-    h.advance(QUANTUM)
+    h.advance(h.contract_seconds(QUANTUM))
     check(_acquire(h, "worker-B") is not None, "lanes.takeover", "the lapsed lane was not handed over", h)
 
 
@@ -74,7 +68,7 @@ def _exclusive_edge(h: Harness) -> None:
 def _takeover(h: Harness) -> None:
     first = _acquire(h, "worker-A")
     check(first is not None and first["version"] == 1, "lanes.takeover", f"first lease {first!r}", h)
-    h.advance(_lapse(h.spec))
+    h.advance(h.lapse_step())
     second = _acquire(h, "worker-B")
     check(second is not None and second["owner"] == "worker-B", "lanes.takeover", f"the lapsed lane was not handed over: {second!r}", h)
     assert first is not None and second is not None
@@ -109,7 +103,7 @@ def _fencing(h: Harness) -> None:
     _push(h, "t1", "t2")
     old = _holder(h, "worker-A", "lanes.fencing")
     _next(h, old)
-    h.advance(_lapse(h.spec))
+    h.advance(h.lapse_step())
     new = _holder(h, "worker-B", "lanes.takeover")
     for tok in (old, "forged-token"):
         for op, extra in (("lane_renew", {}), ("lane_next", {}), ("lane_done", {"task_id": "t1"}), ("lane_release", {})):
@@ -127,7 +121,7 @@ def _durable_busy(h: Harness) -> None:
     _push(h, "t1", "t2", "t3")  # the lane is busy: the follow-ups must wait, not vanish
     check(sorted(t for t, _ in _tasks(h)) == ["t1", "t2", "t3"], "lanes.queue.durable", f"lane holds {_tasks(h)}", h)
     check(_next(h, a) == "t1", "lanes.queue.durable", "the holder did not get the first follow-up", h)
-    h.advance(_lapse(h.spec))  # worker A dies holding t1
+    h.advance(h.lapse_step())  # worker A dies holding t1
     b = _holder(h, "worker-B", "lanes.takeover")
     done = []
     for _ in range(5):
@@ -148,7 +142,7 @@ def _durable_reopen(h: Harness) -> None:
         _next(h, a)
         reopen()
         check(sorted(_tasks(h)) == [("t1", "handed"), ("t2", "queued")], "lanes.queue.durable", f"after a restart the lane holds {_tasks(h)}", h)
-        h.advance(_lapse(h.spec))
+        h.advance(h.lapse_step())
         b = _holder(h, "worker-B", "lanes.takeover")
         check(_next(h, b) == "t1", "lanes.queue.durable", "the task handed to the dead holder was not handed out again", h)
 

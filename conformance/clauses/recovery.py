@@ -65,7 +65,7 @@ def _scan(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         out = h.do("recover")
         check(all(v["work_id"] != wid for v in out.value), "recovery.scan",
               "work was recovered at the instant its lease lapses (lapsed means strictly after expiry + grace)", h)
-        h.advance(QUANTUM)
+        h.advance(h.contract_seconds(QUANTUM))
         _victim(h, wid)
 
     def marked_by_monitor(h: Harness) -> None:
@@ -83,7 +83,7 @@ def _scan(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         wid = h.create()
         tok = h.claim(wid)
         h.do("close_out", work_id=wid, token=tok, status="timeout", reason=h.spec.timeout_reasons["heartbeat"])
-        h.advance(3600.0)
+        h.advance(h.contract_seconds(3600.0))
         out = h.do("recover")
         check(all(v["work_id"] != wid for v in out.value), "recovery.scan",
               "a holder's own close-out as timeout was treated as a lapsed lease", h)
@@ -218,9 +218,10 @@ def _quarantine(h: Harness) -> None:
     check(out.value is None, "recovery.quarantine.visible", "quarantined work was picked up again", h)
     # "never picked up again by itself": however long it sits there (an hour, then past every
     # budget the contract knows: waits, retries, receipt retention), scans and the monitor
-    # leave it quarantined, listed and unclaimable
-    horizon = max([3600.0, h.spec.retention, *h.spec.waiting_timeouts.values()]) + 1.0
-    for dt in (3600.0, horizon):
+    # leave it quarantined, listed and unclaimable (on a wall clock, where days cannot pass, the hour)
+    hour = h.contract_seconds(3600.0)
+    horizon = max([hour, h.spec.retention, *h.spec.waiting_timeouts.values()]) + h.contract_seconds(1.0)
+    for dt in (hour,) if h.wall else (hour, horizon):
         h.advance(dt)
         h.do("recover")
         h.do("expire")
@@ -256,8 +257,8 @@ def _waiting(h: Harness) -> None:
     h.need("set_waiting")
     wid = h.create()
     tok = h.claim(wid)
-    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=86400.0)
-    h.advance(40000.0)
+    h.do("set_waiting", work_id=wid, token=tok, kind=next(iter(h.spec.waiting_statuses)), ref="approval", timeout=h.contract_seconds(86400.0))
+    h.advance(h.contract_seconds(40000.0))
     snap, trail = h.raw("get", work_id=wid).value, h.trail_of(wid, "recovery.waiting_untouched")
     out = h.do("recover")
     check(all(v["work_id"] != wid for v in out.value), "recovery.waiting_untouched", "recovery took waiting work", h)

@@ -95,7 +95,7 @@ def _types(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
                 h.perform(wid, t.src, t.dst, op)
             else:  # lease-kind: renew
                 h.drive(wid, h.spec.operations[op].statuses[0])
-                h.advance(1.0)
+                h.advance(h.contract_seconds(1.0))
                 h.do(op, work_id=wid, token=h.token(wid))
             h.events_of(wid, "trail.types")  # verified against the model after each step
         yield op, fn

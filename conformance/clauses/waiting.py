@@ -47,7 +47,7 @@ def _deadline(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         def explicit(h: Harness, kind: str = kind) -> None:
             wid, tok = _running(h)
             t = h.now()
-            out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=90.0)
+            out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=h.contract_seconds(90.0))
             if not h.wall:
                 check(out.value["waiting_deadline"] == t + 90.0, "waiting.deadline", "explicit timeout ignored", h)
         yield f"{kind}-explicit", explicit
@@ -71,7 +71,7 @@ def _resume(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         def fn(h: Harness, kind: str = kind) -> None:
             wid, tok = _running(h)
             h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="reply-1")
-            h.advance(60.0)
+            h.advance(h.contract_seconds(60.0))
             out = h.do("resume", work_id=wid, owner="worker-2")
             got = out.value
             check(got["status"] == "running" and got["lease_token"] not in (None, tok) and got["lease_version"] == 2,
@@ -85,7 +85,7 @@ def _timeout(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     for kind in spec.waiting_statuses:
         def fn(h: Harness, kind: str = kind) -> None:
             wid, tok = _running(h)
-            h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=600.0)
+            h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="r", timeout=h.contract_seconds(600.0))
             dl = h.item(wid)["waiting_deadline"]
             h.advance_to(dl - 1.0)
             h.do("expire")
@@ -182,8 +182,8 @@ def _fail_at_attempts(h: Harness, policy: dict | None, n: int) -> list[tuple[flo
 def _bounds(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     for mode in spec.jitter_modes:
         def fn(h: Harness, mode: str = mode) -> None:
-            pol = {"jitter": mode, "max_attempts": 6, "initial_backoff": 4.0, "multiplier": 2.0, "max_backoff": 40.0}
-            policy = h.spec.retry_default.merged(h._scaled_args("create", {"retry_policy": pol})["retry_policy"])
+            pol = h.contract_policy({"jitter": mode, "max_attempts": 6, "initial_backoff": 4.0, "multiplier": 2.0, "max_backoff": 40.0})
+            policy = h.spec.retry_default.merged(pol)
             for sample in range(4 if mode != "none" else 1):
                 got = _fail_at_attempts(h, pol, policy.max_attempts)
                 check(len(got) == policy.max_attempts - 1, "retry.bounds", f"{len(got)} retries scheduled for {policy.max_attempts} attempts", h)
@@ -204,10 +204,10 @@ def _bounds(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
 
 @case("retry.cap", "many-attempts")
 def _cap(h: Harness) -> None:
-    pol = {"max_attempts": 12, "initial_backoff": 1.0, "multiplier": 3.0, "max_backoff": 30.0, "jitter": "none"}
+    pol = h.contract_policy({"max_attempts": 12, "initial_backoff": 1.0, "multiplier": 3.0, "max_backoff": 30.0, "jitter": "none"})
     got = _fail_at_attempts(h, pol, 12)
     worst = max(nra - t for t, nra in got)
-    cap = 30.0 * h.scale
+    cap = pol["max_backoff"]
     check(worst <= cap + (h.wall_tolerance if h.wall else 0.0), "retry.cap", f"a retry was delayed {worst:g}s, above max_backoff {cap:g}s", h)
 
 
@@ -261,7 +261,7 @@ def _override(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
         check(not got, "retry.policy_override", "max_attempts 1 still scheduled a retry", h)
 
     def exact_delay(h: Harness) -> None:
-        delay = min(10.0, h.spec.retry_default.max_backoff)  # valid with the default max_backoff
+        delay = min(h.contract_seconds(10.0), h.spec.retry_default.max_backoff)  # valid with the default max_backoff
         got = _fail_at_attempts(h, {"initial_backoff": delay, "jitter": "none"}, 1)
         check(bool(got) and (h.wall or got[0][1] - got[0][0] == delay), "retry.policy_override", f"delay {got!r}", h)
 
@@ -324,7 +324,7 @@ def _exec_timeout_after_resume(h: Harness) -> None:
         h.do("renew", work_id=wid, token=tok)
     kind = next(iter(h.spec.waiting_statuses))
     h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-7")
-    h.advance(QUANTUM)
+    h.advance(h.contract_seconds(QUANTUM))
     tok = h.do("resume", work_id=wid, owner="worker-2").value["lease_token"]
     start = h.now()
     end = start + limit
@@ -360,16 +360,16 @@ def _deadline_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
             h.need("resume")
             wid, tok = _running(h)
             ttl = h.spec.lease_for("manual").ttl
-            for timeout in (600.0, 600.0, None):
+            for timeout in (h.contract_seconds(600.0), h.contract_seconds(600.0), None):
                 t = h.now()
                 out = h.do("set_waiting", work_id=wid, token=tok, kind=kind, ref="thread-1", timeout=timeout)
                 budget = timeout if timeout is not None else h.spec.waiting_timeout(kind, "manual")
                 if not h.wall:
                     check(out.value["waiting_deadline"] == t + budget, "waiting.deadline",
                           f"wait under a reused reference: deadline {out.value['waiting_deadline']} != now + {budget:g}", h)
-                h.advance(min(60.0, budget / 2))  # inside the wait
+                h.advance(min(h.contract_seconds(60.0), budget / 2))  # inside the wait
                 tok = h.do("resume", work_id=wid, owner="worker-2").value["lease_token"]
-                h.advance(min(30.0, ttl / 2))  # inside the new lease
+                h.advance(min(h.contract_seconds(30.0), ttl / 2))  # inside the new lease
 
         yield f"{kind}-explicit-longer-than-default", longer
         yield f"{kind}-reference-reused", same_ref_again
@@ -396,8 +396,8 @@ def _override_more(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
     for name in ("max_attempts", "initial_backoff", "multiplier", "max_backoff"):
         def partial(h: Harness, name: str = name) -> None:
             """A policy that gives one field (and jitter none, for exact delays) keeps every other default."""
-            pol = {"jitter": "none", name: _other_value(h.spec.retry_default, name)}
-            policy = h.spec.retry_default.merged(h._scaled_args("create", {"retry_policy": pol})["retry_policy"])
+            pol = {"jitter": "none", name: _other_value(h.spec.retry_default, name)}  # from h.spec: clock seconds
+            policy = h.spec.retry_default.merged(pol)
             got = _fail_at_attempts(h, pol, policy.max_attempts + 1)
             check(len(got) == policy.max_attempts - 1, "retry.policy_override",
                   f"policy {pol}: {len(got)} retries for max_attempts {policy.max_attempts}", h)

@@ -66,21 +66,21 @@ def _cycles(h: Harness) -> None:
 
 @case("wakeups.timer", "not-before-its-instant")
 def _timer(h: Harness) -> None:
-    at = h.now() + 60.0 * h.scale
+    at = h.now() + h.contract_seconds(60.0)
     h.do("wake_suspend", run_id="run-1", timer_at=at)
-    h.advance(30.0)
+    h.advance(h.contract_seconds(30.0))
     check(_take(h) is None, "wakeups.timer", "the run was handed out before its timer", h)
-    h.advance(31.0)
+    h.advance(h.contract_seconds(31.0))
     out = _take(h)
     check(out is not None and out["run_id"] == "run-1" and out["woken_by"] == ["timer"], "wakeups.timer", f"the due timer gave {out!r}", h)
 
 
 @case("wakeups.timer", "merges-with-a-message")
 def _timer_merge(h: Harness) -> None:
-    at = h.now() + 10.0 * h.scale
+    at = h.now() + h.contract_seconds(10.0)
     h.do("wake_suspend", run_id="run-1", timer_at=at)
     _fire(h, "run-1", "message")
-    h.advance(11.0)
+    h.advance(h.contract_seconds(11.0))
     out = _take(h)
     check(out is not None and sorted(out["woken_by"]) == ["message", "timer"], "wakeups.timer", f"take gave {out!r}", h)
     check(_take(h) is None, "wakeups.coalesce", "the timer handed the run out a second time", h)
@@ -100,11 +100,6 @@ def _kept(h: Harness) -> None:
 
 
 # ------------------------------------------------------------------ the hand-out's lease
-def _lapse(spec: Spec) -> float:
-    """How long after a take (or renew) its hand-out has surely lapsed."""
-    return spec.lease_default.ttl + spec.lease_default.grace + 1.0
-
-
 def _said(out: Any) -> str:
     return f"{out.value!r:.80}" if out.ok else f"{out.code}: {out.message}"
 
@@ -126,7 +121,7 @@ def _lease(h: Harness) -> None:
     lt = h.spec.lease_default
     start = h.now()
     out = _held(h, "wakeups.lease")
-    check(abs(out.get("expires_at", 0) - (start + lt.ttl * h.scale)) <= 1.0 * h.scale and out.get("attempt") == 1, "wakeups.lease",
+    check(abs(out.get("expires_at", 0) - (start + lt.ttl)) <= h.contract_seconds(1.0) + (h.wall_tolerance if h.wall else 0.0) and out.get("attempt") == 1, "wakeups.lease",
           f"the hand-out at {start} has expires_at {out.get('expires_at')!r} and attempt {out.get('attempt')!r}, "
           f"the contract says now + {lt.ttl:g}s and 1", h)
     for _ in range(3):
@@ -147,7 +142,7 @@ def _fencing(h: Harness) -> None:
         check(not out.ok and out.code == "stale_lease", "wakeups.fencing", f"suspend with token {token!r} answered {_said(out)}", h)
     out = h.do("wake_renew", run_id="run-1", token="made-up")
     check(not out.ok and out.code == "stale_lease", "wakeups.fencing", f"renew with a made-up token answered {_said(out)}", h)
-    h.advance(_lapse(h.spec))
+    h.advance(h.lapse_step())
     second = _take(h, "worker-B")
     check(second is not None and second["run_id"] == "run-1", "wakeups.redeliver", f"the lapsed hand-out was not handed out again: {second!r}", h)
     assert second is not None
@@ -178,7 +173,7 @@ def _redeliver(h: Harness) -> None:
 def _redeliver_kept(h: Harness) -> None:
     _held(h, "wakeups.redeliver_kept", "message", "signal")
     _fire(h, "run-1", "child_done")  # fired while the (soon dead) holder runs
-    h.advance(_lapse(h.spec))
+    h.advance(h.lapse_step())
     again = _take(h, "worker-B")
     check(again is not None and sorted(again["woken_by"]) == ["child_done", "message", "signal"], "wakeups.redeliver_kept",
           f"the lost hand-out carried message and signal, child_done fired since; the next take gave {again!r}", h)
@@ -203,7 +198,6 @@ def _crash_take(h: Harness) -> None:
     if not points or not callable(getattr(h.client, "arm", None)):
         raise NotApplicable("the adapter declares no crash points it can be stopped at (arm)")
     h.need("wake_suspend", "wake_fire", "wake_take", "wake_get")
-    lt = h.spec.lease_default
     with durable(h) as reopen:
         for point in points:
             for occurrence in (1, 2, 3):
@@ -231,7 +225,7 @@ def _crash_take(h: Harness) -> None:
                     live = answered(h, "wake_take", clause, worker="worker-B", now=h.now())
                     check(live is None, clause, f"after {where} handed run {rid!r} out, it was handed out again while that "
                           f"hand-out's lease is live: {live!r}", h)
-                    h.advance(lt.ttl + lt.grace + 1.0)
+                    h.advance(h.lapse_step())
                     got = answered(h, "wake_take", clause, worker="worker-B", now=h.now())
                     check(isinstance(got, dict) and got["run_id"] == rid and got.get("cycle") == 1 and got.get("attempt") == 2
                           and sorted(got["woken_by"]) == ["message", "signal"], clause,

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ledgercheck.conformance.harness import Harness
+from ledgercheck.conformance.harness import Harness, run_harness
 from ledgercheck.spec import default_spec
 from ledgercheck.transport.client import connect
 
@@ -23,13 +23,14 @@ def spec():
 
 @pytest.fixture
 def harness_for(spec):
-    """harness_for(address, profiles=None) -> Harness on a fresh ledger; closed after the test."""
+    """harness_for(address, profiles=None) -> Harness on a fresh ledger, built as a run builds it
+    (a wall-clock adapter's at the default wall scale); closed after the test."""
     clients = []
 
     def make(address: str, profiles: list[str] | None = None) -> Harness:
         c = connect(address, spec)
         clients.append(c)
-        h = Harness(c, spec, profiles if profiles is not None else c.profiles)
+        h = run_harness(c, spec, profiles if profiles is not None else c.profiles)
         h.fresh()
         return h
 
