@@ -195,7 +195,9 @@ instructions a step (below c04bfe7's 5,550 k), but any such change draws test_br
 single-seed outcome again, and the outcome of this one is worse for TailIgnoresMax.  Before a
 machine with another choice structure can be kept: NoIdempotencyConflict's effect_record must
 pass ``result`` on, and the stateful hunts should be judged on more than one seed
-(bench/detection_margins.py).
+(bench/detection_margins.py).  (The first is done, ad77f4c: every catalogue ledger now refuses
+a call missing a required argument as the reference does, tests/conformance/
+test_broken_missing_args.py; 28 overridden operations answered "internal" before.)
 """
 
 from __future__ import annotations
