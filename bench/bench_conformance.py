@@ -205,10 +205,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ledgercheck.conformance.harness import Harness
@@ -221,6 +223,7 @@ except ImportError:  # a checkout older than the transport layer (--baseline run
     from ledgercheck.conformance.client import connect  # type: ignore[no-redef]
 
 FLOORS = {"steps_in_process": 2000.0, "steps_wire": 1000.0, "suite_serial_s": 60.0, "speedup": 1.7}
+DEFAULT_SEEDS = (1, 2, 3, 4, 5, 7)
 
 
 class _Stopwatch:
@@ -248,48 +251,68 @@ class _Stopwatch:
         setattr(obj, name, timed)
 
 
-def steps_per_second(address: str, examples: int, seed: int = 7) -> dict[str, Any]:
-    """Steps/s, and where a step's time goes: the adapter's calls (the ledger, and the transport
-    over the wire), the harness' checks (the model's verdict and the comparisons of what was
-    read back) and the engine (hypothesis choosing rules and arguments, the rules' own code).
-    The engine's share alone bounds the rate: ``steps / engine seconds`` is what the run would
-    reach if the ledger and every check cost nothing.
+def steps_per_second(address: str, examples: int, seeds: Sequence[int] = DEFAULT_SEEDS) -> dict[str, Any]:
+    """Steps/s over several seeds, and where a step's time goes: the adapter's calls (the ledger,
+    and the transport over the wire), the harness' checks (the model's verdict and the
+    comparisons of what was read back) and the engine (hypothesis choosing rules and arguments,
+    the rules' own code).  The engine's share alone bounds the rate: ``steps / engine seconds``
+    is what the run would reach if the ledger and every check cost nothing.
 
-    The machine runs twice with the same seed (the same programs): the rates (steps/s,
-    operations/s, CPU seconds) come from the first run, which nothing is wrapped in; the
-    breakdown from the second, whose stopwatches wrap every adapter call and harness check (a
-    wrapper costs about a microsecond a call, and the two need not make as many calls a step)."""
-    plain = _run(address, examples, seed, timed=False)
-    timed = _run(address, examples, seed, timed=True)
+    One seed's programs are one draw: the same machine costs 4.7 M instructions a step at one
+    seed and 7.1 M at another (the target phase spends most of a run on near-copies of the
+    example with the most coverage, and which example that is decides the mix of rules).  So the
+    rates are totals over ``seeds``: all their steps over all their seconds.
 
-    dt = plain["seconds"]
-    out = {"address": address, "examples": examples, "steps": plain["steps"], "seconds": round(dt, 3),
-           "steps_per_s": round(plain["steps"] / dt, 1), "operations": plain["operations"],
-           "operations_per_s": round(plain["operations"] / dt, 1), "adapter_calls": plain["calls"],
-           "calls_per_s": round(plain["calls"] / dt, 1),
+    Each seed's machine runs twice with the same programs: the rates (steps/s, operations/s, CPU
+    seconds) come from the first run, which nothing is wrapped in; the breakdown from the second,
+    whose stopwatches wrap every adapter call and harness check (a wrapper costs about a
+    microsecond a call, and the two need not make as many calls a step)."""
+    plain = [_run(address, examples, seed, timed=False) for seed in seeds]
+    timed = [_run(address, examples, seed, timed=True) for seed in seeds]
+
+    def total(runs: list[dict[str, Any]], key: str) -> float:
+        return sum(r[key] for r in runs)
+
+    steps, dt, ops, calls, cpu = (total(plain, k) for k in ("steps", "seconds", "operations", "calls", "cpu"))
+    out = {"address": address, "examples": examples, "seeds": list(seeds), "steps": int(steps), "seconds": round(dt, 3),
+           "steps_per_s": round(steps / dt, 1), "operations": int(ops),
+           "operations_per_s": round(ops / dt, 1), "adapter_calls": int(calls),
+           "calls_per_s": round(calls / dt, 1),
            # CPU seconds of this process and of the adapter's (over the wire): what a step
            # costs, whatever else the machine runs at the time
-           "cpu_seconds": round(plain["cpu"], 3), "steps_per_cpu_s": round(plain["steps"] / max(plain["cpu"], 1e-9), 1),
-           "operations_per_cpu_s": round(plain["operations"] / max(plain["cpu"], 1e-9), 1)}
-    tsteps = max(timed["steps"], 1)
-    engine = timed["seconds"] - timed["harness"]
-    checks = timed["harness"] - timed["adapter"]
-    out |= {"timed_run": {"seconds": round(timed["seconds"], 3), "steps_per_s": round(timed["steps"] / timed["seconds"], 1),
-                          "same_programs": (timed["steps"], timed["calls"]) == (plain["steps"], plain["calls"])},
-            "ms_per_step": {"adapter": round(timed["adapter"] / tsteps * 1e3, 3), "checks": round(checks / tsteps * 1e3, 3),
+           "cpu_seconds": round(cpu, 3), "steps_per_cpu_s": round(steps / max(cpu, 1e-9), 1),
+           "operations_per_cpu_s": round(ops / max(cpu, 1e-9), 1),
+           "per_seed": [{"seed": seed, "steps": r["steps"], "operations": r["operations"],
+                         "steps_per_s": round(r["steps"] / r["seconds"], 1)} for seed, r in zip(seeds, plain, strict=True)]}
+    tsteps = max(total(timed, "steps"), 1)
+    tsec, harness, adapter = total(timed, "seconds"), total(timed, "harness"), total(timed, "adapter")
+    engine = tsec - harness
+    checks = harness - adapter
+    out |= {"timed_run": {"seconds": round(tsec, 3), "steps_per_s": round(tsteps / tsec, 1),
+                          "same_programs": [(t["steps"], t["calls"]) for t in timed] == [(p["steps"], p["calls"]) for p in plain]},
+            "ms_per_step": {"adapter": round(adapter / tsteps * 1e3, 3), "checks": round(checks / tsteps * 1e3, 3),
                             "engine": round(engine / tsteps * 1e3, 3)},
             "ceiling_if_free_checks_and_ledger": round(tsteps / max(engine, 1e-9), 1)}
     return out
 
 
-def _run(address: str, examples: int, seed: int, timed: bool) -> dict[str, Any]:
-    """One run of the lifecycle machine; with ``timed``, stopwatches around the adapter's calls
-    and the harness' checks."""
+def _machine(address: str) -> tuple[Any, Any, Any]:
+    """The lifecycle machine against ``address``: (client, harness, machine class)."""
     spec = default_spec()
     client = connect(address, spec)
     try:
         h = Harness(client, spec, machine_profiles(client.profiles, "lifecycle"))
-        machine = make_machine(h, only="lifecycle")
+        return client, h, make_machine(h, only="lifecycle")
+    except BaseException:
+        client.close()
+        raise
+
+
+def _run(address: str, examples: int, seed: int, timed: bool) -> dict[str, Any]:
+    """One run of the lifecycle machine; with ``timed``, stopwatches around the adapter's calls
+    and the harness' checks."""
+    client, h, machine = _machine(address)
+    try:
         adapter, harness = _Stopwatch(), _Stopwatch()
         if timed:
             for name in ("call", "reset"):
@@ -387,12 +410,22 @@ def main() -> int:
                     "checkout of the project (with its own .venv), alternately with this one, and print the comparison "
                     "(repeatable)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --baseline comparison")
+    ap.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)),
+                    help="hypothesis seeds of the stateful measurement (comma-separated); the rates are totals over them")
+    ap.add_argument("--instructions", action="store_true", help="with --baseline: count the user-space instructions a "
+                    "step costs in process under valgrind (load-independent; minutes per seed) instead of timing rounds")
+    ap.add_argument("--probe", choices=("run", "stop"), help=argparse.SUPPRESS)  # one instruction-count run (internal)
     args = ap.parse_args()
+    seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
+    if args.probe:
+        return probe(args.probe, args.examples, seeds[0])
     if args.baseline:
-        return compare(args.baseline, args.rounds, args.examples, args.json)
+        if args.instructions:
+            return compare_instructions(args.baseline, args.examples, seeds, args.json)
+        return compare(args.baseline, args.rounds, args.examples, seeds, args.json)
     out: dict[str, Any] = {"load_average": os.getloadavg()[0], "cpus": os.cpu_count()}
-    inproc = steps_per_second("reference", args.examples)
-    wire = steps_per_second("exec:ledgercheck serve reference", args.examples)
+    inproc = steps_per_second("reference", args.examples, seeds)
+    wire = steps_per_second("exec:ledgercheck serve reference", args.examples, seeds)
     out["stateful"] = {"in_process": inproc, "wire": wire,
                        "wire_cost_ratio": round(inproc["steps_per_s"] / max(wire["steps_per_s"], 1e-9), 2)}
     checks = [("steps/s in process", inproc["steps_per_s"], FLOORS["steps_in_process"], ">="),
@@ -417,7 +450,10 @@ def main() -> int:
         print(f"machine: {out['cpus']} cpus, load average {out['load_average']:.2f}")
         for side, r in (("in process", inproc), ("over the wire", wire)):
             print(f"stateful {side:14}: {r['steps']:6d} steps in {r['seconds']:7.2f}s = {r['steps_per_s']:8.1f} steps/s "
-                  f"({r['operations_per_s']:.0f} checked operations/s, {r['calls_per_s']:.0f} adapter calls/s)")
+                  f"({r['operations_per_s']:.0f} checked operations/s, {r['calls_per_s']:.0f} adapter calls/s; "
+                  f"seeds {','.join(map(str, r['seeds']))})")
+            print("    per seed: " + ", ".join(f"{p['seed']}: {p['steps_per_s']:.0f} steps/s "
+                                           f"({p['operations'] / max(p['steps'], 1):.1f} ops a step)" for p in r["per_seed"]))
         print(f"wire costs {out['stateful']['wire_cost_ratio']}x the in-process path per step")
         for side, r, floor in (("in process", inproc, FLOORS["steps_in_process"]), ("over the wire", wire, FLOORS["steps_wire"])):
             ms = r["ms_per_step"]
@@ -446,24 +482,15 @@ def main() -> int:
     return 1 if missed and not args.no_strict else 0
 
 
-def _stateful_in(python: str, cwd: str, examples: int) -> dict[str, Any]:
-    """This file's stateful measurement run by ``python`` in ``cwd`` (so it imports that
-    checkout's package, and over the wire starts that checkout's ``ledgercheck serve``)."""
+def _env_for(python: str) -> dict[str, str]:
     env = dict(os.environ, PATH=os.path.dirname(python) + os.pathsep + os.environ.get("PATH", ""),
                VIRTUAL_ENV=os.path.dirname(os.path.dirname(python)))
     env.pop("PYTHONPATH", None)
-    cmd = [python, os.path.abspath(__file__), "--skip-suite", "--json", "--no-strict", "--examples", str(examples)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"bench_conformance: the measurement in {cwd} failed: {tail}")
-    return json.loads(proc.stdout)["stateful"]
+    return env
 
 
-def compare(baselines: list[str], rounds: int, examples: int, as_json: bool) -> int:
-    """This checkout against each of ``baselines``, ``rounds`` times each, alternately (a
-    neighbour's load falls on all alike); steps per CPU second beside steps per second, since the
-    CPU a step takes depends less on what else the machine runs."""
+def _sides(baselines: list[str]) -> dict[str, tuple[str, str]] | None:
+    """This checkout and each baseline: name -> (its python, its root); None when one has no .venv."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sides = {"this": (sys.executable, here)}
     for b in baselines:
@@ -472,13 +499,106 @@ def compare(baselines: list[str], rounds: int, examples: int, as_json: bool) -> 
         if not os.path.isfile(python):
             print(f"bench_conformance: --baseline {b}: no .venv/bin/python there (make one: python3 -m venv .venv "
                   "&& .venv/bin/pip install -e .)", file=sys.stderr)
-            return 2
+            return None
         sides[base] = (python, base)
+    return sides
+
+
+def probe(mode: str, examples: int, seed: int) -> int:
+    """One run of the lifecycle machine in process (``run``), or everything but that run
+    (``stop``: imports, contract, ledger, machine): the difference of their instruction counts is
+    the run's.  Prints the run's steps and operations as JSON."""
+    client, h, machine = _machine("reference")
+    try:
+        if mode == "run":
+            run_machine(machine, hypothesis_settings("ci", database=None, max_examples=examples), seed)
+        print(json.dumps({"steps": h.rule_steps, "operations": h.operations, "calls": client.calls}))
+    finally:
+        client.close()
+    return 0
+
+
+def _instructions(python: str, cwd: str, mode: str, examples: int, seed: int) -> tuple[int, dict[str, Any]]:
+    """User-space instructions of one probe (valgrind's cachegrind, no cache simulation)."""
+    with tempfile.NamedTemporaryFile(prefix="ledgercheck-cg-", delete=False) as f:
+        out_file = f.name
+    try:
+        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out_file}", python,
+               os.path.abspath(__file__), "--probe", mode, "--examples", str(examples), "--seeds", str(seed)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=_env_for(python))
+        counts = [ln for ln in proc.stderr.splitlines() if "I   refs:" in ln or "I refs:" in ln]
+        if proc.returncode != 0 or not counts:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise SystemExit(f"bench_conformance: the instruction count in {cwd} failed: {tail}")
+        return int(counts[-1].split(":")[1].replace(",", "")), json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        os.unlink(out_file)
+
+
+def compare_instructions(baselines: list[str], examples: int, seeds: Sequence[int], as_json: bool) -> int:
+    """Instructions a step of this checkout and of each baseline: every seed's run minus one
+    stopped probe, summed over the seeds, over the steps summed over the seeds.  Counts do not
+    depend on the machine's load (they do on the interpreter and the libraries: measure every
+    side with the same Python)."""
+    if shutil.which("valgrind") is None:
+        print("bench_conformance: --instructions needs valgrind on PATH", file=sys.stderr)
+        return 2
+    sides = _sides(baselines)
+    if sides is None:
+        return 2
+    result: dict[str, Any] = {}
+    for name, (py, cwd) in sides.items():
+        stop, _ = _instructions(py, cwd, "stop", examples, seeds[0])
+        per_seed, total, steps, ops = [], 0, 0, 0
+        for seed in seeds:
+            n, r = _instructions(py, cwd, "run", examples, seed)
+            per_seed.append({"seed": seed, "steps": r["steps"], "operations": r["operations"],
+                             "k_per_step": round((n - stop) / max(r["steps"], 1) / 1e3)})
+            total, steps, ops = total + n - stop, steps + r["steps"], ops + r["operations"]
+            if not as_json:
+                print(f"{os.path.basename(name)} seed {seed}: {per_seed[-1]['k_per_step']:,} k instructions a step "
+                      f"({r['steps']} steps, {r['operations'] / max(r['steps'], 1):.2f} operations a step)", flush=True)
+        result[name] = {"per_seed": per_seed, "steps": steps, "operations": ops,
+                        "k_per_step": round(total / max(steps, 1) / 1e3), "k_per_operation": round(total / max(ops, 1) / 1e3)}
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return 0
+    this = result["this"]
+    print(f"instructions over seeds {','.join(map(str, seeds))} ({examples} examples each):")
+    print(f"  this: {this['k_per_step']:,} k a step, {this['k_per_operation']:,} k an operation ({this['steps']} steps)")
+    for name, r in result.items():
+        if name != "this":
+            print(f"  {os.path.basename(name)}: {r['k_per_step']:,} k a step, {r['k_per_operation']:,} k an operation "
+                  f"({r['steps']} steps); steps per instruction {r['k_per_step'] / max(this['k_per_step'], 1):.2f}x, "
+                  f"operations per instruction {r['k_per_operation'] / max(this['k_per_operation'], 1):.2f}x")
+    return 0
+
+
+def _stateful_in(python: str, cwd: str, examples: int, seeds: Sequence[int]) -> dict[str, Any]:
+    """This file's stateful measurement run by ``python`` in ``cwd`` (so it imports that
+    checkout's package, and over the wire starts that checkout's ``ledgercheck serve``)."""
+    cmd = [python, os.path.abspath(__file__), "--skip-suite", "--json", "--no-strict", "--examples", str(examples),
+           "--seeds", ",".join(map(str, seeds))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=_env_for(python))
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"bench_conformance: the measurement in {cwd} failed: {tail}")
+    return json.loads(proc.stdout)["stateful"]
+
+
+def compare(baselines: list[str], rounds: int, examples: int, seeds: Sequence[int], as_json: bool) -> int:
+    """This checkout against each of ``baselines``, ``rounds`` times each, alternately (a
+    neighbour's load falls on all alike); steps per CPU second beside steps per second, since the
+    CPU a step takes depends less on what else the machine runs."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sides = _sides(baselines)
+    if sides is None:
+        return 2
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     for i in range(rounds):
         for name, (py, cwd) in sides.items():
             load = os.getloadavg()[0]
-            r = _stateful_in(py, cwd, examples)
+            r = _stateful_in(py, cwd, examples, seeds)
             runs[name].append({"round": i + 1, "load_average": round(load, 2), **r})
             if not as_json:
                 print(f"round {i + 1} {name} (load {load:.2f}): in process {r['in_process']['steps_per_s']:.1f} steps/s "
