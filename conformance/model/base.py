@@ -133,6 +133,10 @@ class ModelBase:
         self.identity: dict[tuple[Any, ...], str] = {}
         self.policies: dict[str, dict[str, Any] | None] = {}
         self.tokens: dict[str, list[str]] = {}  # every token ever issued per item, oldest first
+        # token -> (the first item of ``tokens`` holding it, its first place in that item's list):
+        # what a scan of ``tokens`` finds first, kept in step by _new_tokens and _add_token (the
+        # only writers of ``tokens``), so the trace names a token without a scan (Harness.symbolize)
+        self.token_refs: dict[str, tuple[str, int]] = {}
         self.blame: dict[str, dict[str, str]] = {}  # per item: field -> clause for the last change
         self.blame_default: dict[str, str] = {}
         # per item: the operation of its last change; with the clauses' ``judges`` of the form
@@ -543,6 +547,42 @@ class ModelBase:
             raise _Bad(default, f"expected a work snapshot, got {res!r:.80}")
         return self._compare_work(new, res, blame, default)
 
+    def _new_tokens(self, wid: str) -> None:
+        """A new item holds no token yet."""
+        had = self.tokens.get(wid)
+        self.tokens[wid] = []
+        if had:  # (never for a new item) tokens left the index: work it out again
+            self._index_tokens()
+
+    def _add_token(self, wid: str, tok: Any) -> None:
+        """Note a token issued to ``wid`` (its list of tokens exists)."""
+        toks = self.tokens[wid]
+        toks.append(tok)
+        if isinstance(tok, str):
+            refs = self.token_refs
+            held = refs.get(tok)
+            if held is None:
+                refs[tok] = (wid, len(toks) - 1)
+            elif held[0] != wid:
+                # the same token held by two items: the one a scan meets first keeps it
+                order = list(self.tokens)
+                if order.index(wid) < order.index(held[0]):
+                    refs[tok] = (wid, toks.index(tok))
+
+    def _index_tokens(self) -> None:
+        """``token_refs`` worked out from ``tokens`` (what a scan finds first)."""
+        refs: dict[str, tuple[str, int]] = {}
+        for wid, toks in self.tokens.items():
+            for i, tok in enumerate(toks):
+                if isinstance(tok, str) and tok not in refs:
+                    refs[tok] = (wid, i)
+        self.token_refs = refs
+
+    def token_ref(self, tok: str) -> tuple[str, int] | None:
+        """The first item holding the token ``tok`` and its place in that item's list, as a scan
+        of ``tokens`` in order finds them; None when no item holds it."""
+        return self.token_refs.get(tok)
+
     def _lease_blame(self, it: Mapping[str, Any], base: str) -> str:
         return "lease.per_source" if it["source_system"] in self.spec.lease_by_source else base
 
@@ -605,7 +645,7 @@ class ModelBase:
         ]
         tok = snapshot.get("lease_token")
         if tok and tok not in self.tokens.setdefault(work_id, []):
-            self.tokens[work_id].append(tok)
+            self._add_token(work_id, tok)
         self._events_before[work_id] = len(events)
 
 

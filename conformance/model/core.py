@@ -87,7 +87,7 @@ class CoreOps(ModelBase):
             self.order[wid] = len(self.order)
             self.identity[key] = wid
             self.policies[wid] = a.get("retry_policy")
-            self.tokens[wid] = []
+            self._new_tokens(wid)
             self.events[wid] = []
             self._append(wid, "work_created", None, item["status"], a["now"], item)
             self._commit(wid, item, {}, "core.create.initial")
@@ -175,7 +175,7 @@ class CoreOps(ModelBase):
                      # attempts count toward retry limits, stints toward the execution budget
                      "attempt": "retry.exhausted", "started_at": "retry.execution_timeout"}
             self._begin(wid)
-            self.tokens[wid].append(tok)
+            self._add_token(wid, tok)
             self._append(wid, self.spec.operations["claim"].event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, "core.transition.allowed")
             return out + self._compare_work(new, res, blame, "core.transition.allowed")

@@ -56,7 +56,7 @@ class WaitingOps(ModelBase):
             blame = {"lease_version": "lease.version.monotonic", "lease_expires_at": self._lease_blame(it, "waiting.resume"),
                      "started_at": "retry.execution_timeout"}
             self._begin(wid)
-            self.tokens[wid].append(tok)
+            self._add_token(wid, tok)
             self._append(wid, self.spec.operations["resume"].event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, "waiting.resume")
             return out + self._compare_work(new, res, blame, "waiting.resume")
