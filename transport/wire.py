@@ -15,6 +15,7 @@ schema``; the operation reference in ``docs/protocol.md`` is :func:`reference_ma
 from __future__ import annotations
 
 import json
+from operator import itemgetter
 import os
 import select
 import time
@@ -259,13 +260,62 @@ _QUICK_KEYWORDS = frozenset({"type", "properties", "required", "$ref", "items", 
                              "anyOf", "additionalProperties"})
 
 
+_PY_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "NoneType": type(None), "dict": dict,
+                              "list": list}
+_SHAPE_MEMO_MAX = 512  # type shapes one compiled object check remembers (then it starts again)
+
+
+class _Missing:
+    """The value a shape check reads for an absent property (its type is no JSON value's)."""
+
+
+_MISSING = _Missing()
+
+
+def _type_only(schema: Any) -> frozenset[type] | None | bool:
+    """For a property schema that only constrains the value's type (``{"type": ...}``, with a
+    description or not) the types it admits, exactly; None for one admitting any value (``{}``);
+    False for any other schema."""
+    if schema is True or schema == {}:
+        return None
+    if not isinstance(schema, dict) or "type" not in schema or set(schema) - {"type", "description"}:
+        return False
+    names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    if not names or any(n not in _TYPES for n in names):
+        return False
+    return frozenset(_PY_TYPES[t] for n in names for t in _TYPES[n])
+
+
+def _learn_shape(memo: dict[tuple[type, ...], bool], rules: tuple[tuple[bool, frozenset[type] | None], ...],
+                 shape: tuple[type, ...]) -> bool:
+    """Whether an object whose type-only properties have the types ``shape`` (``_Missing`` for
+    an absent one) passes them: each required one present, each present one of a type its
+    schema admits.  The verdict depends on the shape alone, so it is remembered."""
+    ok = True
+    for t, (required, kinds) in zip(shape, rules, strict=True):
+        if t is _Missing:
+            if required:
+                ok = False
+                break
+        elif kinds is not None and t not in kinds:
+            ok = False
+            break
+    if len(memo) >= _SHAPE_MEMO_MAX:
+        memo.clear()
+    memo[shape] = ok
+    return ok
+
+
 class _QuickCompiler:
     """Compiles result schemas into plain Python predicates (see :func:`quick_accept`)."""
 
-    def __init__(self, defs: Mapping[str, Any]) -> None:
+    def __init__(self, defs: Mapping[str, Any], shapes: bool = True) -> None:
         self.defs = defs
+        self.shapes = shapes  # judge an object's type-only properties by their type shape, remembered
         self.src: list[str] = []
-        self.consts: dict[str, Any] = {"NoneType": type(None), "_MISSING": object()}
+        self.consts: dict[str, Any] = {"NoneType": type(None), "_MISSING": _MISSING, "_Missing": _Missing,
+                                       "_learn_shape": _learn_shape, "_tuple": tuple, "_map": map, "_type": type,
+                                       "_all": all}
         self.names: dict[str, str] = {}
         self.n = 0
 
@@ -336,9 +386,31 @@ class _QuickCompiler:
                 out.append(f"{ind}if type({x}) is dict:")
                 out.append(f"{ind}    pass")
                 inner = ind + "    "
-            if required:
-                out.append(f"{inner}if not {self.const(frozenset(required))} <= {x}.keys(): return False")
+            typed = {k: _type_only(sub) for k, sub in props.items()} if self.shapes else {}
+            typed = {k: kinds for k, kinds in typed.items() if kinds is not False}
+            if len(typed) < 2:
+                typed = {}
+            if typed:
+                # the type-only properties at once: the tuple of their values' types (_Missing
+                # for an absent one), its verdict worked out once per shape (_learn_shape)
+                self.n += 1
+                shape, ok = f"_s{self.n}", f"_ok{self.n}"
+                names, absent = self.const(tuple(typed)), self.const((_MISSING,) * len(typed))
+                memo, rules = self.const({}), self.const(tuple((k in required, kinds) for k, kinds in typed.items()))
+                pick = self.const(itemgetter(*typed))
+                out.append(f"{inner}try:")
+                out.append(f"{inner}    {shape} = _tuple(_map(_type, {pick}({x})))")
+                out.append(f"{inner}except KeyError:  # (one absent)")
+                out.append(f"{inner}    {shape} = _tuple(_map(_type, _map({x}.get, {names}, {absent})))")
+                out.append(f"{inner}{ok} = {memo}.get({shape})")
+                out.append(f"{inner}if {ok} is None: {ok} = _learn_shape({memo}, {rules}, {shape})")
+                out.append(f"{inner}if not {ok}: return False")
+            rest = [k for k in required if k not in typed]
+            if rest:
+                out.append(f"{inner}if not {self.const(frozenset(rest))} <= {x}.keys(): return False")
             for k, sub in props.items():
+                if k in typed:
+                    continue
                 self.n += 1
                 y = f"_x{self.n}"
                 lines: list[str] = []
@@ -363,20 +435,29 @@ class _QuickCompiler:
             lines = []
             if not self.checks(schema["items"], y, lines, ind + "        "):
                 return False
-            if lines:
+            if lines and is_list and lines == [f"{ind}        if not {self._ref_name(schema['items'])}({y}): return False"]:
+                out.append(f"{ind}if not _all(_map({self._ref_name(schema['items'])}, {x})): return False")
+            elif lines:
                 out.append(f"{ind}if type({x}) is list:" if not is_list else f"{ind}if True:")
                 out.append(f"{ind}    for {y} in {x}:")
                 out += lines
         return True
 
+    def _ref_name(self, schema: Any) -> str | None:
+        """The function a schema that is only a reference (``{"$ref": ...}``) compiled to."""
+        if isinstance(schema, dict) and set(schema) == {"$ref"}:
+            return self.names.get(str(schema["$ref"])[8:])
+        return None
+
     def build(self, schema: Any) -> Callable[[Any], bool]:
         top = self.anon(schema)
         scope = dict(self.consts)
         exec("\n".join(self.src), scope)  # noqa: S102 - source generated above from the schema's keywords only
-        return scope[top]  # type: ignore[no-any-return]
+        # (a schema that is only a reference: the referenced check itself, one call less)
+        return scope[self._ref_name(schema) or top]  # type: ignore[no-any-return]
 
 
-def quick_accept(schema: Any, defs: Mapping[str, Any]) -> Callable[[Any], bool]:
+def quick_accept(schema: Any, defs: Mapping[str, Any], shapes: bool = True) -> Callable[[Any], bool]:
     """A predicate that says True only for values ``schema`` accepts (JSON values as parsed).
 
     It understands the keywords the protocol's result schemas use and says False (\"not sure\")
@@ -386,8 +467,14 @@ def quick_accept(schema: Any, defs: Mapping[str, Any]) -> Callable[[Any], bool]:
     or a number here, and an integer-valued float, or an enum or const matched only across
     numeric types, is left to the full check.  Compiled to plain Python: a snapshot costs
     about a microsecond, a tenth of the general validator.
+
+    With ``shapes`` (the default), an object's properties whose schema only names types are
+    judged together: the tuple of their values' types (``_Missing`` for an absent one) decides
+    them, and its verdict is remembered per compiled check (``_learn_shape``), so a snapshot
+    costs one ``itemgetter``, one ``map(type, ...)`` and one dict lookup instead of a test per
+    field.  ``shapes=False`` compiles the field-by-field tests (the tests compare the two).
     """
-    return _QuickCompiler(defs).build(schema)
+    return _QuickCompiler(defs, shapes).build(schema)
 
 
 class ResultChecker:
