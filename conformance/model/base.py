@@ -273,15 +273,16 @@ class ModelBase:
         with the same verdicts, but the events a read-back of this item already found right are
         not compared field by field again while they are unchanged.
 
-        After a trail passed, it is kept as bytes (``marshal`` version 2: one encoding per value,
-        exact about types, dict order included, objects never shared), with the fold of it.  The
-        item's next trail is encoded the same way: while its first events encode to the bytes
-        kept (each value's encoding delimits itself, so equal leading bytes are equal events),
-        only the events after them are compared with the model, and the fold goes on from the
-        one kept.  Any difference in those first events (a changed value, type or key order), a
-        trail marshal cannot encode, or a model trail that is not the one they were compared
-        with (:meth:`adopt` replaces it) falls back to the full comparison."""
-        blob = _encoded(actual) if type(actual) is list else None
+        After a trail passed, it is kept as bytes (:func:`_trail_encoding`, ``marshal``: exact
+        about types, dict order included), with the fold of it.  The item's next trail is encoded
+        the same way: while its first events encode to the bytes kept (each value's encoding
+        delimits itself, and decoding them depends on nothing after them, so equal leading bytes
+        are equal events), only the events after them are compared with the model, and the fold
+        goes on from the one kept.  Any difference in those first events (a changed value, type,
+        key order, or which of their objects are one object), a trail marshal cannot encode, or
+        a model trail that is not the one they were compared with (:meth:`adopt` replaces it)
+        falls back to the full comparison."""
+        blob = _trail_encoding(actual) if type(actual) is list else None
         start, state = self._verified_prefix(work_id, blob)
         found = self._compare_events(work_id, actual, start)
         folded = None
@@ -677,6 +678,28 @@ def _frozen(folded: dict[str, Any] | None) -> dict[str, Any] | bytes | None:
     if folded is None or set(map(type, folded.values())) <= _SCALARS:
         return folded
     return _encoded(folded)
+
+
+_LIST = ord("[")  # marshal's type code of a list not entered in its table of shared objects
+
+
+def _trail_encoding(trail: list[Any]) -> bytes | None:
+    """A trail's marshal encoding (the current version, which writes short strings directly and
+    a second occurrence of an object as a back-reference) for comparing prefixes: None for a
+    trail marshal cannot encode, or one whose list marshal entered in its table of shared
+    objects (the encoding of a fresh copy of the list never is, in CPython).
+
+    Decoding an element reads only its own bytes and the objects decoded before it; with the
+    list itself out of the table, nothing in the elements can refer to it, so the first k
+    elements' bytes decode to the same values wherever they stand: equal leading bytes after
+    the 5 of the list's type and length are equal leading events (types and key order
+    included).  Equal events whose objects are shared differently encode differently, which
+    only costs a full comparison."""
+    try:
+        blob = marshal.dumps(list(trail))
+    except ValueError:
+        return None
+    return blob if blob[0] == _LIST else None
 
 
 def _encoded(value: Any) -> bytes | None:
