@@ -15,11 +15,11 @@ schema``; the operation reference in ``docs/protocol.md`` is :func:`reference_ma
 from __future__ import annotations
 
 import json
-from operator import itemgetter
 import os
 import select
 import time
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from ledgercheck.spec import Spec

@@ -252,7 +252,7 @@ class ModelBase:
     # ------------------------------------------------------------------ comparisons
     def check_work(self, actual: Any, work_id: str | None = None, blame: str | None = None) -> list[Violation]:
         """Compare an implementation's snapshot with the model's (``blame`` overrides the clause)."""
-        if not isinstance(actual, Mapping):
+        if not _is_map(actual):
             return self.keep([Violation("core.status.enum", f"snapshot is not an object: {actual!r:.80}")])
         wid = work_id or actual.get("work_id")
         if wid not in self.items:
@@ -544,7 +544,7 @@ class ModelBase:
                 run["state"] = "pending"
 
     def _check_returned(self, new: Mapping[str, Any], res: Any, blame: Mapping[str, str], default: str) -> list[Violation]:
-        if not isinstance(res, Mapping):
+        if not _is_map(res):
             raise _Bad(default, f"expected a work snapshot, got {res!r:.80}")
         return self._compare_work(new, res, blame, default)
 
@@ -719,9 +719,17 @@ class _Bad(Exception):
 
 
 def _moves(res: Any, clause: str) -> list[Mapping[str, Any]]:
-    if not isinstance(res, list) or not all(isinstance(m, Mapping) and isinstance(m.get("work_id"), str) for m in res):
+    if not isinstance(res, list) or not all(_is_map(m) and isinstance(m.get("work_id"), str) for m in res):
         raise _Bad(clause, f"expected a list of moves {{work_id, from_status, to_status, reason}}, got {res!r:.80}")
     return res
+
+
+def _is_map(x: Any) -> bool:
+    """``isinstance(x, Mapping)``, a dict answered without asking the ABC."""
+    return type(x) is dict or isinstance(x, Mapping)
+
+
+_JSON_SCALARS = frozenset({str, int, float, type(None)})
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -729,6 +737,8 @@ def same_json(a: Any, b: Any) -> bool:
     not JSON's), an integral float equals its integer (2.0 is 2), containers compare element-wise."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if type(a) in _JSON_SCALARS and type(b) in _JSON_SCALARS:  # (neither a Mapping nor a list)
+        return a == b
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
