@@ -26,7 +26,8 @@ from operator import itemgetter
 from typing import Any, Self
 
 from ledgercheck.spec import Spec, UnknownClause, rules
-from ledgercheck.spec.args import arg_problem, is_num
+from ledgercheck.spec.args import compiled as compiled_arg_checks
+from ledgercheck.spec.args import is_num
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import Outcome
 
@@ -183,6 +184,7 @@ class ModelBase:
         # model predicts one value; another allowed one is taken over (snapshot and event data)
         self.open_fields: dict[str, dict[str, tuple[Any, ...]]] = {}
         self._handlers = dispatch_table(spec, type(self))
+        self._arg_checks = compiled_arg_checks(spec)  # operation -> arg_problem of it, compiled
 
     # ------------------------------------------------------------------ public interface
     def fork(self) -> Self:
@@ -598,7 +600,7 @@ class ModelBase:
 
     # ------------------------------------------------------------------ argument checks
     def _bad_args(self, op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
-        bad = arg_problem(self.spec, op, args)
+        bad = self._arg_checks[op](args)  # (arg_problem, compiled: spec.args.compiled)
         if bad is None:
             return None
         name, problem = bad
@@ -608,7 +610,7 @@ class ModelBase:
         st = args.get("status")
         if op != "close_out" or not isinstance(st, str) or st not in self.spec.statuses or self.spec.terminal(st):
             return False
-        bad = arg_problem(self.spec, op, args)
+        bad = self._arg_checks[op](args)
         return bad is not None and bad[0] == "status"
 
     # ------------------------------------------------------------------ shared by the profiles' operations
