@@ -123,33 +123,23 @@ def test_checker_messages_still_come_from_the_full_validator() -> None:
     assert chk.problem("events", [{**VALID["event_list"][0][0], "seq": True}]) is not None
 
 
-SLOW = {r: quick_accept({"$ref": f"#/$defs/{r}"}, DEFS, shapes=False) for r in RETURNS}
 
-
-def test_the_remembered_shapes_give_the_field_by_field_verdicts() -> None:
-    """An object's type-only properties are judged by the tuple of their types, remembered per
-    compiled check: after valid results taught it their shapes, every near miss (a field
-    retyped, nulled, dropped) gets the verdict of the field-by-field check, and a shape it
-    refused once is refused again."""
-    for _ in range(2):
-        for ret, values in VALID.items():
-            for good in values:
-                assert QUICK[ret](good) is SLOW[ret](good) is True
-                for bad in _mutations(good):
-                    assert QUICK[ret](bad) == SLOW[ret](bad), (ret, bad)
+def test_quick_path_cases_it_must_get_right() -> None:
+    """An absent required property is "not sure" (its KeyError is caught), an absent optional
+    one passes, a list's items are checked in the loop as their own schema says."""
     snap = VALID["work"][0]
     assert QUICK["work"](snap)
-    assert not QUICK["work"]({**snap, "attempt": "one"}) and not QUICK["work"]({**snap, "attempt": True})
-    assert not QUICK["work"]({k: v for k, v in snap.items() if k != "lease_token"})
-    assert not QUICK["work"]({**snap, "cancel_requested": None})
-    assert QUICK["work"](snap)
+    for bad in ({**snap, "attempt": "one"}, {**snap, "attempt": True}, {**snap, "cancel_requested": None},
+                {k: v for k, v in snap.items() if k != "lease_token"}, {k: v for k, v in snap.items() if k != "result"}):
+        assert not QUICK["work"](bad) and not _full_ok("work", bad)
+    assert QUICK["work"]({**snap, "result": {"any": ["thing"]}}) and QUICK["work"]({**snap, "extra": 1})
     event = VALID["event_list"][0][0]
     without_at = {k: v for k, v in event.items() if k != "at"}  # "at" is optional: absent passes, null does not
-    assert QUICK["event_list"]([event, without_at]) == SLOW["event_list"]([event, without_at]) is True
-    assert QUICK["event_list"]([event, {**event, "at": None}]) == SLOW["event_list"]([event, {**event, "at": None}]) is False
-
-
-@settings(max_examples=300, deadline=None)
-@given(ret=st.sampled_from(RETURNS), value=json_values)
-def test_remembered_shapes_agree_with_the_field_by_field_check_on_any_value(ret: str, value: Any) -> None:
-    assert QUICK[ret](value) == SLOW[ret](value)
+    assert QUICK["event_list"]([event, without_at]) and _full_ok("event_list", [event, without_at])
+    for bad in ([event, {**event, "at": None}], [event, {k: v for k, v in event.items() if k != "seq"}], [event, "x"],
+                [event, [event]]):
+        assert not QUICK["event_list"](bad) and not _full_ok("event_list", bad)
+    # stricter than the schema where it may be: an integral float for an integer is left to it
+    assert not QUICK["event_list"]([event, {**event, "seq": 1.0}]) and _full_ok("event_list", [event, {**event, "seq": 1.0}])
+    assert QUICK["work_list"]([snap, snap]) and not QUICK["work_list"]([snap, {**snap, "status": None}])
+    assert QUICK["work_or_null"](None) and QUICK["work_or_null"](snap) and not QUICK["work_or_null"]({})
