@@ -329,7 +329,7 @@ class Harness:
         exp = _expected if _expected is not None and not self.wall and not self.last_claim_fallback \
             else self.model.expect(op, args)
         form = self.variant(op, args)
-        if self.note_unoffered and variant_label(form) in self.not_offered:
+        if self.note_unoffered and self.not_offered and variant_label(form) in self.not_offered:
             return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
         out = self.client.call(op, **args)
         if op == "claim" and isinstance(args.get("work_id"), str) and not out.ok and out.code == "unsupported":
@@ -583,7 +583,7 @@ class Harness:
         index = m.order  # item -> creation sequence (read only)
         out: dict[str, Any] = {}
         for k, v in args.items():
-            if k == "now" and isinstance(v, int | float) and not isinstance(v, bool):
+            if k == "now" and isinstance(v, (int, float)) and not isinstance(v, bool):  # (a tuple: no union built per call)
                 out[k] = self.time_ref(float(v))
             elif k in ("work_id", "parent_id") and isinstance(v, str) and v in index:
                 out[k] = {"$item": index[v]}

@@ -16,15 +16,15 @@ HEX = frozenset("0123456789abcdef")
 
 
 def is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # (tuples: no union built per call)
 
 
 def is_json(v: Any, depth: int = 0) -> bool:
     if depth > 64:
         return False
-    if v is None or isinstance(v, bool | str):
+    if v is None or isinstance(v, (bool, str)):
         return True
-    if isinstance(v, int | float):
+    if isinstance(v, (int, float)):
         return math.isfinite(v)
     if isinstance(v, list):
         return all(is_json(x, depth + 1) for x in v)

@@ -725,7 +725,7 @@ def _frozen(folded: dict[str, Any] | None) -> dict[str, Any] | bytes | None:
     """A fold kept for later: as it is when it holds only immutable values (fold() copies the
     dict it goes on from), else encoded, so that no later change to an object it shares with
     the implementation's answer reaches it."""
-    if folded is None or set(map(type, folded.values())) <= _SCALARS:
+    if folded is None or _SCALARS.issuperset(map(type, folded.values())):
         return folded
     return _encoded(folded)
 
@@ -793,7 +793,7 @@ def same_json(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, Mapping | list) or isinstance(b, Mapping | list):
+    if isinstance(a, (Mapping, list)) or isinstance(b, (Mapping, list)):
         return False
     return a == b
 
