@@ -112,7 +112,9 @@ class Harness:
         self.home = client  # the connection the harness was made with (see fresh(directory=...))
         self.directory: str | None = None  # the ledger's dir when it lives in one of its own
         self.spec = spec
-        self.profiles = set(profiles)
+        # (a frozenset: what the harness works out from the claimed profiles once, per operation
+        # or per pair of statuses, stays right for the harness's life)
+        self.profiles = frozenset(profiles)
         self.contract_doc = contract_doc if contract_doc is not None else plain(spec.document)
         self.timeout_scale = timeout_scale
         self.wall = client.clock == "wall"
@@ -150,6 +152,10 @@ class Harness:
         self.unoffered_here: list[str] = []
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
         self._selector_args: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._claimed: dict[str, bool] = {}  # operation -> claims(op), worked out once
+        self._takes_now: dict[str, bool] = {}  # operation -> whether it takes a ``now`` argument
+        self._valid_selector: dict[tuple[str, str], bool] = {}  # (type, value) -> type_problem is None
+        self._paths: dict[tuple[str, str], list[tuple[str, str, str]] | str] = {}  # path_to's answers
 
     # ------------------------------------------------------------------ lifecycle
     def start_case(self, clause: str, seed: int | None = None) -> None:
@@ -237,12 +243,15 @@ class Harness:
         self.directory = None
 
     def claims(self, op: str) -> bool:
-        prof = self.spec.operations[op].profile
-        return prof is None or prof in self.profiles
+        got = self._claimed.get(op)
+        if got is None:
+            prof = self.spec.operations[op].profile
+            got = self._claimed[op] = prof is None or prof in self.profiles
+        return got
 
     def need(self, *ops: str) -> None:
         for op in ops:
-            if not self.claims(op):
+            if not (self._claimed.get(op) or self.claims(op)):
                 raise NotApplicable(f"needs {op}, an operation of profile {self.spec.operations[op].profile!r}, which the adapter does not claim")
 
     # ------------------------------------------------------------------ time
@@ -300,9 +309,13 @@ class Harness:
 
         ``_expected``: what the model expects of exactly this call (these arguments, at this
         instant), which the caller has just asked it (``expected``); it is not asked again."""
-        self.need(op)
+        if not self._claimed.get(op):
+            self.need(op)
         self.operations += 1
-        if "now" in self.spec.operations[op].args and args.get("now") is None:
+        takes_now = self._takes_now.get(op)
+        if takes_now is None:
+            takes_now = self._takes_now[op] = "now" in self.spec.operations[op].args
+        if takes_now and args.get("now") is None:
             args["now"] = self.clock.now()
         elif _expected is not None:
             _expected = None  # asked with a ``now`` this call does not take: ask again
@@ -316,7 +329,7 @@ class Harness:
         exp = _expected if _expected is not None and not self.wall and not self.last_claim_fallback \
             else self.model.expect(op, args)
         form = self.variant(op, args)
-        if self.note_unoffered and variant_label(form) in self.not_offered:
+        if self.note_unoffered and self.not_offered and variant_label(form) in self.not_offered:
             return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
         out = self.client.call(op, **args)
         if op == "claim" and isinstance(args.get("work_id"), str) and not out.ok and out.code == "unsupported":
@@ -367,10 +380,17 @@ class Harness:
         """The operation and the valid values of its selecting arguments (``close_out`` with
         ``status=timeout``): what an ``unsupported`` answer says is not offered."""
         sel = []
+        valid = self._valid_selector
         for name, typ in self._selectors(op):
             v = args.get(name)
-            if isinstance(v, str) and type_problem(self.spec, typ, v) is None:
-                sel.append((name, v))
+            if isinstance(v, str):
+                ok = valid.get((typ, v))
+                if ok is None:
+                    if len(valid) >= 4096:
+                        valid.clear()
+                    ok = valid[(typ, v)] = type_problem(self.spec, typ, v) is None
+                if ok:
+                    sel.append((name, v))
         return op, frozenset(sel)
 
     def _selectors(self, op: str) -> tuple[tuple[str, str], ...]:
@@ -563,17 +583,13 @@ class Harness:
         index = m.order  # item -> creation sequence (read only)
         out: dict[str, Any] = {}
         for k, v in args.items():
-            if k == "now" and isinstance(v, int | float) and not isinstance(v, bool):
+            if k == "now" and isinstance(v, (int, float)) and not isinstance(v, bool):  # (a tuple: no union built per call)
                 out[k] = self.time_ref(float(v))
             elif k in ("work_id", "parent_id") and isinstance(v, str) and v in index:
                 out[k] = {"$item": index[v]}
             elif k == "token" and isinstance(v, str):
-                ref = None
-                for wid, toks in m.tokens.items():
-                    if v in toks:
-                        ref = {"$token": [index[wid], toks.index(v)]}
-                        break
-                out[k] = ref if ref is not None else v
+                held = m.token_ref(v)  # (the first item holding it, as a scan of m.tokens finds it)
+                out[k] = {"$token": [index[held[0]], held[1]]} if held is not None else v
             elif k == "key" and isinstance(v, str) and v in m.receipts:
                 r = m.receipts[v]
                 out[k] = {"$key": [index.get(r["work_id"], -1), r["step_id"], r["tool"]]}
@@ -609,7 +625,20 @@ class Harness:
 
     # ------------------------------------------------------------------ driving items along the table
     def path_to(self, src: str, dst: str) -> list[tuple[str, str, str]]:
-        """Shortest path of (from, to, op) edges using operations of claimed profiles."""
+        """Shortest path of (from, to, op) edges using operations of claimed profiles (worked out
+        once per pair: the table and the claimed profiles do not change; a new list each time)."""
+        got = self._paths.get((src, dst))
+        if got is None:
+            try:
+                got = self._path(src, dst)
+            except NotApplicable as exc:
+                got = str(exc)
+            self._paths[(src, dst)] = got
+        if type(got) is str:
+            raise NotApplicable(got)
+        return list(got)
+
+    def _path(self, src: str, dst: str) -> list[tuple[str, str, str]]:
         if src == dst:
             return []
         frontier = [(src, [])]

@@ -14,8 +14,8 @@ checks are compiled once per Spec (``argcheck.py``); a written row is never read
 snapshot is built from the old one and the changes); a record this connection committed is
 reused after a one-column check that its ``event_count`` is unchanged, instead of materialising
 the whole row again, and an event trail it read before on the same condition (only the events
-appended since are read and parsed; the trail is handed out as a new list unmarshalled from
-bytes); event data goes through one pre-built JSON encoder; CHECKs and triggers
+appended since are read and parsed; the trail is handed out as new dicts copied from ones no
+caller holds); event data goes through one pre-built JSON encoder; CHECKs and triggers
 avoid constant ``IN`` lists; contending writers are retried in sub-millisecond steps.
 """
 
@@ -38,7 +38,7 @@ from ledgercheck.transport.protocol import LedgerError
 from .argcheck import Problem, compile_all
 from .journal import JournalOps
 from .lanes import LaneOps
-from .opening import LedgerOpenError, check_file, classify, prepare, while_busy
+from .opening import LedgerOpenError, busy_retries, check_file, classify, prepare
 from .pointer import ActivePointer
 from .recovery import RecoveryOps
 from .rows import INSERT_EVENT, SELECT_WORK, Rec, decode, encode, load
@@ -68,6 +68,23 @@ _TRIGGER_NAME = re.compile(r"CREATE TRIGGER (\w+)")
 _LEASED = SELECT_WORK + " INDEXED BY work_lease WHERE lease_token IS NOT NULL"
 _WAIT_DUE = SELECT_WORK + " INDEXED BY work_wait WHERE waiting_deadline < ?"
 _RETRY_DUE = SELECT_WORK + " INDEXED BY work_retry WHERE next_retry_at <= ?"
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat_data(data: Any) -> bool:
+    """Whether an event's data is a dict of immutable scalars only (copied with ``{**data}``)."""
+    return type(data) is dict and all(type(v) in _SCALARS for v in data.values())
+
+
+def _handout(events: Any, flat: tuple[bool, ...]) -> list[dict[str, Any]]:
+    """New objects equal to ``events`` (same types, same key order) that share nothing mutable
+    with them: each event dict copied, its data copied too (``flat``: at one level; else a
+    marshal round trip, exact about types and order)."""
+    if all(flat):
+        return [{**e, "data": {**e["data"]}} for e in events]
+    return [{**e, "data": {**e["data"]} if f else marshal.loads(marshal.dumps(e["data"]))} for e, f in zip(events, flat, strict=True)]
 
 
 def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -214,9 +231,10 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         # schema.py) is still the row's; it saves materialising the whole row again.
         self._cache: dict[str, Rec] = {}
         self._pending: list[Rec] = []
-        # Event trails this connection read, by work id: (events, marshalled list, the row's seq
-        # if known), reused on the same condition (see events()).
-        self._trails: dict[str, tuple[int, bytes, int | None]] = {}
+        # Event trails this connection read, by work id: (events, the events as dicts no caller
+        # holds, which of their data are flat (_flat_data), the row's seq if known), reused on the
+        # same condition (see events()).
+        self._trails: dict[str, tuple[int, tuple[dict[str, Any], ...], tuple[bool, ...], int | None]] = {}
         # jitter draws: from a seeded generator when the caller wants replays to repeat
         # exactly (the harness's hypothesis runs), from the OS otherwise
         self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -335,13 +353,27 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         return LedgerError("internal", f"{self.path}: database error: {exc}")
 
     def _waiting(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, retried in short steps while the database is locked, until the busy timeout."""
-        return while_busy(lambda: fn(*args), self.busy_timeout)
+        """``fn(*args)``, retried in short steps while the database is locked, until the busy
+        timeout (``opening.while_busy``, its first try made here without a closure)."""
+        try:
+            return fn(*args)
+        except sqlite3.OperationalError as exc:
+            if classify(exc) != "busy":
+                raise
+        return busy_retries(lambda: fn(*args), self.busy_timeout)
+
+    def _one(self, sql: str, params: tuple[Any, ...] | list[Any]) -> Any:
+        """The first row of a query outside a transaction (through :meth:`_waiting`)."""
+        return self.conn.execute(sql, params).fetchone()
+
+    def _all(self, sql: str, params: tuple[Any, ...] | list[Any]) -> list[Any]:
+        """Every row of a query outside a transaction (through :meth:`_waiting`)."""
+        return self.conn.execute(sql, params).fetchall()
 
     def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
         with self._lock:
             try:
-                return self._waiting(lambda: self.conn.execute(sql, params).fetchall())
+                return self._waiting(self._all, sql, params)
             except self.DB_ERRORS as exc:
                 raise self._db_error(exc) from None
 
@@ -519,9 +551,9 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         with self._lock:
             try:
                 hit = self._cache.get(work_id)
-                if hit is not None and self._waiting(lambda: self.conn.execute(_VERSION, (hit.seq,)).fetchone()) == (hit.n,):
+                if hit is not None and self._waiting(self._one, _VERSION, (hit.seq,)) == (hit.n,):
                     return hit.snap.copy()
-                r = self._waiting(lambda: self.conn.execute(_BY_ID, (work_id,)).fetchone())
+                r = self._waiting(self._one, _BY_ID, (work_id,))
             except self.DB_ERRORS as exc:
                 raise self._db_error(exc) from None
         if r is None:
@@ -541,24 +573,24 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
         return [load(r).snap for r in self._read(sql, params)]
 
     def events(self, *, work_id: str) -> list[dict[str, Any]]:
-        """The record's events in order.  A trail read before is kept (as one marshalled blob):
-        it is reused while the row's ``event_count`` is unchanged, and only the events appended
-        since are read and parsed (the trail is append-only, schema.py); every call hands out
-        new objects (``marshal.loads``), which a caller may change freely."""
+        """The record's events in order.  A trail read before is kept (objects no caller ever
+        gets): it is reused while the row's ``event_count`` is unchanged, and only the events
+        appended since are read and parsed (the trail is append-only, schema.py); every call
+        hands out new objects (:func:`_handout`), which a caller may change freely."""
         self._check("events", {"work_id": work_id})
         with self._lock:
             try:
                 held = self._trails.get(work_id)
                 if held is not None:
                     # (by the row's seq when this connection knows it: one b-tree instead of two)
-                    got = self._waiting(lambda: self.conn.execute(_COUNT_BY_ID, (work_id,)).fetchone()) if held[2] is None \
-                        else self._waiting(lambda: self.conn.execute(_VERSION, (held[2],)).fetchone())
+                    got = self._waiting(self._one, _COUNT_BY_ID, (work_id,)) if held[3] is None \
+                        else self._waiting(self._one, _VERSION, (held[3],))
                     if got is not None and got[0] == held[0]:
-                        return marshal.loads(held[1])
+                        return _handout(held[1], held[2])
                     if got is None or got[0] < held[0]:
                         held = None  # not the trail this connection read: read it whole
                 since = held[0] if held is not None else 0
-                rows = self._waiting(lambda: self.conn.execute(_TRAIL, (work_id, self._first + since)).fetchall())
+                rows = self._waiting(self._all, _TRAIL, (work_id, self._first + since))
             except self.DB_ERRORS as exc:
                 raise self._db_error(exc) from None
         if not rows and held is None:  # every record has its work_created event
@@ -569,11 +601,18 @@ class Ledger(RecoveryOps, JournalOps, LaneOps, SuperviseOps):
             raise ValueError("an event's data column is not one JSON value")
         new = [{"work_id": r[0], "seq": r[1], "type": r[2], "from_status": r[3], "to_status": r[4], "at": r[5],
                 "actor": r[6], "data": d} for r, d in zip(rows, datas, strict=True)]
-        trail = marshal.loads(held[1]) + new if held is not None else new
+        # what is kept: copies of the new events (taken before the caller gets them), after
+        # copies of those kept before (the caller gets those, as ever, as new objects)
+        flat = tuple(map(_flat_data, datas))
+        kept_new = _handout(new, flat)
+        if held is not None:
+            trail = _handout(held[1], held[2]) + new
+            kept, flat = held[1] + tuple(kept_new), held[2] + flat
+        else:
+            trail, kept = new, tuple(kept_new)
         trails = self._trails
         rec = self._cache.get(work_id)
-        trails[work_id] = (since + len(rows), marshal.dumps(trail),  # (taken before the caller gets the list)
-                           rec.seq if rec is not None else None)
+        trails[work_id] = (since + len(rows), kept, flat, rec.seq if rec is not None else None)
         while len(trails) > CACHE_MAX:
             del trails[next(iter(trails))]
         return trail

@@ -98,6 +98,11 @@ def while_busy(fn: Callable[[], T], timeout: float) -> T:
     except sqlite3.OperationalError as exc:
         if classify(exc) != "busy":
             raise
+    return busy_retries(fn, timeout)
+
+
+def busy_retries(fn: Callable[[], T], timeout: float) -> T:
+    """:func:`while_busy` after its first try of ``fn()`` met a locked database: the retries."""
     deadline = time.monotonic() + timeout
     pause = 0.00005
     while True:

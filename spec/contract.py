@@ -84,6 +84,8 @@ class Operation:
     statuses: tuple[str, ...] = ()
 
     def event_for(self, target: str | None = None) -> str | None:
+        if type(self.event) is str or self.event is None:  # (no Mapping: answered without the ABC)
+            return self.event
         if isinstance(self.event, Mapping):
             return self.event.get(target) if target is not None else None
         return self.event

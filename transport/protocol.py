@@ -331,7 +331,12 @@ class Outcome:
         # the fields go straight into the instance dict: a frozen dataclass's own __init__ sets
         # each through object.__setattr__, which made building an Outcome (several per adapter
         # call) cost more than the call's own bookkeeping.  Assignment stays refused (frozen).
-        self.__dict__.update(ok=ok, value=value, code=code, message=message, definite=definite)
+        d = self.__dict__
+        d["ok"] = ok
+        d["value"] = value
+        d["code"] = code
+        d["message"] = message
+        d["definite"] = definite
 
     @classmethod
     def success(cls, value: Any) -> Outcome:

@@ -26,7 +26,8 @@ from operator import itemgetter
 from typing import Any, Self
 
 from ledgercheck.spec import Spec, UnknownClause, rules
-from ledgercheck.spec.args import arg_problem, is_num
+from ledgercheck.spec.args import compiled as compiled_arg_checks
+from ledgercheck.spec.args import is_num
 from ledgercheck.spec.rules import fold
 from ledgercheck.transport.protocol import Outcome
 
@@ -133,6 +134,10 @@ class ModelBase:
         self.identity: dict[tuple[Any, ...], str] = {}
         self.policies: dict[str, dict[str, Any] | None] = {}
         self.tokens: dict[str, list[str]] = {}  # every token ever issued per item, oldest first
+        # token -> (the first item of ``tokens`` holding it, its first place in that item's list):
+        # what a scan of ``tokens`` finds first, kept in step by _new_tokens and _add_token (the
+        # only writers of ``tokens``), so the trace names a token without a scan (Harness.symbolize)
+        self.token_refs: dict[str, tuple[str, int]] = {}
         self.blame: dict[str, dict[str, str]] = {}  # per item: field -> clause for the last change
         self.blame_default: dict[str, str] = {}
         # per item: the operation of its last change; with the clauses' ``judges`` of the form
@@ -179,6 +184,7 @@ class ModelBase:
         # model predicts one value; another allowed one is taken over (snapshot and event data)
         self.open_fields: dict[str, dict[str, tuple[Any, ...]]] = {}
         self._handlers = dispatch_table(spec, type(self))
+        self._arg_checks = compiled_arg_checks(spec)  # operation -> arg_problem of it, compiled
 
     # ------------------------------------------------------------------ public interface
     def fork(self) -> Self:
@@ -248,7 +254,7 @@ class ModelBase:
     # ------------------------------------------------------------------ comparisons
     def check_work(self, actual: Any, work_id: str | None = None, blame: str | None = None) -> list[Violation]:
         """Compare an implementation's snapshot with the model's (``blame`` overrides the clause)."""
-        if not isinstance(actual, Mapping):
+        if not _is_map(actual):
             return self.keep([Violation("core.status.enum", f"snapshot is not an object: {actual!r:.80}")])
         wid = work_id or actual.get("work_id")
         if wid not in self.items:
@@ -269,15 +275,16 @@ class ModelBase:
         with the same verdicts, but the events a read-back of this item already found right are
         not compared field by field again while they are unchanged.
 
-        After a trail passed, it is kept as bytes (``marshal`` version 2: one encoding per value,
-        exact about types, dict order included, objects never shared), with the fold of it.  The
-        item's next trail is encoded the same way: while its first events encode to the bytes
-        kept (each value's encoding delimits itself, so equal leading bytes are equal events),
-        only the events after them are compared with the model, and the fold goes on from the
-        one kept.  Any difference in those first events (a changed value, type or key order), a
-        trail marshal cannot encode, or a model trail that is not the one they were compared
-        with (:meth:`adopt` replaces it) falls back to the full comparison."""
-        blob = _encoded(actual) if type(actual) is list else None
+        After a trail passed, it is kept as bytes (:func:`_trail_encoding`, ``marshal``: exact
+        about types, dict order included), with the fold of it.  The item's next trail is encoded
+        the same way: while its first events encode to the bytes kept (each value's encoding
+        delimits itself, and decoding them depends on nothing after them, so equal leading bytes
+        are equal events), only the events after them are compared with the model, and the fold
+        goes on from the one kept.  Any difference in those first events (a changed value, type,
+        key order, or which of their objects are one object), a trail marshal cannot encode, or
+        a model trail that is not the one they were compared with (:meth:`adopt` replaces it)
+        falls back to the full comparison."""
+        blob = _trail_encoding(actual) if type(actual) is list else None
         start, state = self._verified_prefix(work_id, blob)
         found = self._compare_events(work_id, actual, start)
         folded = None
@@ -539,9 +546,45 @@ class ModelBase:
                 run["state"] = "pending"
 
     def _check_returned(self, new: Mapping[str, Any], res: Any, blame: Mapping[str, str], default: str) -> list[Violation]:
-        if not isinstance(res, Mapping):
+        if not _is_map(res):
             raise _Bad(default, f"expected a work snapshot, got {res!r:.80}")
         return self._compare_work(new, res, blame, default)
+
+    def _new_tokens(self, wid: str) -> None:
+        """A new item holds no token yet."""
+        had = self.tokens.get(wid)
+        self.tokens[wid] = []
+        if had:  # (never for a new item) tokens left the index: work it out again
+            self._index_tokens()
+
+    def _add_token(self, wid: str, tok: Any) -> None:
+        """Note a token issued to ``wid`` (its list of tokens exists)."""
+        toks = self.tokens[wid]
+        toks.append(tok)
+        if isinstance(tok, str):
+            refs = self.token_refs
+            held = refs.get(tok)
+            if held is None:
+                refs[tok] = (wid, len(toks) - 1)
+            elif held[0] != wid:
+                # the same token held by two items: the one a scan meets first keeps it
+                order = list(self.tokens)
+                if order.index(wid) < order.index(held[0]):
+                    refs[tok] = (wid, toks.index(tok))
+
+    def _index_tokens(self) -> None:
+        """``token_refs`` worked out from ``tokens`` (what a scan finds first)."""
+        refs: dict[str, tuple[str, int]] = {}
+        for wid, toks in self.tokens.items():
+            for i, tok in enumerate(toks):
+                if isinstance(tok, str) and tok not in refs:
+                    refs[tok] = (wid, i)
+        self.token_refs = refs
+
+    def token_ref(self, tok: str) -> tuple[str, int] | None:
+        """The first item holding the token ``tok`` and its place in that item's list, as a scan
+        of ``tokens`` in order finds them; None when no item holds it."""
+        return self.token_refs.get(tok)
 
     def _lease_blame(self, it: Mapping[str, Any], base: str) -> str:
         return "lease.per_source" if it["source_system"] in self.spec.lease_by_source else base
@@ -557,7 +600,7 @@ class ModelBase:
 
     # ------------------------------------------------------------------ argument checks
     def _bad_args(self, op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
-        bad = arg_problem(self.spec, op, args)
+        bad = self._arg_checks[op](args)  # (arg_problem, compiled: spec.args.compiled)
         if bad is None:
             return None
         name, problem = bad
@@ -567,7 +610,7 @@ class ModelBase:
         st = args.get("status")
         if op != "close_out" or not isinstance(st, str) or st not in self.spec.statuses or self.spec.terminal(st):
             return False
-        bad = arg_problem(self.spec, op, args)
+        bad = self._arg_checks[op](args)
         return bad is not None and bad[0] == "status"
 
     # ------------------------------------------------------------------ shared by the profiles' operations
@@ -605,21 +648,69 @@ class ModelBase:
         ]
         tok = snapshot.get("lease_token")
         if tok and tok not in self.tokens.setdefault(work_id, []):
-            self.tokens[work_id].append(tok)
+            self._add_token(work_id, tok)
         self._events_before[work_id] = len(events)
 
 
-def _picker(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
-    """A function giving the values of ``names`` in a mapping, as a tuple (KeyError where one is missing)."""
-    if len(names) == 1:
-        return lambda m, _n=names[0]: (m[_n],)
-    return itemgetter(*names) if names else (lambda m: ())
+class _Fields:
+    """Some fields of a mapping: their values as a tuple (calling it; KeyError where one is
+    missing) and ``same(a, b)``, :func:`_all_same`'s test of them, compiled to one test per
+    field in line (CPython 3.11 runs that faster than tuples built through itemgetter and
+    map(type, ...))."""
+
+    __slots__ = ("names", "pick", "same")
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = tuple(names)
+        if len(names) == 1:
+            self.pick: Callable[[Any], tuple[Any, ...]] = lambda m, _n=names[0]: (m[_n],)
+        else:
+            self.pick = itemgetter(*names) if names else (lambda m: ())
+        self.same: Callable[[Any, Any], bool] = _compile_same(self.names)
+
+    def __call__(self, m: Any) -> tuple[Any, ...]:
+        return self.pick(m)
+
+
+_SAME: dict[tuple[str, ...], Callable[[Any, Any], bool]] = {}
+
+
+def _compile_same(names: tuple[str, ...]) -> Callable[[Any, Any], bool]:
+    """``same(a, b)``: every field of ``names`` in both mappings (read first, as itemgetter reads
+    them: KeyError or TypeError is False) and, in each, the same object or equal and of the same
+    type.  Compiled once per tuple of names (a model is made for every fresh ledger)."""
+    got = _SAME.get(names)
+    if got is None:
+        if len(_SAME) > 64:
+            _SAME.clear()
+        got = _SAME[names] = _compile_same_now(names)
+    return got
+
+
+def _compile_same_now(names: tuple[str, ...]) -> Callable[[Any, Any], bool]:
+    reads = [f"        a{i} = a[{n!r}]\n        b{i} = b[{n!r}]" for i, n in enumerate(names)]
+    tests = [f"    if a{i} is not b{i} and not (a{i} == b{i} and type(a{i}) is type(b{i})): return False"
+             for i in range(len(names))]
+    src = ("def same(a, b):\n    try:\n" + ("\n".join(reads) or "        pass")
+           + "\n    except (KeyError, TypeError):\n        return False\n" + "\n".join(tests) + "\n    return True\n")
+    scope: dict[str, Any] = {}
+    exec(src, scope)  # noqa: S102 - generated from the contract's field names (repr'd) only
+    return scope["same"]  # type: ignore[no-any-return]
+
+
+def _picker(names: list[str]) -> _Fields:
+    """The values of ``names`` in a mapping, as a tuple (KeyError where one is missing), and their
+    one-step comparison (:func:`_all_same`)."""
+    return _Fields(names)
 
 
 def _all_same(pick: Callable[[Any], tuple[Any, ...]], a: Any, b: Any) -> bool:
     """Whether every field ``pick`` takes is in both mappings and passes the first test of
-    ``_same`` in each (the same object, or equal and of the same type): one comparison of two
-    tuples and of their types, where the field-by-field loops would find nothing to report."""
+    ``_same`` in each (the same object, or equal and of the same type): one test per field in
+    line (:class:`_Fields`), where the field-by-field loops would find nothing to report."""
+    same = getattr(pick, "same", None)
+    if same is not None:
+        return same(a, b)  # type: ignore[no-any-return]
     try:
         x, y = pick(a), pick(b)
     except (KeyError, TypeError):
@@ -634,9 +725,31 @@ def _frozen(folded: dict[str, Any] | None) -> dict[str, Any] | bytes | None:
     """A fold kept for later: as it is when it holds only immutable values (fold() copies the
     dict it goes on from), else encoded, so that no later change to an object it shares with
     the implementation's answer reaches it."""
-    if folded is None or set(map(type, folded.values())) <= _SCALARS:
+    if folded is None or _SCALARS.issuperset(map(type, folded.values())):
         return folded
     return _encoded(folded)
+
+
+_LIST = ord("[")  # marshal's type code of a list not entered in its table of shared objects
+
+
+def _trail_encoding(trail: list[Any]) -> bytes | None:
+    """A trail's marshal encoding (the current version, which writes short strings directly and
+    a second occurrence of an object as a back-reference) for comparing prefixes: None for a
+    trail marshal cannot encode, or one whose list marshal entered in its table of shared
+    objects (the encoding of a fresh copy of the list never is, in CPython).
+
+    Decoding an element reads only its own bytes and the objects decoded before it; with the
+    list itself out of the table, nothing in the elements can refer to it, so the first k
+    elements' bytes decode to the same values wherever they stand: equal leading bytes after
+    the 5 of the list's type and length are equal leading events (types and key order
+    included).  Equal events whose objects are shared differently encode differently, which
+    only costs a full comparison."""
+    try:
+        blob = marshal.dumps(list(trail))
+    except ValueError:
+        return None
+    return blob if blob[0] == _LIST else None
 
 
 def _encoded(value: Any) -> bytes | None:
@@ -656,9 +769,17 @@ class _Bad(Exception):
 
 
 def _moves(res: Any, clause: str) -> list[Mapping[str, Any]]:
-    if not isinstance(res, list) or not all(isinstance(m, Mapping) and isinstance(m.get("work_id"), str) for m in res):
+    if not isinstance(res, list) or not all(_is_map(m) and isinstance(m.get("work_id"), str) for m in res):
         raise _Bad(clause, f"expected a list of moves {{work_id, from_status, to_status, reason}}, got {res!r:.80}")
     return res
+
+
+def _is_map(x: Any) -> bool:
+    """``isinstance(x, Mapping)``, a dict answered without asking the ABC."""
+    return type(x) is dict or isinstance(x, Mapping)
+
+
+_JSON_SCALARS = frozenset({str, int, float, type(None)})
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -666,11 +787,13 @@ def same_json(a: Any, b: Any) -> bool:
     not JSON's), an integral float equals its integer (2.0 is 2), containers compare element-wise."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if type(a) in _JSON_SCALARS and type(b) in _JSON_SCALARS:  # (neither a Mapping nor a list)
+        return a == b
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, Mapping | list) or isinstance(b, Mapping | list):
+    if isinstance(a, (Mapping, list)) or isinstance(b, (Mapping, list)):
         return False
     return a == b
 

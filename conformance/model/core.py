@@ -8,7 +8,17 @@ from typing import Any
 
 from ledgercheck.spec import rules
 
-from .base import _LIVE_LEASE_REFUSED, Accept, Expectation, ModelBase, Refuse, Violation, _Bad, _moves
+from .base import (
+    _LIVE_LEASE_REFUSED,
+    Accept,
+    Expectation,
+    ModelBase,
+    Refuse,
+    Violation,
+    _Bad,
+    _is_map,
+    _moves,
+)
 
 
 class CoreOps(ModelBase):
@@ -47,7 +57,7 @@ class CoreOps(ModelBase):
         if existing is not None:
             def same(res: Any) -> list[Violation]:
                 out = []
-                if not isinstance(res, Mapping) or not isinstance(res.get("work"), Mapping):
+                if not _is_map(res) or not _is_map(res.get("work")):
                     raise _Bad("core.create.unique_unit", f"expected {{work, created}}, got {res!r:.80}")
                 if res.get("created") is not False:
                     # with an empty run id: the unit without one (the run identity clause says so)
@@ -67,7 +77,7 @@ class CoreOps(ModelBase):
 
         def new(res: Any) -> list[Violation]:
             out = []
-            if not isinstance(res, Mapping) or not isinstance(res.get("work"), Mapping):
+            if not _is_map(res) or not _is_map(res.get("work")):
                 raise _Bad("core.create.initial", f"expected {{work, created}}, got {res!r:.80}")
             w = res["work"]
             wid = w.get("work_id")
@@ -87,7 +97,7 @@ class CoreOps(ModelBase):
             self.order[wid] = len(self.order)
             self.identity[key] = wid
             self.policies[wid] = a.get("retry_policy")
-            self.tokens[wid] = []
+            self._new_tokens(wid)
             self.events[wid] = []
             self._append(wid, "work_created", None, item["status"], a["now"], item)
             self._commit(wid, item, {}, "core.create.initial")
@@ -101,7 +111,7 @@ class CoreOps(ModelBase):
         wid = a["work_id"]
         if wid not in self.items:
             return Refuse(frozenset({"not_found"}), "core.not_found", f"no work {wid!r}")
-        return Accept(lambda res: self.check_work(res, wid) if isinstance(res, Mapping) else [Violation("core.list.complete", f"get returned {res!r:.60}")],
+        return Accept(lambda res: self.check_work(res, wid) if _is_map(res) else [Violation("core.list.complete", f"get returned {res!r:.60}")],
                       "core.not_found", "the record exists")
 
     def _op_list(self, a: dict[str, Any]) -> Expectation:
@@ -110,7 +120,7 @@ class CoreOps(ModelBase):
                 and (a.get("quarantined") is None or it["quarantined"] == a["quarantined"])]
 
         def h(res: Any) -> list[Violation]:
-            if not isinstance(res, list) or not all(isinstance(x, Mapping) for x in res):
+            if not isinstance(res, list) or not all(map(_is_map, res)):
                 raise _Bad("core.list.complete", f"list must return a list of snapshots, got {res!r:.80}")
             got = [x.get("work_id") for x in res]
             out = []
@@ -147,7 +157,7 @@ class CoreOps(ModelBase):
                 if candidates:
                     return [Violation("core.transition.allowed", f"claim returned nothing while {sorted(candidates)} could be claimed")]
                 return []
-            if not isinstance(res, Mapping):
+            if not _is_map(res):
                 raise _Bad("core.transition.allowed", f"claim must return a snapshot or null, got {res!r:.80}")
             wid = res.get("work_id")
             if not candidates:
@@ -175,7 +185,7 @@ class CoreOps(ModelBase):
                      # attempts count toward retry limits, stints toward the execution budget
                      "attempt": "retry.exhausted", "started_at": "retry.execution_timeout"}
             self._begin(wid)
-            self.tokens[wid].append(tok)
+            self._add_token(wid, tok)
             self._append(wid, self.spec.operations["claim"].event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, "core.transition.allowed")
             return out + self._compare_work(new, res, blame, "core.transition.allowed")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
-from .base import Accept, Expectation, ModelBase, Refuse, Violation, _Bad, same_json
+from .base import Accept, Expectation, ModelBase, Refuse, Violation, _Bad, _is_map, same_json
 
 
 class IdempotencyOps(ModelBase):
@@ -35,7 +34,7 @@ class IdempotencyOps(ModelBase):
             return fenced
 
         def h(res: Any) -> list[Violation]:
-            if not isinstance(res, Mapping) or not isinstance(res.get("receipt"), Mapping):
+            if not _is_map(res) or not _is_map(res.get("receipt")):
                 raise _Bad("idem.begin", f"expected {{receipt, created}}, got {res!r:.80}")
             out = []
             if existing is not None:
@@ -60,7 +59,7 @@ class IdempotencyOps(ModelBase):
             self.unresolved.discard(rec["work_id"])
 
     def _compare_receipt(self, exp: dict[str, Any], got: Any, clause: str) -> list[Violation]:
-        if not isinstance(got, Mapping):
+        if not _is_map(got):
             return [Violation(clause, f"expected a receipt, got {got!r:.80}")]
         out = []
         for f in ("key", "input_hash"):
@@ -153,7 +152,7 @@ class IdempotencyOps(ModelBase):
         def h(res: Any) -> list[Violation]:
             if not isinstance(res, list):
                 raise _Bad("idem.begin", f"effect_list must return a list, got {res!r:.80}")
-            got = {r.get("key"): r for r in res if isinstance(r, Mapping)}
+            got = {r.get("key"): r for r in res if _is_map(r)}
             out = []
             if set(got) != {r["key"] for r in want} or len(got) != len(res):
                 out.append(Violation("idem.begin", f"{wid}: journal holds {sorted(k[:12] for k in got if isinstance(k, str))}, expected {sorted(r['key'][:12] for r in want)}"))

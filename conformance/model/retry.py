@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from .base import (
@@ -14,6 +13,7 @@ from .base import (
     Refuse,
     Violation,
     _Bad,
+    _is_map,
     _is_num,
     _moves,
 )
@@ -47,7 +47,7 @@ class RetryOps(ModelBase):
         lo, hi = self.spec.backoff_range(policy, it["attempt"])
 
         def h(res: Any) -> list[Violation]:
-            if not isinstance(res, Mapping):
+            if not _is_map(res):
                 raise _Bad(status_clause, f"expected a snapshot, got {res!r:.80}")
             out = []
             new = dict(it)

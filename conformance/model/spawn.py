@@ -59,7 +59,7 @@ class SpawnOps(ModelBase):
             self.order[wid] = len(self.order)
             self.identity[ident] = wid
             self.policies[wid] = None
-            self.tokens[wid] = []
+            self._new_tokens(wid)
             self.events[wid] = []
             self._append(wid, self.spec.operations["create"].event_for(item["status"]), None, item["status"], now, item)
             self._commit(wid, item, {}, "spawn.mobile")

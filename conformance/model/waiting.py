@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from .base import _LIVE_LEASE_REFUSED, Accept, Expectation, ModelBase, Refuse, Violation, _Bad
+from .base import _LIVE_LEASE_REFUSED, Accept, Expectation, ModelBase, Refuse, Violation, _Bad, _is_map
 
 
 class WaitingOps(ModelBase):
@@ -46,7 +45,7 @@ class WaitingOps(ModelBase):
         dst = targets[0]
 
         def h(res: Any) -> list[Violation]:
-            if not isinstance(res, Mapping):
+            if not _is_map(res):
                 raise _Bad("waiting.resume", f"expected a snapshot, got {res!r:.80}")
             tok, out = self._fresh_token(wid, res, "waiting.resume")
             lt = self.spec.lease_for(it["source_system"])
@@ -56,7 +55,7 @@ class WaitingOps(ModelBase):
             blame = {"lease_version": "lease.version.monotonic", "lease_expires_at": self._lease_blame(it, "waiting.resume"),
                      "started_at": "retry.execution_timeout"}
             self._begin(wid)
-            self.tokens[wid].append(tok)
+            self._add_token(wid, tok)
             self._append(wid, self.spec.operations["resume"].event_for(dst), it["status"], dst, now, new)
             self._commit(wid, new, blame, "waiting.resume")
             return out + self._compare_work(new, res, blame, "waiting.resume")

@@ -68,3 +68,29 @@ def test_all_same_is_exact_about_types():
     assert not base._all_same(pick, {"a": {"x": 1}, "b": None}, {"a": {"x": 2}, "b": None})
     one = base._picker(["a"])
     assert base._all_same(one, {"a": "x"}, {"a": "x"}) and not base._all_same(one, {"a": "x"}, {"a": "y"})
+
+
+def _all_same_as_tuples(names: list[str], a: Any, b: Any) -> bool:
+    """_all_same as it was: the fields' values as tuples, compared, then their types."""
+    from operator import itemgetter
+
+    pick = itemgetter(*names) if len(names) > 1 else (lambda m: (m[names[0]],))
+    try:
+        x, y = pick(a), pick(b)
+    except (KeyError, TypeError):
+        return False
+    return x == y and tuple(map(type, x)) == tuple(map(type, y))
+
+
+def test_the_compiled_one_step_comparison_is_the_tuple_comparison():
+    nan = float("nan")
+    values = [None, True, False, 0, 1, 1.0, 2, "", "x", "1", nan, float("nan"), [], [1], [1.0], {"k": 1}, {"k": True}, (1,)]
+    names = ["a", "b"]
+    pick = base._picker(names)
+    for x, y in [(x, y) for x in values for y in values]:
+        for a, b in [({"a": x, "b": None}, {"a": y, "b": None}), ({"b": x, "a": 1}, {"a": 1, "b": y, "c": 0}),
+                     ({"a": x}, {"a": y, "b": None}), ({"a": x, "b": y}, [x, y]), ({"a": x, "b": x}, {"a": y, "b": y})]:
+            assert base._all_same(pick, a, b) == _all_same_as_tuples(names, a, b), (a, b)
+    assert base._all_same(pick, {"a": nan, "b": None}, {"a": nan, "b": None})  # the same object
+    assert not base._all_same(pick, {"a": nan, "b": None}, {"a": float("nan"), "b": None})
+    assert base._picker(names).same is pick.same  # compiled once per tuple of names

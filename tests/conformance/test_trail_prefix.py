@@ -185,3 +185,45 @@ def test_a_kept_fold_shares_no_object_with_the_answer_it_came_from(spec):
     assert h.model.check_trail(wid, trail, snap) == []
     trail[-1]["data"]["result"]["answer"].append(3)  # the object the fold took its result from
     assert h.model.check_trail(wid, pristine, snap) == []
+
+
+def test_equal_events_shared_differently_are_compared_in_full(spec, starts):
+    """The encoding writes an object met again as a reference to it: the same values with their
+    objects shared otherwise encode otherwise, and the trail is compared in full (with the full
+    comparison's verdict), never taken for the kept one on bytes that mean something else."""
+    from ledgercheck.conformance.model.base import _trail_encoding
+
+    h, wid = _walk(spec)
+    snap = h.raw("get", work_id=wid).value
+    trail = h.raw("events", work_id=wid).value
+    assert h.model.check_trail(wid, trail, snap) == []
+    kept = h.model._verified[wid][2]
+    shared = copy.deepcopy(trail)
+    for e in shared[1:]:  # one str object for every event's (equal) work id
+        e["work_id"] = shared[0]["work_id"]
+    wrong = copy.deepcopy(trail)
+    wrong[1]["data"] = wrong[0]["data"]  # one object, but not the value the second event had
+    unshared = copy.deepcopy(trail)
+    for e in unshared:  # every string a new object of its own
+        for k, v in list(e.items()):
+            if isinstance(v, str):
+                e[k] = "".join(list(v))
+    for alt, caught in ((shared, False), (unshared, False), (wrong, True)):
+        blob = _trail_encoding(alt)
+        assert blob is not None and not blob.startswith(kept, 5)
+        want = _full(h.model, wid, alt, snap)
+        starts.clear()
+        got = sorted({v.clause for v in h.model.check_trail(wid, alt, snap)})
+        assert starts == [0] and got == want and bool(got) == caught, (got, want)
+        assert h.model.check_trail(wid, trail, snap) == []  # (kept again from the right trail)
+
+
+def test_the_trail_encoding_never_enters_the_list_in_its_table(spec):
+    from ledgercheck.conformance.model.base import _trail_encoding
+
+    h, wid = _walk(spec)
+    trail = h.raw("events", work_id=wid).value
+    held = [trail, trail]  # the caller's list, referred to from elsewhere too
+    blob = _trail_encoding(held[0])
+    assert blob is not None and blob[:1] == b"["
+    assert _trail_encoding([object()]) is None

@@ -121,3 +121,25 @@ def test_checker_messages_still_come_from_the_full_validator() -> None:
     msg = chk.problem("get", {**snap, "attempt": "one"})
     assert msg is not None and msg.startswith("get returned a malformed result") and "attempt" in msg
     assert chk.problem("events", [{**VALID["event_list"][0][0], "seq": True}]) is not None
+
+
+
+def test_quick_path_cases_it_must_get_right() -> None:
+    """An absent required property is "not sure" (its KeyError is caught), an absent optional
+    one passes, a list's items are checked in the loop as their own schema says."""
+    snap = VALID["work"][0]
+    assert QUICK["work"](snap)
+    for bad in ({**snap, "attempt": "one"}, {**snap, "attempt": True}, {**snap, "cancel_requested": None},
+                {k: v for k, v in snap.items() if k != "lease_token"}, {k: v for k, v in snap.items() if k != "result"}):
+        assert not QUICK["work"](bad) and not _full_ok("work", bad)
+    assert QUICK["work"]({**snap, "result": {"any": ["thing"]}}) and QUICK["work"]({**snap, "extra": 1})
+    event = VALID["event_list"][0][0]
+    without_at = {k: v for k, v in event.items() if k != "at"}  # "at" is optional: absent passes, null does not
+    assert QUICK["event_list"]([event, without_at]) and _full_ok("event_list", [event, without_at])
+    for bad in ([event, {**event, "at": None}], [event, {k: v for k, v in event.items() if k != "seq"}], [event, "x"],
+                [event, [event]]):
+        assert not QUICK["event_list"](bad) and not _full_ok("event_list", bad)
+    # stricter than the schema where it may be: an integral float for an integer is left to it
+    assert not QUICK["event_list"]([event, {**event, "seq": 1.0}]) and _full_ok("event_list", [event, {**event, "seq": 1.0}])
+    assert QUICK["work_list"]([snap, snap]) and not QUICK["work_list"]([snap, {**snap, "status": None}])
+    assert QUICK["work_or_null"](None) and QUICK["work_or_null"](snap) and not QUICK["work_or_null"]({})

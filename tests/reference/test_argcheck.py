@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledgercheck.reference.argcheck import compile_all
 from ledgercheck.spec import default_spec
-from ledgercheck.spec.args import arg_problem
+from ledgercheck.spec.args import arg_problem, compiled
 
 SPEC = default_spec()
 CHECKS = compile_all(SPEC)
@@ -52,6 +52,15 @@ def test_compiled_checks_equal_arg_problem(call: tuple[str, dict[str, Any]]) -> 
     except Exception as exc:  # noqa: BLE001
         got = type(exc)
     assert got == want
+    try:
+        shared: Any = compiled(SPEC)[op](args)  # (the model's: spec.args.compiled, made once per Spec)
+    except Exception as exc:  # noqa: BLE001
+        shared = type(exc)
+    assert shared == want
+
+
+def test_the_compiled_checks_are_made_once_per_spec() -> None:
+    assert compiled(SPEC) is compiled(SPEC) and set(compiled(SPEC)) == set(SPEC.operations)
 
 
 def test_compiled_checks_on_typical_calls() -> None:

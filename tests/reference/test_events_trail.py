@@ -57,3 +57,26 @@ def test_a_trail_cut_behind_the_ledgers_back_is_read_again(db: Path, spec: Spec)
         c.commit()
         c.close()
         assert led.events(work_id=wid) == full[:-1]
+
+
+def test_nested_event_data_is_handed_out_anew_too(db: Path, spec: Spec) -> None:
+    """A close-out's result is nested JSON in its event's data: a caller changing it inside the
+    trail it got changes no later answer (flat data is copied at one level, nested data whole)."""
+    with Ledger(db, spec) as led:
+        wid = led.create(source_system="manual", source_id="a", now=T0)["work"]["work_id"]
+        tok = led.claim(owner="w", now=T0, work_id=wid)["lease_token"]
+        first = led.events(work_id=wid)  # kept: the trail so far (flat data)
+        result = {"rows": [1, {"deep": [2.5, True, None]}], "n": 1}
+        led.close_out(work_id=wid, token=tok, status="done", result=result, now=T0 + 1)
+        got = led.events(work_id=wid)  # the kept events, then the close-out's, read now
+        want = [dict(e, data=dict(e["data"])) for e in got]
+        want[-1]["data"]["result"] = {"rows": [1, {"deep": [2.5, True, None]}], "n": 1}
+        assert got == want and len(got) == len(first) + 1
+        assert [type(x) for x in got[-1]["data"]["result"]["rows"][1]["deep"]] == [float, bool, type(None)]
+        got[-1]["data"]["result"]["rows"][1]["deep"].append("changed")
+        got[-1]["data"]["result"]["n"] = 2
+        got[0]["data"]["status"] = "changed"
+        again = led.events(work_id=wid)  # (from what was kept)
+        assert again == want
+        again[-1]["data"]["result"]["rows"].clear()
+        assert led.events(work_id=wid) == want
