@@ -23,7 +23,7 @@ import marshal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Self
+from typing import Any
 
 from ledgercheck.spec import Spec, UnknownClause, rules
 from ledgercheck.spec.args import compiled as compiled_arg_checks
@@ -76,7 +76,7 @@ class _Any:
         return self
 
     def __deepcopy__(self, memo: Any) -> _Any:
-        return self  # Model.fork() keeps the one sentinel
+        return self  # a copy of the model's values keeps the one sentinel
 
 
 ANY = _Any()  # in Model.open_fields: any value is allowed
@@ -187,9 +187,6 @@ class ModelBase:
         self._arg_checks = compiled_arg_checks(spec)  # operation -> arg_problem of it, compiled
 
     # ------------------------------------------------------------------ public interface
-    def fork(self) -> Self:
-        return copy.deepcopy(self)
-
     def claimed(self, clause: str) -> bool:
         """Whether ``clause`` belongs to a profile under test.  An id the contract does not
         have is a bug in the harness (a misspelt id would otherwise drop its violation
