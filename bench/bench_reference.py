@@ -51,7 +51,17 @@ class Raw:
 
     def __init__(self, path: str, synchronous: str) -> None:
         self.c = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
-        self.c.execute("PRAGMA journal_mode = WAL")
+        # both workers open a new file at once: switching it to WAL needs it alone, and SQLite
+        # answers "locked" at once rather than waiting on that lock, so ask again
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        while True:
+            try:
+                self.c.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.001)
         self.c.execute(f"PRAGMA synchronous = {synchronous}")
         self.c.execute("BEGIN IMMEDIATE")
         if not self.c.execute("SELECT 1 FROM sqlite_master WHERE name = 'work'").fetchone():

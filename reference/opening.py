@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import time
 from collections.abc import Callable
@@ -84,14 +85,25 @@ def classify(exc: sqlite3.Error) -> str:
     return "other"
 
 
+FIRST_PAUSE = 0.0005  # seconds before the first retry of a locked database (see while_busy)
+LONGEST_PAUSE = 0.002
+_jitter = random.SystemRandom().random  # (from the OS: processes forked from one parent draw apart)
+
+
 def while_busy(fn: Callable[[], T], timeout: float) -> T:
     """``fn()``, retried while the database is locked, until ``timeout`` seconds have passed.
 
-    The first retry comes after 50 us and the pause doubles up to 2 ms: a writer's transaction
-    lasts about a hundred microseconds, so a contender rarely sleeps past its end.  SQLite's own
-    busy handler sleeps up to 100 ms between tries, and a connection waiting that way loses
-    every race against writers that retry this fast: opening a ledger beside busy workers
-    starved on it for the whole busy timeout.
+    The first retry comes after about half a millisecond and the pause doubles up to 2 ms, each
+    drawn between half and one and a half times its step (so contenders do not retry in step).
+    A writer's transaction lasts about a hundred microseconds, and its next one follows within
+    tens: a contender that retried sooner (from 50 us, as this once did) took the lock in those
+    gaps, the writers then took turns transaction by transaction, and every turn made SQLite
+    reload what the other process had changed -- two processes wrote 0.4-0.5x as fast as raw
+    sqlite3 with its own busy handler (bench/bench_reference.py), which lets the holder run on.
+    Waiting half a millisecond lets the holder finish a few transactions in a row (0.7-0.9x).
+    SQLite's own handler sleeps up to 100 ms between tries, and a connection waiting that way
+    loses every race against writers that retry every few milliseconds: opening a ledger beside
+    busy workers starved on it for the whole busy timeout (tests/reference/test_concurrency.py).
     """
     try:
         return fn()
@@ -104,13 +116,13 @@ def while_busy(fn: Callable[[], T], timeout: float) -> T:
 def busy_retries(fn: Callable[[], T], timeout: float) -> T:
     """:func:`while_busy` after its first try of ``fn()`` met a locked database: the retries."""
     deadline = time.monotonic() + timeout
-    pause = 0.00005
+    step = FIRST_PAUSE
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise sqlite3.OperationalError("database is locked")
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, 0.002)
+        time.sleep(min(step * (0.5 + _jitter()), left))
+        step = min(step * 2, LONGEST_PAUSE)
         try:
             return fn()
         except sqlite3.OperationalError as exc:
