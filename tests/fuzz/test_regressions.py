@@ -243,3 +243,34 @@ def test_replay_bounds_accept_what_runs_write(tmp_path: Path) -> None:
     window.update(seed=-(2**63), occurrence=MAX_OCCURRENCE, scan_kill=["ledger.after_commit", 3])
     assert loads(window)
     assert not loads(dict(window, occurrence=MAX_OCCURRENCE + 1))
+
+
+def test_an_alarm_dropped_in_a_finalizer_is_kept_quiet_and_the_next_one_stops_the_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time bound's alarm can land in a finalizer, where Python drops the exception and hands
+    it to the unraisable hook (pytest fails the test on it): the bound keeps those from the hook,
+    passes any other dropped exception on, and its next alarm still stops the running code."""
+    from fuzz_support import OverTime, time_bound
+
+    seen: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+
+    class SlowFinalizer:
+        def __del__(self) -> None:
+            time.sleep(0.5)  # the first alarm (0.1 s) lands here and is dropped
+
+    class BadFinalizer:
+        def __del__(self) -> None:
+            raise KeyError("a finalizer's own bug")
+
+    started = time.monotonic()
+    with pytest.raises(OverTime), time_bound(0.1):
+        obj: Any = BadFinalizer()
+        del obj
+        obj = SlowFinalizer()
+        del obj
+        while True:  # the next alarm, 0.2 s later, stops this loop
+            pass
+    assert 0.25 < time.monotonic() - started < 5
+    assert len(seen) == 1 and isinstance(seen[0], KeyError), seen
+    assert sys.unraisablehook is not None and sys.unraisablehook.__name__ == "<lambda>"  # restored
