@@ -24,7 +24,7 @@ from ledgercheck.transport.clock import QUANTUM
 
 from .harness import DriveBlocked, Harness, NotApplicable
 from .model import Refuse
-from .stateful_args import ArgDraws, Pools
+from .stateful_args import ArgDraws, Pools, edges
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,6 +70,10 @@ class Ctx:
         self.terminal = list(spec.terminal_statuses)
         self.retryable = [c for c, r in spec.error_classes.items() if r]
         self.sources = list(spec.source_systems)
+        # the identity's free-text fields (not its enums): where a careless index folds values
+        create_args = spec.operations["create"].args if "create" in spec.operations else {}
+        self.identity_strings = [k for k in spec.identity_key
+                                 if k in create_args and create_args[k].type in ("string", "nonempty_string")]
         self.claimable = tuple(t.src for t in spec.edges_of("claim"))
         self.leased = tuple(n for n, s_ in spec.statuses.items() if s_.leased)
         self.waiting = tuple(spec.waiting_statuses.values())
@@ -190,6 +194,24 @@ def core_rules(c: Ctx) -> type:
             out = h.do("create", **args)
             return out.value["work"]["work_id"] if out.ok else multiple()
 
+        @rule(target=WORKS, work=WORKS, field=st.sampled_from(c.identity_strings or list(c.spec.identity_key)),
+              form=st.integers(0, 6),
+              args=c.draw.call("create", c.spec.identity_key))
+        def create_again(self, work: str, field: str, form: int, args: dict[str, Any]) -> Any:
+            """An existing unit's identity created again: as it is (form 0: the record there
+            answers), or with one of its string fields at one of that value's edges (another case,
+            surrounding whitespace, the other normalization form...: another unit, kept apart)."""
+            it = h.model.items[work]
+            ident = {k: it.get(k) for k in c.spec.identity_key}
+            value = ident[field]
+            if form and isinstance(value, str) and value:
+                forms = edges(value, allow_empty=False)
+                ident[field] = forms[(form - 1) % len(forms)]
+            if "retry_policy" in args and "fail" not in c.enabled:
+                args = {k: v for k, v in args.items() if k != "retry_policy"}
+            out = h.do("create", **{k: v for k, v in ident.items() if v is not None}, **args)
+            return out.value["work"]["work_id"] if out.ok else multiple()
+
         @rule(target=LEASES, work=WORKS, by_id=st.booleans(), args=c.draw.call("claim", ("work_id",)))
         def claim(self, work: str, by_id: bool, args: dict[str, Any]) -> Any:
             out = h.do("claim", work_id=work if by_id else None, **args)
@@ -262,8 +284,16 @@ def lease_rules(c: Ctx) -> type:
     h = c.h
 
     class LeaseRules:
-        @rule(lease=LEASES, use=USE)
-        def renew(self, lease: Lease, use: str) -> None:
+        @rule(lease=LEASES, use=USE, wait=st.booleans())
+        def renew(self, lease: Lease, use: str, wait: bool) -> None:
+            """Renew the lease at once, or after the item's renew interval (a worker's
+            heartbeat, so the expiry it gets is not the one it had) when the lease outlasts it."""
+            if wait:
+                it = h.model.items[lease.work_id]
+                t = c.boundary(it, "lease_expiry")
+                interval = c.spec.lease_for(it["source_system"]).renew_interval
+                if t is not None and t - interval > h.now():
+                    h.advance(interval)
             h.do("renew", work_id=lease.work_id, token=c.token(lease, use))
 
     return LeaseRules
