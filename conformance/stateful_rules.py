@@ -687,10 +687,17 @@ def spawn_rules(c: Ctx) -> type:
         return [(p, k) for p, kids in model.spawned.items() for k, _ in kids]
 
     class Spawn:
-        @rule(target=WORKS, parent=WORKS, k=st.integers(0, 3), args=c.draw.call("spawn", ("parent_id", "key")))
-        def spawn(self, parent: str, k: int, args: dict[str, Any]) -> Any:
+        @rule(target=WORKS, parent=WORKS, k=st.integers(0, 3), replay=st.booleans(),
+              args=c.draw.call("spawn", ("parent_id", "key")))
+        def spawn(self, parent: str, k: int, replay: bool, args: dict[str, Any]) -> Any:
+            """Spawn a child; half the time the spawn is then replayed at once (a worker retrying
+            the step): the log answers with the same child and the queue holds no second one."""
             out = h.do("spawn", parent_id=parent, key=f"sub-{k}", **args)
             wid = out.value["work"].get("work_id") if out.ok and isinstance(out.value, dict) and out.value.get("created") else None
+            if replay and wid is not None:
+                h.do("spawn", parent_id=parent, key=f"sub-{k}")
+                if "list" in c.enabled:
+                    h.do("list")
             return wid if wid in model.items else multiple()
 
         @needs("list")
