@@ -194,7 +194,7 @@ def core_rules(c: Ctx) -> type:
             out = h.do("create", **args)
             return out.value["work"]["work_id"] if out.ok else multiple()
 
-        @rule(target=WORKS, work=WORKS, field=st.sampled_from(c.identity_strings or list(c.spec.identity_key)),
+        @rule(work=WORKS, field=st.sampled_from(c.identity_strings or list(c.spec.identity_key)),
               form=st.integers(0, 6),
               args=c.draw.call("create", c.spec.identity_key))
         def create_again(self, work: str, field: str, form: int, args: dict[str, Any]) -> Any:
@@ -209,8 +209,7 @@ def core_rules(c: Ctx) -> type:
                 ident[field] = forms[(form - 1) % len(forms)]
             if "retry_policy" in args and "fail" not in c.enabled:
                 args = {k: v for k, v in args.items() if k != "retry_policy"}
-            out = h.do("create", **{k: v for k, v in ident.items() if v is not None}, **args)
-            return out.value["work"]["work_id"] if out.ok else multiple()
+            h.do("create", **{k: v for k, v in ident.items() if v is not None}, **args)
 
         @rule(target=LEASES, work=WORKS, by_id=st.booleans(), args=c.draw.call("claim", ("work_id",)))
         def claim(self, work: str, by_id: bool, args: dict[str, Any]) -> Any:
