@@ -718,10 +718,11 @@ def spawn_rules(c: Ctx) -> type:
             h.do("cancel_tree", work_id=work, **args)
 
         @needs("spawn")
-        @rule(target=WORKS, wide=st.booleans())
-        def tree(self, wide: bool) -> str:
+        @rule(target=WORKS, wide=st.booleans(), cancel=st.booleans(), args=c.draw.call("cancel_tree", ("work_id",)))
+        def tree(self, wide: bool, cancel: bool, args: dict[str, Any]) -> str:
             """A fresh root grows past its budget, as a chain (one child per generation) or as a
-            fan of two branches: either way the spawn after the budget's last is refused."""
+            fan of two branches: either way the spawn after the budget's last is refused.  Half
+            the trees are then cancelled from their root, every generation below it at once."""
             root = c.fresh(len(model.items))
             tips = [root, root] if wide else [root]
             for n in range(c.spec.spawn_budget + 1):
@@ -730,6 +731,8 @@ def spawn_rules(c: Ctx) -> type:
                 if not out.ok:
                     break
                 tips[i] = out.value["work"]["work_id"]
+            if cancel and "cancel_tree" in c.enabled:
+                h.do("cancel_tree", work_id=root, **args)
             return root
 
     return Spawn
