@@ -65,12 +65,16 @@ class HostileStrings(ReferenceAdapter):
 
 class FencesBeforeConflict(ReferenceAdapter):
     """effect_record with a dead token *and* another input hash: refuses stale_lease (the
-    contract makes both refusals MUST and orders neither)."""
+    contract makes both refusals MUST and orders neither).  A call with a missing or malformed
+    argument is refused invalid_argument first, as core.invalid_argument says, fence or not."""
 
     def effect_record(self, *, key: str, input_hash: str, now: float, result: Any = None, token: str | None = None) -> Any:
+        from ledgercheck.spec.args import arg_problem
         from ledgercheck.transport.protocol import LedgerError
 
-        rec = self.ledger.effect_lookup(key=key)
+        well_formed = arg_problem(self.spec, "effect_record", {"key": key, "input_hash": input_hash, "now": now,
+                                                               "result": result, "token": token}) is None
+        rec = self.ledger.effect_lookup(key=key) if well_formed else None
         if rec is not None and token is not None and input_hash != rec["input_hash"]:
             live = self.ledger.get(work_id=rec["work_id"])["lease_token"]
             if token != live:
