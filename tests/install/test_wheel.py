@@ -141,3 +141,27 @@ def test_the_pytest_plugin_runs_from_the_wheel(installed: Installed, outside: Pa
     for clause in clauses:
         assert any(f"::{clause}" in p for p in passed), (clause, r.stdout[-3000:])
     assert not re.search(r"\b(failed|error)", r.stdout.splitlines()[-1]), r.stdout[-3000:]
+
+
+def test_the_quickstart_runs_in_the_checkout(installed: Installed, tmp_path: Path) -> None:
+    """The README's first command, after ``pip install .`` in a clone: ``ledgercheck certify`` run
+    in the clone's root, where every ``python -m`` process the harness starts (the crash windows'
+    fork server, the safety campaign's workers) finds the source folder ledgercheck/ first."""
+    r = run([str(installed.bin / "ledgercheck"), "certify", "--adapter", "reference",
+             "--out", str(tmp_path / "out"), "--history", str(tmp_path / "history.db")],
+            cwd=installed.src, env=installed.env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"^CERTIFIED for profiles .*\(the whole contract: full\)$", r.stdout, re.M), r.stdout[-3000:]
+
+
+def test_python_m_pytest_runs_in_the_checkout(installed: Installed, tmp_path: Path) -> None:
+    """``python -m pytest`` in the clone's root imports ledgercheck from the source folder (the
+    working directory comes first on sys.path); the suite and the fork server its crash window
+    starts must still find every subpackage."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run([str(installed.bin / "python"), "-m", "pytest", str(empty), "--rootdir", str(empty), "-p", "no:cacheprovider",
+             "--ledger-adapter", "reference", "--ledger-only", "--ledger-artifacts", str(tmp_path / "artifacts"),
+             "-k", "chaos and after_claim", "-rA"], cwd=installed.src, env=installed.env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"^PASSED \S*ledgercheck::recovery::chaos\[after_claim\]", r.stdout, re.M), r.stdout[-3000:]
