@@ -430,7 +430,14 @@ def _read(data: bytes, name: str) -> History:
     try:
         rows = _DECODE_LINES(data)
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
-        _diagnose(data.split(b"\n"), name)  # raises, naming the line and the problem
+        lines = data.split(b"\n")
+        try:
+            _diagnose(lines, name)  # raises, naming the line and the problem
+        except HistoryError as exc:
+            if exc.line == len(lines) and exc.problem.startswith("not JSON") and not data.endswith(b"\n"):
+                raise HistoryError(name, exc.line, "the last line is cut off mid-record: the history ends abruptly "
+                                                   "(an interrupted campaign's, or copied while it was written)") from None
+            raise
         raise _refusal(data, name) from None  # what only msgspec refuses
     numbers = None  # row i is line i + 1, unless msgspec skipped blank lines
     if len(rows) != data.count(b"\n") + (not data.endswith(b"\n")):
