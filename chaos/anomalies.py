@@ -25,11 +25,11 @@ runs in time linear in the history (sorting each item's few grants aside).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -43,7 +43,7 @@ OPERATOR = "operator"  # the process the campaign records an operator's recovery
 # What the checker reports as reached (Verdict.coverage); kill_at:<point> is added per named crash point.
 SITUATIONS = ("claim_ok", "close_out_ok", "finished", "kill", "pause", "reopen", "holder_displaced",
               "displaced_by_time", "displaced_by_operator", "displaced_by_reopen", "late_write_after_takeover",
-              "effect_then_kill", "final_read", "takeover_refused")
+              "effect_then_kill", "final_read")
 INF = math.inf
 _PAST = {"kill": "killed", "pause": "paused", "partition": "cut off by a partition"}
 
@@ -237,13 +237,18 @@ class Grant(msgspec.Struct, gc=False, eq=False):
     killed: Nemesis | None = None  # its caller was killed then: an in-flight grant was done by that time
     renewals: list[tuple[float, float, Op]] = msgspec.field(default_factory=list)  # (completed t, expires, op)
     releases: list[Op] = msgspec.field(default_factory=list)
+    # when the grant is known to have happened (real time): its ok completion, else the earlier of
+    # the read that showed it and its caller's kill (set by done())
+    t_done: float = INF
 
-    @property
-    def t_done(self) -> float:
-        """When the grant is known to have happened (real time)."""
+    def done(self) -> Grant:
+        """Set t_done from what the grant is known by; returns the grant."""
         if self.op is not None and self.op.ok:
-            return self.op.t1
-        return min(self.seen.t1 if self.seen is not None else INF, self.killed.t if self.killed is not None else INF)
+            self.t_done = self.op.t1
+        else:
+            self.t_done = min(self.seen.t1 if self.seen is not None else INF,
+                              self.killed.t if self.killed is not None else INF)
+        return self
 
     def proof(self) -> tuple[Op | Record, ...]:
         ops: list[Op | Record] = [] if self.op is None else [self.op]
@@ -274,9 +279,11 @@ class _Item(msgspec.Struct, gc=False, eq=False):
     snaps: list[Snap] = msgspec.field(default_factory=list)
     creates: list[Op] = msgspec.field(default_factory=list)
     effects: dict[str, list[int]] = msgspec.field(default_factory=dict)  # key -> the rows of its applied effects
+    refused_closes: list[Op] = msgspec.field(default_factory=list)  # its close-outs refused (found by grants())
 
 
 _T1 = attrgetter("t1")
+_FIRST = itemgetter(0)
 _INVOKE_FIELDS = attrgetter("op", "process", "args", "t", "id", "now")
 _COMPLETE_FIELDS = attrgetter("outcome", "t", "result")
 
@@ -284,6 +291,34 @@ _COMPLETE_FIELDS = attrgetter("outcome", "t", "result")
 def _num(v: Any) -> float | None:
     t = type(v)
     return float(v) if t is float or t is int else None
+
+
+class _Timeline:
+    """Operations by invoke time, to find those that overlap a stretch of real time without
+    looking at the others (the checker asks once per grant or pause)."""
+
+    def __init__(self, ops: Iterable[Op]) -> None:
+        self.ops = sorted(ops, key=attrgetter("t0"))
+        self.t0s = [op.t0 for op in self.ops]
+        self.longest = max((op.t1 - op.t0 for op in self.ops if op.t1 != INF), default=0.0)
+        self.open = [op for op in self.ops if op.t1 == INF]  # never answered: they may overlap anything later
+
+    def overlapping(self, after: float, before: float) -> Iterator[Op]:
+        """The operations with t1 > after and t0 < before."""
+        lo_t = after - self.longest
+        ops = self.ops
+        for i in range(bisect_left(self.t0s, lo_t), bisect_left(self.t0s, before)):
+            if ops[i].t1 > after:
+                yield ops[i]
+        for op in self.open:
+            if op.t0 < lo_t:
+                yield op
+
+    def starting(self, after: float, before: float) -> Iterator[Op]:
+        """The operations invoked after `after` and before `before`, in order."""
+        ops = self.ops
+        for i in range(bisect_right(self.t0s, after), bisect_left(self.t0s, before)):
+            yield ops[i]
 
 
 class _Checker:
@@ -326,11 +361,12 @@ class _Checker:
         self.observations: list[str] = []
         self.counts: Counter[str] = Counter()
         self.cov: Counter[str] = Counter()  # situations reached (Verdict.coverage)
-        self.held: dict[str, list[tuple[Grant, _Item]]] = defaultdict(list)  # process -> the grants it was given
         self.left: Counter[str] = Counter()  # what the end state leaves that the history does not judge
         self.parked_ahead: Counter[str] = Counter()  # status -> items parked at the end until a time still ahead
         self.uncreated = 0  # items of the final read that no operation of the history created
         self._refused_by_owner: dict[Any, list[Op]] | None = None  # owner -> its refused claims for any work
+        self._timelines: dict[str, _Timeline] = {}
+        self._times: dict[int, list[float]] = {}  # id of a list of (t, row) faults -> its times (see _between)
 
     def item(self, work_id: str) -> _Item:
         it = self.items.get(work_id)
@@ -578,15 +614,21 @@ class _Checker:
         grants: list[Grant] = []
         known: set[Any] = set()
         writes: list[Op] = []  # the operations that write with a lease token
+        R = self.R
+        token_writes, close_outs, granting = R.token_writes, R.close_outs, R.grants
+        closed = claimed = 0
         for op in it.ops:
             name = op.name
-            if name in self.R.token_writes:
+            if name in token_writes:
                 writes.append(op)
-                if op.outcome == "ok" and name in self.R.close_outs:
-                    self.cov["close_out_ok"] += 1
-            elif name in self.R.grants and op.outcome == "ok" and isinstance(op.result, dict):
+                if name in close_outs:
+                    if op.outcome == "ok":
+                        closed += 1
+                    elif op.outcome == "refused":
+                        it.refused_closes.append(op)
+            elif name in granting and op.outcome == "ok" and isinstance(op.result, dict):
                 w = op.result
-                self.cov["claim_ok"] += 1
+                claimed += 1
                 tok = w.get("lease_token")
                 if tok is None:
                     continue
@@ -595,8 +637,12 @@ class _Checker:
                     start = op.now if not self.wall or op.now is None else op.now + (op.t1 - op.t0)
                 owner = w.get("owner") or op.args.get("owner") or op.process  # some ledgers do not say
                 grants.append(Grant(op, owner, tok, w.get("lease_version"), start,
-                                    _num(w.get("lease_expires_at"))))
+                                    _num(w.get("lease_expires_at")), t_done=op.t1))
                 known.add(tok)
+        if closed:
+            self.cov["close_out_ok"] += closed
+        if claimed:
+            self.cov["claim_ok"] += claimed
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
         for s in it.snaps:
             tok = s.work.get("lease_token")
@@ -616,6 +662,7 @@ class _Checker:
         if not known:
             return grants  # no token to write with: no renewal or release to attach
         only = grants[0] if len(grants) == 1 else None
+        renews, releases = R.renews, R.releases
         for op in writes:
             a = op.args
             tok = a.get("token", a.get("lease_token"))
@@ -625,12 +672,12 @@ class _Checker:
             g = only if only is not None else self.holder(grants, tok, op.t0, op.process)
             if g is None:
                 continue
-            if op.name in self.R.renews:
+            if op.name in renews:
                 if op.outcome == "ok" and isinstance(op.result, dict):
                     exp = _num(op.result.get("lease_expires_at"))
                     if exp is not None:
                         g.renewals.append((op.t1, exp, op))
-            elif op.name in self.R.releases and op.outcome != "refused":
+            elif op.name in releases and op.outcome != "refused":
                 g.releases.append(op)
         return grants
 
@@ -649,7 +696,7 @@ class _Checker:
             killed = next((self.h.record(i) for t, i in self.kills.get(src.process, ()) if t > src.t0), None)
         owner = w.get("owner") or (src.args.get("owner") or src.process if src is not None else None)
         grants.append(Grant(src, owner, w.get("lease_token"), w.get("lease_version"), start, exp,
-                            seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
+                            seen=s.op if s is not None else None, seen_final=s is None, killed=killed).done())
 
     @staticmethod
     def holder(grants: list[Grant], token: Any, t: float, process: str | None = None) -> Grant | None:
@@ -759,7 +806,8 @@ class _Checker:
         if any(after_t < t < before_t for t, _i in self.kills.get(a.op.process, ())):
             return True
         ops = [*it.ops, *self.monitor_ops]
-        return any(op.process == OPERATOR and op.maybe and op.t1 > after_t and op.t0 < before_t for op in ops)
+        return any(op.process == OPERATOR and op.maybe and op.t1 > after_t and op.t0 < before_t
+                   and op.name not in self.R.reads for op in ops)
 
     def _monitor_lapsed(self, m: Op, after_t: float, before_t: float, live_until: float) -> bool:
         """A monitor op that may have run between two grants at a ledger time the first had lapsed by."""
@@ -768,8 +816,9 @@ class _Checker:
 
     # -- stale writes accepted
     def stale(self, it: _Item, grants: list[Grant]) -> None:
+        token_writes = self.R.token_writes
         for op in it.ops:
-            if op.name not in self.R.token_writes or not op.maybe or op.token is None:
+            if op.name not in token_writes or not op.maybe or op.token is None:
                 continue
             a = self.holder(grants, op.token, op.t0, op.process)
             if a is None or a.op is None or a.op.process != op.process:
@@ -815,28 +864,36 @@ class _Checker:
         return True
 
     def _close_seen(self, it: _Item, op: Op) -> Snap | None:
-        """A later snapshot showing the write of an indefinite close-out or fail, if any."""
-        if op.name not in self.R.close_outs or op.now is None:
+        """A later snapshot showing the write of an indefinite (or refused) close-out, if any: its
+        status, time and result, which no other close-out that may have happened would leave."""
+        close_outs = self.R.close_outs
+        if op.name not in close_outs or op.now is None:
             return None
-        want = (op.args.get("status"), op.now, op.args.get("result"))
+        now, t0 = op.now, op.t0
+        want = (op.args.get("status"), now, op.args.get("result"))
+        found = None
+        for s in it.snaps:
+            w = s.work
+            if w.get("finished_at") == now and s.t0 > t0 and type(w.get("finished_at")) is not bool and \
+                    (w.get("status"), now, w.get("result")) == want:
+                found = s
+                break
+        if found is None:
+            fw = it.final
+            if fw is None or (fw.get("status"), _num(fw.get("finished_at")), fw.get("result")) != want:
+                return None
+            found = Snap(fw, None, INF, INF)
         for other in it.ops:  # another close-out that would leave the same trace makes it ambiguous
-            if other is not op and other.name in self.R.close_outs and other.maybe and \
+            if other is not op and other.name in close_outs and other.maybe and \
                     (other.args.get("status"), other.now, other.args.get("result")) == want:
                 return None
-        snaps = [s for s in it.snaps if s.t0 > op.t0]
-        fw = it.final
-        if fw is not None:
-            snaps.append(Snap(fw, None, INF, INF))
-        for s in snaps:
-            w = s.work
-            if (w.get("status"), _num(w.get("finished_at")), w.get("result")) == want:
-                return s
-        return None
+        return found
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:
+        terminal = self.R.terminal
         for s in it.snaps:
-            if s.work.get("status") in self.R.terminal:
+            if s.work.get("status") in terminal:
                 break
         else:
             return  # nothing read terminal before the final read: nothing to change
@@ -848,7 +905,7 @@ class _Checker:
         for s in snaps:
             st = s.work.get("status")
             if first is None:
-                if st in self.R.terminal:
+                if st in terminal:
                     first = s
                 continue
             if s.t0 <= first.t1:
@@ -856,7 +913,7 @@ class _Checker:
             if st == first.work.get("status"):
                 continue
             if self._requeued_between(it, first, s):
-                first = s if st in self.R.terminal else None
+                first = s if st in terminal else None
                 continue
             was = first.work.get("status")
             why = (f"{it.work_id} was {was} and later {st}, with no operator requeue (or recovery) "
@@ -1172,7 +1229,7 @@ class _Checker:
         refusal took effect.  (A refused grant whose lease a read shows: see _refused_grant.)  The
         item made by a refused create counts as created for every other check."""
         creates = it.creates
-        if creates and all(op.outcome == "refused" for op in creates):
+        if creates and creates[0].outcome == "refused" and all(op.outcome == "refused" for op in creates):
             first = creates[0]
             seen = min((s for s in it.snaps if s.op is not None and s.op not in creates and s.t1 > first.t0),
                        key=_T1, default=None)
@@ -1184,9 +1241,7 @@ class _Checker:
                        f"which says it did not happen, yet a later read shows it as {it.work_id}, and no create that "
                        f"may have happened made it")
                 self.add("refused_but_applied", it.work_id, why, [first, shown])
-        for op in it.ops:
-            if op.outcome != "refused" or op.name not in self.R.close_outs:
-                continue
+        for op in it.refused_closes:
             s = self._close_seen(it, op)
             if s is None:
                 continue
@@ -1225,18 +1280,37 @@ class _Checker:
                 and op.name not in self.R.reads and op.name not in self.R.grants)
 
     def _displaced_by(self, it: _Item, a: Grant, b: Grant, a_t: float, b_t: float) -> str | None:
+        reads = self.R.reads
         if any(self._may_move(op, it.work_id) and op.t1 > a_t and op.t0 < b_t
-               for op in (*(op for op in it.ops if op.process == OPERATOR), *self._ops_before(self.operator_ops, b_t))):
+               for op in it.ops if op.process == OPERATOR and op.name not in reads) or \
+                any(op.name not in reads and self._may_move(op, it.work_id)
+                    for op in self.timeline("operator").overlapping(a_t, b_t)):
             return "operator"
         assert b.op is not None
         live_until, _ = self.lease_end(a, b.op.t0)
         if live_until is not None and b.start is not None and (
                 b.start + self.eps >= live_until
-                or any(self._monitor_lapsed(m, a_t, b_t, live_until) for m in self._ops_before(self.monitor_ops, b_t))):
+                or any(self._monitor_lapsed(m, a_t, b_t, live_until) for m in self.timeline("monitor").overlapping(a_t, b_t))):
             return "time"
         if self._between(self.reopens, a_t, b_t) is not None:
             return "reopen"
         return None
+
+    def timeline(self, which: str) -> _Timeline:
+        """The monitor's (any process's expire and recover), the operator's (its operations on no
+        one item) or the recoveries' (both, ok) operations, by invoke time."""
+        tl = self._timelines.get(which)
+        if tl is None:
+            if which == "monitor":
+                ops = self.monitor_ops
+            elif which == "operator":
+                ops = self.operator_ops
+            else:
+                recovering = self.R.monitor | self.R.requeues
+                ops = [m for m in self.monitor_ops if m.ok]  # any process's expire or recover
+                ops += [o for o in self.operator_ops if o.ok and o.name in recovering and o.name not in self.R.monitor]
+            tl = self._timelines[which] = _Timeline(ops)
+        return tl
 
     @staticmethod
     def _may_move(op: Op, work_id: str) -> bool:
@@ -1251,26 +1325,14 @@ class _Checker:
             return any(str(w["work_id"]) == work_id for w in r)
         return True
 
-    @staticmethod
-    def _ops_before(ops: list[Op], t: float) -> list[Op]:
-        """The operations (in invoke order) invoked before real time t."""
-        if not ops or ops[-1].t0 < t:
-            return ops
-        lo, hi = 0, len(ops)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ops[mid].t0 < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return ops[:lo]
-
-    @staticmethod
-    def _between(seq: list[tuple[float, int]] | None, after: float, before: float) -> tuple[float, int] | None:
-        """The first (t, row) of a sorted list with after < t < before."""
+    def _between(self, seq: list[tuple[float, int]] | None, after: float, before: float) -> tuple[float, int] | None:
+        """The first (t, row) of a sorted list of faults with after < t < before."""
         if not seq:
             return None
-        k = bisect_right(seq, (after, INF))
+        times = self._times.get(id(seq))
+        if times is None:
+            times = self._times[id(seq)] = [t for t, _row in seq]
+        k = bisect_right(times, after)
         return seq[k] if k < len(seq) and seq[k][0] < before else None
 
     def refused_takeovers(self, item_grants: Mapping[str, list[Grant]]) -> None:
@@ -1284,85 +1346,81 @@ class _Checker:
             return
         empty = sorted((*self.claims_null, *self.claims_refused), key=attrgetter("t0"))
         starts = [c.t0 for c in empty]
+        recoveries = self.timeline("recoveries")
         recovering = self.R.monitor | self.R.requeues
-        recoveries = [m for m in self.monitor_ops if m.ok]  # any process's expire or recover
-        recoveries += [o for o in self.operator_ops if o.ok and o.name in recovering and o.name not in self.R.monitor]
-        recoveries.sort(key=attrgetter("t0"))
+        paused = {p for _t, p in pauses}
+        by: dict[str, list[tuple[float, Grant, _Item]]] = defaultdict(list)  # process -> (done at, grant, item)
+        for wid, gs in item_grants.items():
+            it = self.items[wid]
+            for g in gs:
+                if g.op is not None and g.op.process in paused:
+                    by[g.op.process].append((g.t_done, g, it))
+        held = {p: sorted(gs, key=_FIRST) for p, gs in by.items()}
+        held_t = {p: [t for t, _g, _it in gs] for p, gs in held.items()}
         for t_p, p in pauses:
-            ends = [INF]
-            k = bisect_right(self.resumes.get(p, []), t_p)
-            if k < len(self.resumes.get(p, [])):
-                ends.append(self.resumes[p][k])
+            end = INF
+            resumes = self.resumes.get(p, ())
+            k = bisect_right(resumes, t_p)
+            if k < len(resumes):
+                end = resumes[k]
             kill = self._between(self.kills.get(p), t_p, INF)
             if kill is not None:
-                ends.append(kill[0])
-            end = min(ends)
-            held = self._holding(p, t_p, item_grants)
-            if held is None:
+                end = min(end, kill[0])
+            k = bisect_left(held_t.get(p, ()), t_p)  # the latest grant p had by the pause
+            if not k:
                 continue
-            g, it = held
-            if any(b.op is not None and b.op.process != p and t_p < b.t_done <= end for b in item_grants[it.work_id]):
+            _t, g, it = held[p][k - 1]
+            grants = item_grants[it.work_id]
+            if any(r.t0 < t_p for r in g.releases) or any(b is not g and g.t_done < b.t_done < t_p for b in grants):
+                continue  # given back, or taken over, before the pause: not held then
+            if any(b.op is not None and b.op.process != p and t_p < b.t_done <= end for b in grants):
                 continue  # displaced: counted as such
             live_until, _ = self.lease_end(g, t_p)
             after = t_p
             if live_until is None:  # no lease expiry: only an operator's recovery can take it back
-                op = next((m for m in (*recoveries, *it.ops) if m.process == OPERATOR and m.ok and m.name in recovering
-                           and t_p < m.t0 and m.t1 < end), None)
+                op = next((m for m in (*recoveries.starting(t_p, end), *it.ops) if m.process == OPERATOR and m.ok
+                           and m.name in recovering and t_p < m.t0 and m.t1 < end), None)
                 if op is None:
                     continue
                 after = op.t1
-            elif recoveries:
-                m = next((m for m in recoveries if t_p < m.t0 and m.t1 < end and m.now is not None
+            elif recoveries.ops:
+                m = next((m for m in recoveries.starting(t_p, end) if m.t1 < end and m.now is not None
                           and m.now > live_until + self.eps), None)
                 if m is None:
                     continue
                 after = m.t1
-            for c in empty[bisect_right(starts, after):]:
+            for i in range(bisect_right(starts, after), len(empty)):
+                c = empty[i]
                 if c.t0 >= end:
                     break
                 if c.process != p and (live_until is None or (c.now is not None and c.now > live_until + self.eps)):
                     self.cov["takeover_refused"] += 1
                     break
 
-    def _holding(self, p: str, t: float, item_grants: Mapping[str, list[Grant]]) -> tuple[Grant, _Item] | None:
-        """The item process p held at real time t (its latest grant done by then that it had not
-        given back and nobody had been granted since), if any."""
-        best: tuple[Grant, _Item] | None = None
-        for g, it in self.held.get(p, ()):
-            if g.t_done < t and (best is None or g.t_done > best[0].t_done):
-                best = (g, it)
-        if best is None:
-            return None
-        g, it = best
-        if any(r.t0 < t for r in g.releases):
-            return None
-        if any(b is not g and g.t_done < b.t_done < t for b in item_grants[it.work_id]):
-            return None
-        return best
-
     def effects_then_kill(self) -> None:
-        """Effects a worker submitted for an item and was killed before it closed the item out (no
-        release of it by that worker answered between the effect and the kill)."""
+        """Kills that hit a worker after it submitted an item's effect and before it closed the
+        item out: its last effect before the kill (since its previous kill), and no release of that
+        item by it answered between the two."""
         releases = self.R.releases
-        for p, effs in self.effects_by.items():
-            kills = self.kills.get(p)
-            if not kills:
+        for p, kills in self.kills.items():
+            effs = self.effects_by.get(p)
+            if not effs:
                 continue
-            seen: set[tuple[str, float]] = set()
-            for t_e, wid in effs:
-                kill = self._between(kills, t_e, INF)
-                if kill is None or (wid, kill[0]) in seen:
-                    continue
-                it = self.items.get(wid)
-                if it is not None and any(op.process == p and op.name in releases and op.comp is not None
-                                          and t_e < op.t0 and op.t1 < kill[0] for op in it.ops):
-                    continue
-                seen.add((wid, kill[0]))
-                self.cov["effect_then_kill"] += 1
+            times = [t for t, _wid in effs]
+            before = -INF
+            for t_k, _row in kills:
+                k = bisect_left(times, t_k)
+                if k and times[k - 1] > before:
+                    t_e, wid = effs[k - 1]
+                    it = self.items.get(wid)
+                    if it is None or not any(op.process == p and op.name in releases and op.comp is not None
+                                             and t_e < op.t0 and op.t1 < t_k for op in it.ops):
+                        self.cov["effect_then_kill"] += 1
+                before = t_k
 
     def coverage(self) -> tuple[dict[str, int], list[str]]:
         """What the history reached, and one line per required situation it did not."""
-        cov = {k: self.cov.get(k, 0) for k in SITUATIONS}
+        cov = {k: self.cov.get(k, 0) for k in SITUATIONS}  # (takeover_refused is not one: see below)
         for fault in ("kill", "pause", "reopen"):
             cov[fault] = self.nemesis.get(fault, 0)
         cov["final_read"] = int(self.final is not None)
@@ -1388,8 +1446,8 @@ class _Checker:
             if cov["holder_displaced"]:
                 missing.append(f"no displaced holder wrote with its old token after the takeover "
                                f"({_plural(cov['holder_displaced'], 'live holder')} displaced)")
-            elif cov["takeover_refused"]:
-                k = cov["takeover_refused"]
+            elif self.cov["takeover_refused"]:
+                k = self.counts["takeovers_refused"] = self.cov["takeover_refused"]
                 self.observations.append(
                     f"{_plural(k, 'takeover')} tried and refused by the ledger: a holder was paused past its lease, "
                     f"the ledger's recovery ran, and another worker asking for work got none; no live holder was "
@@ -1444,7 +1502,6 @@ class _Checker:
         permitted: Counter[int] = Counter()
         reclaimed: Counter[str] = Counter()
         item_grants: dict[str, list[Grant]] = {}
-        held = self.held
         for it in self.items.values():
             grants = self.grants(it)
             if len(grants) > 1:  # these need a second grant
@@ -1453,15 +1510,14 @@ class _Checker:
                 self.displaced(it, grants)
             if grants:
                 item_grants[it.work_id] = grants
-                for g in grants:
-                    if g.op is not None:
-                        held[g.op.process].append((g, it))
             self.terminal(it)
             if it.effects:
                 self.duplicates(it, permitted)
-            self.refused_applied(it)
+            if it.refused_closes or (it.creates and it.creates[0].outcome == "refused"):
+                self.refused_applied(it)
             self.lost(it, grants, reclaimed)
-        self.refused_takeovers(item_grants)
+        if not self.cov["late_write_after_takeover"] and not self.cov["holder_displaced"]:
+            self.refused_takeovers(item_grants)  # only then does it matter (see coverage())
         self.effects_then_kill()
         self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
         self.observe(permitted, reclaimed)

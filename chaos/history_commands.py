@@ -110,7 +110,8 @@ def exercised(cov: Mapping[str, int], counts: Mapping[str, int]) -> list[str]:
     final = "final read present" if n("final_read") else "NO final read"
     points = {k.partition(":")[2]: v for k, v in cov.items() if k.startswith("kill_at:")}
     at = f" ({sum(points.values())} at named points: {', '.join(f'{p} {k}' for p, k in points.items())})" if points else ""
-    refused = f"; {_count(n('takeover_refused'), 'takeover')} refused by the ledger" if n("takeover_refused") else ""
+    k = counts.get("takeovers_refused", 0)
+    refused = f"; {_count(k, 'takeover')} refused by the ledger (the item handed to nobody)" if k else ""
     return [
         f"work: {_count(n('claim_ok'), 'claim')} ok, {_count(n('close_out_ok'), 'close-out')} ok, "
         f"{n('finished')} of {_items(items)} finished; {final}",

@@ -52,7 +52,7 @@ class ItemState:
                 "status": self.status, "owner": self.owner, "lease_token": self.token,
                 "lease_version": self.version, "lease_expires_at": self.expires, "attempt": self.attempt,
                 "result": self.result, "created_at": self.created_at, "started_at": self.started_at,
-                "finished_at": self.finished_at, "next_retry_at": self.next_retry_at}
+                "finished_at": self.finished_at, **({} if self.next_retry_at is None else {"next_retry_at": self.next_retry_at})}
 
 
 class HistoryBuilder:

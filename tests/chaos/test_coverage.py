@@ -133,11 +133,11 @@ def _refused_takeover(monitor: bool = True, claim_after_lapse: bool = True) -> V
 
 def test_takeovers_the_ledger_refused_are_derived_from_the_records() -> None:
     v = _refused_takeover()
-    assert v.verdict == "no anomaly" and v.coverage["takeover_refused"] == 1 and v.coverage["holder_displaced"] == 0
+    assert v.verdict == "no anomaly" and v.counts["takeovers_refused"] == 1 and v.coverage["holder_displaced"] == 0
     assert any("1 takeover tried and refused by the ledger" in o for o in v.observations), v.observations
     # the claim came before the lease lapsed: nothing was refused, nothing was tried
     v = _refused_takeover(claim_after_lapse=False)
-    assert v.coverage["takeover_refused"] == 0 and v.verdict == "inconclusive"
+    assert "takeovers_refused" not in v.counts and v.verdict == "inconclusive"
     # without a monitor run past the lapse (a ledger whose monitor runs would have recovered it
     # then), the claim alone does not show a refusal ... unless the history has no monitor at all
     b = HistoryBuilder()
@@ -153,7 +153,7 @@ def test_takeovers_the_ledger_refused_are_derived_from_the_records() -> None:
     b.close_out("w1", "x", ta, T0 + 72)
     b.final(T0 + 200)
     v = check(b.history())
-    assert v.coverage["takeover_refused"] == 0 and v.verdict == "inconclusive"
+    assert "takeovers_refused" not in v.counts and v.verdict == "inconclusive"
 
 
 def test_no_claim_completing_is_inconclusive_and_the_command_exits_2(tmp_path: Path) -> None:
