@@ -15,11 +15,21 @@ and it never raises an alarm from an operation that may not have happened:
 
 Anomaly classes (docs/safety.md shows each with a real excerpt): ``lost_work``,
 ``duplicate_effect``, ``split_ownership``, ``stale_write_accepted``, ``terminal_changed``,
-``stuck_work``.  Every anomaly carries an ``excerpt``: the minimal records that prove it (the
-meta record is implied), and ``context``: records that help a reader but are not needed.
+``stuck_work``, ``refused_but_applied`` (a definite refusal whose effect a later read shows).
+Every anomaly carries an ``excerpt``: the minimal records that prove it (the meta record is
+implied) plus its ``cause`` (the fault that lost an item, when the history has one), and
+``context``: records that help a reader but are not needed.  The end state is judged: work the
+final read leaves neither finished nor proven lost or stuck is named in ``missing``.
+
+The verdict also says what the history exercised (``coverage``: claims and close-outs ok, items
+finished, kills by named point, pauses, reopens, live holders displaced by time, operator or
+reopen, late writes after a takeover, effects then killed, the final read) and what it did not
+reach of what a verdict needs (``missing``); ``verdict`` is "anomalies", "inconclusive" or "no
+anomaly".  Statuses and operation names come from the contract (:class:`Rules`).
 
 The checker indexes the history by item in one pass and then looks at each item alone, so it
-runs in time linear in the history (sorting each item's few grants aside).
+runs in time linear in the history (sorting each item's few grants aside); the coverage passes
+find what happened around each grant, pause and kill by bisection over lists sorted by time.
 """
 
 from __future__ import annotations
@@ -391,10 +401,11 @@ class _Checker:
         item = self.item
         effect_row = EffectRow
         R = self.R
+        effects_by = self.effects_by
         for i in others:
             obj = rows[i]
             if type(obj) is effect_row:
-                self.effects_by[obj.process].append((obj.t, obj.work_id))
+                effects_by[obj.process].append((obj.t, obj.work_id))
                 if obj.applied:
                     effects = item(obj.work_id).effects
                     key = obj.key

@@ -17,7 +17,9 @@ record is one ``O_APPEND`` write), provided each process is given its own ``id_o
 :func:`load_history` refuses malformed input with one line naming ``file:line`` and the
 problem (:class:`HistoryError`): a file or line over the size limits, bad JSON, an unknown
 record type, a missing or mistyped field, a second meta or final, an operation id used twice,
-a ``complete`` with no ``invoke`` (or a second one).  It decodes and validates every line in C
+a ``complete`` with no ``invoke`` (or a second one), a last line cut off mid-record (the history
+ends abruptly).  A history without its final record loads (``History.final`` is None); the
+checker calls its verdict INCONCLUSIVE.  It decodes and validates every line in C
 with msgspec, into one row struct per record (:data:`Row`); record objects (the dataclasses
 below) are built from rows only when asked for.
 """

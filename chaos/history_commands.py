@@ -129,7 +129,8 @@ def _count(k: int, word: str) -> str:
 
 def render_anomaly(a: Anomaly) -> list[str]:
     out = [f"{a.kind} {a.work_id}: {a.explanation}"]
-    out.extend(f"  {describe(r)}" for r in a.excerpt)
+    cause = {id(r) for r in a.cause}
+    out.extend(f"  {describe(r)}{'  <- cause' if id(r) in cause else ''}" for r in a.excerpt)
     if a.context:
         out.append("  context (not needed for the proof):")
         out.extend(f"    {describe(r)}" for r in a.context)
@@ -165,7 +166,8 @@ def _items(n: int) -> str:
     return f"{n} item{'' if n == 1 else 's'}"
 
 
-_WORK_FIELDS = ("status", "owner", "lease_version", "lease_expires_at", "lease_token", "finished_at", "result")
+_WORK_FIELDS = ("status", "owner", "lease_version", "lease_expires_at", "lease_token", "next_retry_at", "waiting_deadline",
+                "finished_at", "result")
 
 
 def _work(r: Any) -> str:

@@ -291,8 +291,9 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
     Faults: a kill leaves the worker's current call without a completion (it may or may not have
     taken effect: both are drawn), a pause jumps the clock past the worker's lease before it
     writes.  At the end the clock moves past every lease, the monitor runs and one worker drains
-    the queue; the final read holds every item.  `prefix` goes before every item name and token
-    (so several simulations can be joined into one history, see :func:`interleave`).
+    the queue; the final read holds every item.  `prefix` goes before every item name, token and
+    worker name (so several simulations can be joined into one history, each with its own workers,
+    see :func:`interleave`).
 
     ``queue=True`` simulates a correct lease-less queue (reclaim by the operator): results carry
     no owner, no expiry and the item's id as token; nothing lapses, a pause takes nothing over,
@@ -303,7 +304,7 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
                        reclaim="operator" if queue else "lease", queue=queue)
     orphans: set[str] = set()  # queue mode: items whose holder was killed
     now = START
-    ws = [_Worker(f"w{i}") for i in range(workers)]
+    ws = [_Worker(f"{prefix}w{i}") for i in range(workers)]
     applied_keys: set[str] = set()
     created = 0
 
