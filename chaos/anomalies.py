@@ -1114,8 +1114,9 @@ class _Checker:
             self.left["held"] += 1  # its holder was not killed: stopped with the work in hand
             return
         path = str(self.final.recovery.get("path") or "") if self.final is not None else ""
+        recovering = self.R.monitor | self.R.requeues
         ran = [op for op in (*self.operator_ops, *(op for op in it.ops if op.process == OPERATOR))
-               if op.maybe and op.t0 > kill[0]]
+               if op.maybe and op.t0 > kill[0] and op.name in recovering]
         if not ran or not (self.meta.reclaim == "never" or path in ("operator", "never")):
             self.left["held_dead"] += 1
             return
@@ -1140,8 +1141,10 @@ class _Checker:
             self.parked_ahead[st] += 1
             return
         moved = max((op.t1 for op in it.ops if op.name not in self.R.reads), default=-INF)
+        # a wall-clock ledger reads its own clock: a grace's margin for the difference
+        margin = max(self.eps, self.grace) if self.wall else self.eps
         mon = next((m for m in self.timed_ops if m.name in movers and m.ok and m.t0 > moved and m.now is not None
-                    and m.now > due + self.eps), None)
+                    and m.now > due + margin), None)
         if mon is None:
             self.left[f"parked_due:{st}:{'/'.join(sorted(movers)) or 'none'}"] += 1
             return
