@@ -1100,8 +1100,8 @@ class _Checker:
 
     def _held(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], st: Any) -> None:
         """Leased at the end with no lease expiry (a queue: held until released).  Lost when its
-        holder was killed and the operator's recovery ran after that under the operator or never
-        path, yet it is still held: nothing else brings it back."""
+        holder was killed and, under the operator path, the operator's recovery ran after that (under
+        never, nothing is to run), yet it is still held: nothing else brings it back."""
         tok = w.get("lease_token")
         g = next((g for g in reversed(grants) if g.op is not None and g.token == tok and g.op.maybe), None)
         if g is None:
@@ -1114,10 +1114,17 @@ class _Checker:
             self.left["held"] += 1  # its holder was not killed: stopped with the work in hand
             return
         path = str(self.final.recovery.get("path") or "") if self.final is not None else ""
+        never = self.meta.reclaim == "never" or path == "never"
         recovering = self.R.monitor | self.R.requeues
         ran = [op for op in (*self.operator_ops, *(op for op in it.ops if op.process == OPERATOR))
                if op.maybe and op.t0 > kill[0] and op.name in recovering]
-        if not ran or not (self.meta.reclaim == "never" or path in ("operator", "never")):
+        if never:  # nothing is to bring it back: the kill left it held for good
+            why = (f"{it.work_id} is still {st}, held with no lease expiry by {p}, which was killed at "
+                   f"t={kill[0]:.4f}; under reclaim never nothing brings it back: it is neither finished nor claimable")
+            self.add("lost_work", it.work_id, why, [*g.proof(), self.h.record(kill[1]), self.final_excerpt(it.work_id)],
+                     it.ops[-2:])
+            return
+        if not ran or path != "operator":
             self.left["held_dead"] += 1
             return
         op = min(ran, key=attrgetter("t0"))

@@ -298,16 +298,17 @@ def test_a_status_the_contract_does_not_name_is_not_judged_and_not_passed() -> N
                          "cannot judge it"]
 
 
-def _held_by_the_dead(operator_after: bool) -> History:
-    """A lease-less queue: w1 holds q and is killed; the operator's recovery runs (or not) after."""
-    b = HistoryBuilder(reclaim="operator", queue=True)
+def _held_by_the_dead(operator_after: bool, reclaim: str = "operator") -> History:
+    """A lease-less queue: w3 holds q and is killed; the operator's recovery runs (or not) after."""
+    b = HistoryBuilder(reclaim=reclaim, queue=True)
     takeover(b, by="operator")  # (x, as a queue shows it: no expiry; w2 takes it after the operator's recovery)
     b.create("producer", "q", T0 + 100)
     b.claim("w3", "q", T0 + 101)
     b.nemesis("kill", "w3")
     if operator_after:
+        b.call("operator", "list", {"status": "timeout"}, "ok", [])  # a read: not a recovery
         b.call("operator", "recover", {"now": T0 + 150}, "ok", [])  # the queue's recovery sees nothing to move
-    b.final(T0 + 200, path="operator")
+    b.final(T0 + 200, path=reclaim)
     return b.history()
 
 
@@ -316,9 +317,15 @@ def test_work_held_by_a_dead_worker_after_the_operators_recovery_is_lost() -> No
     v = check(h)
     a = only(v, "lost_work")
     assert a.work_id == "q" and "no lease expiry" in a.explanation and "killed" in a.explanation
+    assert [r.op for r in a.excerpt if r.type == "complete"] == ["claim", "recover"]
     assert_proves(h, a)
     v = check(_held_by_the_dead(False))
     assert v.anomalies == [] and any("held (no lease expiry) by killed workers" in m for m in v.missing)
+    # under reclaim never nothing is to bring it back: the kill alone leaves it lost
+    h = _held_by_the_dead(False, reclaim="never")
+    a = only(check(h), "lost_work")
+    assert "under reclaim never" in a.explanation
+    assert_proves(h, a)
 
 
 # ------------------------------------------------------------------ refusals that took effect
