@@ -43,14 +43,15 @@ def test_the_reference_shows_no_anomaly_and_reaches_every_required_situation(ref
     for v in verdicts:
         assert v.anomalies == [], [(a.kind, a.explanation) for a in v.anomalies]
         cov = v.coverage
-        assert cov["claim_ok"] >= SETTINGS["items"] and cov["close_out_ok"] >= SETTINGS["items"] - 2
-        assert cov["finished"] == SETTINGS["items"] and cov["final_read"] == 1
-        assert cov["kill"] + cov["pause"] + cov["reopen"] >= 3
+        # every item finished: most closed out, some failed for good or quarantined by recovery
+        assert cov["claim_ok"] >= SETTINGS["items"] and cov["close_out_ok"] >= SETTINGS["items"] // 2, cov
+        assert cov["finished"] == SETTINGS["items"] and cov["final_read"] == 1, (cov, v.missing)
+        assert cov["kill"] + cov["pause"] + cov["reopen"] >= 3, cov
         # whether a pause lands on a holder long enough for another worker to take its item over
         # is up to the schedule and the machine's load: a run that missed it says so, and nothing else
         assert set(v.missing) <= {DISPLACED}, v.missing
     full = [v for v in verdicts if v.verdict == "no anomaly"]
-    assert full, [v.missing for v in verdicts]
+    assert full, [(v.missing, v.coverage) for v in verdicts]
     for v in full:
         assert v.coverage["holder_displaced"] >= 1 and v.coverage["late_write_after_takeover"] >= 1
         assert v.coverage["displaced_by_time"] >= 1  # reclaim by lease: the lease's lapse did it
