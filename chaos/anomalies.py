@@ -289,7 +289,7 @@ class _Item(msgspec.Struct, gc=False, eq=False):
     snaps: list[Snap] = msgspec.field(default_factory=list)
     creates: list[Op] = msgspec.field(default_factory=list)
     effects: dict[str, list[int]] = msgspec.field(default_factory=dict)  # key -> the rows of its applied effects
-    refused_closes: list[Op] = msgspec.field(default_factory=list)  # its close-outs refused (found by grants())
+    refused_closes: list[Op] | None = None  # its close-outs refused (found by grants())
 
 
 _T1 = attrgetter("t1")
@@ -636,7 +636,10 @@ class _Checker:
                     if op.outcome == "ok":
                         closed += 1
                     elif op.outcome == "refused":
-                        it.refused_closes.append(op)
+                        if it.refused_closes is None:
+                            it.refused_closes = [op]
+                        else:
+                            it.refused_closes.append(op)
             elif name in granting and op.outcome == "ok" and isinstance(op.result, dict):
                 w = op.result
                 claimed += 1
@@ -884,11 +887,11 @@ class _Checker:
         want = (op.args.get("status"), now, op.args.get("result"))
         found = None
         for s in it.snaps:
-            w = s.work
-            if w.get("finished_at") == now and s.t0 > t0 and type(w.get("finished_at")) is not bool and \
-                    (w.get("status"), now, w.get("result")) == want:
-                found = s
-                break
+            if s.t0 > t0:
+                w = s.work
+                if w.get("finished_at") == now and (w.get("status"), now, w.get("result")) == want:
+                    found = s
+                    break
         if found is None:
             fw = it.final
             if fw is None or (fw.get("status"), _num(fw.get("finished_at")), fw.get("result")) != want:
@@ -1262,7 +1265,7 @@ class _Checker:
                        f"which says it did not happen, yet a later read shows it as {it.work_id}, and no create that "
                        f"may have happened made it")
                 self.add("refused_but_applied", it.work_id, why, [first, shown])
-        for op in it.refused_closes:
+        for op in it.refused_closes or ():
             s = self._close_seen(it, op)
             if s is None:
                 continue
@@ -1294,18 +1297,28 @@ class _Checker:
             how = self._displaced_by(it, a, b, a_t, b_t)
             if how:
                 self.cov[f"displaced_by_{how}"] += 1
-            again = next((c.t_done for c in grants[i + 2:] if c.op is not None and c.op.process == pa), INF)
+            again = INF
+            for c in grants[i + 2:]:
+                if c.op is not None and c.op.process == pa:
+                    again = c.t_done
+                    break
             tok = a.token
-            self.cov["late_write_after_takeover"] += sum(
-                1 for op in it.ops if op.process == pa and b_t < op.t0 < again and op.token == tok
-                and op.name not in self.R.reads and op.name not in self.R.grants)
+            late = 0
+            for op in it.ops:
+                if op.process == pa and b_t < op.t0 < again:
+                    args = op.args
+                    if args.get("token", args.get("lease_token")) == tok and op.name not in self.R.reads \
+                            and op.name not in self.R.grants:
+                        late += 1
+            if late:
+                self.cov["late_write_after_takeover"] += late
 
     def _displaced_by(self, it: _Item, a: Grant, b: Grant, a_t: float, b_t: float) -> str | None:
         reads = self.R.reads
-        if any(self._may_move(op, it.work_id) and op.t1 > a_t and op.t0 < b_t
-               for op in it.ops if op.process == OPERATOR and op.name not in reads) or \
-                any(op.name not in reads and self._may_move(op, it.work_id)
-                    for op in self.timeline("operator").overlapping(a_t, b_t)):
+        if any(op.process == OPERATOR and op.name not in reads and op.t1 > a_t and op.t0 < b_t
+               and self._may_move(op, it.work_id) for op in it.ops) or \
+                (self.operator_ops and any(op.name not in reads and self._may_move(op, it.work_id)
+                                           for op in self.timeline("operator").overlapping(a_t, b_t))):
             return "operator"
         assert b.op is not None
         live_until, _ = self.lease_end(a, b.op.t0)
@@ -1427,11 +1440,10 @@ class _Checker:
             effs = self.effects_by.get(p)
             if not effs:
                 continue
-            times = [t for t, _wid in effs]
             before = -INF
             for t_k, _row in kills:
-                k = bisect_left(times, t_k)
-                if k and times[k - 1] > before:
+                k = bisect_left(effs, (t_k,))  # the first effect at or after the kill
+                if k and effs[k - 1][0] > before:
                     t_e, wid = effs[k - 1]
                     it = self.items.get(wid)
                     if it is None or not any(op.process == p and op.name in releases and op.comp is not None
