@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from checker_support import T0, assert_proves, kinds, only
 from ledgercheck.chaos.anomalies import SITUATIONS, Verdict, check
@@ -434,5 +433,14 @@ def test_correct_simulated_campaigns_mostly_reach_full_coverage() -> None:
         assert v.coverage["holder_displaced"] >= 1 and v.coverage["late_write_after_takeover"] >= 1
 
 
-def _lines(b: HistoryBuilder) -> list[dict[str, Any]]:
-    return [dict(r) for r in b.records]
+def test_the_contract_can_be_named_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    b = HistoryBuilder()
+    takeover(b)
+    b.final(T0 + 200)
+    p = tmp_path / "h.jsonl"
+    p.write_bytes(b.dumps())
+    root = Path(__file__).resolve().parents[2]
+    r = run_cli(p, "--spec", str(root / "spec" / "contract" / "ledger.yaml"))
+    assert r.returncode == 0 and r.stdout.strip().endswith("verdict: no anomaly")
+    r = run_cli(p, "--spec", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "nope.yaml" in r.stderr
