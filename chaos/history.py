@@ -17,7 +17,9 @@ record is one ``O_APPEND`` write), provided each process is given its own ``id_o
 :func:`load_history` refuses malformed input with one line naming ``file:line`` and the
 problem (:class:`HistoryError`): a file or line over the size limits, bad JSON, an unknown
 record type, a missing or mistyped field, a second meta or final, an operation id used twice,
-a ``complete`` with no ``invoke`` (or a second one).  It decodes and validates every line in C
+a ``complete`` with no ``invoke`` (or a second one), a last line cut off mid-record (the history
+ends abruptly).  A history without its final record loads (``History.final`` is None); the
+checker calls its verdict INCONCLUSIVE.  It decodes and validates every line in C
 with msgspec, into one row struct per record (:data:`Row`); record objects (the dataclasses
 below) are built from rows only when asked for.
 """
@@ -430,7 +432,14 @@ def _read(data: bytes, name: str) -> History:
     try:
         rows = _DECODE_LINES(data)
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
-        _diagnose(data.split(b"\n"), name)  # raises, naming the line and the problem
+        lines = data.split(b"\n")
+        try:
+            _diagnose(lines, name)  # raises, naming the line and the problem
+        except HistoryError as exc:
+            if exc.line == len(lines) and exc.problem.startswith("not JSON") and not data.endswith(b"\n"):
+                raise HistoryError(name, exc.line, "the last line is cut off mid-record: the history ends abruptly "
+                                                   "(an interrupted campaign's, or copied while it was written)") from None
+            raise
         raise _refusal(data, name) from None  # what only msgspec refuses
     numbers = None  # row i is line i + 1, unless msgspec skipped blank lines
     if len(rows) != data.count(b"\n") + (not data.endswith(b"\n")):
