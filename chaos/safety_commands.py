@@ -87,6 +87,26 @@ def _check_out(path: str | None) -> None:
 
 
 def cmd_safety(args: argparse.Namespace) -> int:
+    """The campaign; a folder named with --out is held for the run, so two campaigns never write
+    their processes' history files into one folder (reports/outdirs.py)."""
+    if args.out is None:
+        return _safety(args)
+    from ledgercheck.reports.outdirs import FolderBusy, held
+
+    try:
+        _check_out(args.out)
+        hold = held(args.out, "safety campaign")
+        hold.__enter__()
+    except (ChaosError, FolderBusy) as exc:
+        print(f"ledgercheck safety: {'' if isinstance(exc, ChaosError) else '--out '}{exc}", file=sys.stderr)
+        return 2
+    try:
+        return _safety(args)
+    finally:
+        hold.__exit__(None, None, None)
+
+
+def _safety(args: argparse.Namespace) -> int:
     from .history import load_history
     from .history_commands import render
     from .nemesis import parse_faults

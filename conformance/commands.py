@@ -12,7 +12,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="reference (default), python:MODULE:FACTORY, exec:COMMAND, or an installed adapter name")
     c.add_argument("--profile", default=None, metavar="NAMES", help="comma-separated profiles or profile sets, 'full' for the whole contract (default: every profile the adapter claims)")
     c.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
-    c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: reports/out/<adapter>/<timestamp>)")
+    c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: a new one per run, reports/out/<adapter>/<start time>-<suffix>)")
     c.add_argument("--hypothesis-profile", default="ci", choices=list(PROFILES), help="stateful test budget")
     c.add_argument("--seed", type=int, default=None, help="seed for the stateful tests (default: random, recorded)")
     c.add_argument("-n", "--workers", default=None, metavar="N", help="run on N processes (pytest-xdist), or 'auto'")
@@ -176,7 +175,6 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 
 def _certify(args: argparse.Namespace, seen: list[str]) -> int:
-    import pytest
     from ledgercheck.spec import SpecError, load_spec
     from ledgercheck.transport.client import AdapterError, connect
 
@@ -209,9 +207,26 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         print(f"ledgercheck certify: {problem}", file=sys.stderr)
         return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else Path("reports") / "out" / _slug(name) / stamp
-    out.mkdir(parents=True, exist_ok=True)
+    from contextlib import ExitStack
+
+    from ledgercheck.reports.outdirs import FolderBusy, held, new_run_folder
+
+    with ExitStack() as stack:
+        # a folder of its own: a new one per run by default, and a named one held for the run, so
+        # two runs never write (and record in the history) each other's files
+        try:
+            out = stack.enter_context(held(args.out if args.out else new_run_folder(Path("reports") / "out" / _slug(name)),
+                                           "certify run"))
+        except FolderBusy as exc:
+            print(f"ledgercheck certify: --out {exc}" if args.out else f"ledgercheck certify: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        return _run_suite(args, seen, out, seed)
+
+
+def _run_suite(args: argparse.Namespace, seen: list[str], out: Path, seed: int) -> int:
+    """The suite, its report in ``out`` (held by this run) and its history row."""
+    import pytest
+
     results = out / "results.json"
     if results.exists():
         results.unlink()
@@ -248,7 +263,13 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         pyargs += ["-q", "--no-header", "-rN"] if not args.quiet else ["-qq", "--no-header", "-rN", "-p", "no:terminalprogress"]
         if args.json:
             pyargs += ["--capture=sys", "-qq"]
-        rc = pytest.main(pyargs)
+        if args.json:  # stdout carries the JSON summary alone: pytest's own lines go to stderr
+            from contextlib import redirect_stdout
+
+            with redirect_stdout(sys.stderr):
+                rc = pytest.main(pyargs)
+        else:
+            rc = pytest.main(pyargs)
     # the suite is over: an interrupt from here on is ignored, so the report it already decided
     # on (INCOMPLETE if it was stopped) is written whole
     _handle(signal.SIG_IGN)
