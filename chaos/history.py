@@ -429,7 +429,7 @@ def _read(data: bytes, name: str) -> History:
     the same one-line message, naming its line, as ever."""
     try:
         rows = _DECODE_LINES(data)
-    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):  # ValidationError is a DecodeError too
         _diagnose(data.split(b"\n"), name)  # raises, naming the line and the problem
         raise _refusal(data, name) from None  # what only msgspec refuses
     numbers = None  # row i is line i + 1, unless msgspec skipped blank lines
@@ -497,6 +497,9 @@ def _refusal(data: bytes, name: str) -> HistoryError:
             continue
         try:
             decode(raw)
+        except UnicodeDecodeError as exc:  # msgspec checks the UTF-8 of strings as it reads them
+            return HistoryError(name, n, f"not UTF-8 text: byte {exc.start + 1} of the line is 0x{raw[exc.start]:02x}"
+                                if 0 <= exc.start < len(raw) else "not UTF-8 text")
         except (msgspec.DecodeError, RecursionError) as exc:
             text = str(exc)
             m = re.search(r" - at `\$\.?([^`]*)`$", text)

@@ -97,8 +97,12 @@ def run_info(config: pytest.Config, started: float, kind: str = "conformance") -
     if shard:
         k, n = shard.split("/")
         shard_doc = {"index": int(k), "count": int(n)}
-    argv = ["pytest", *[str(a) for a in config.invocation_params.args]]
-    command = config.getoption("ledger_reproduce") or " ".join(shlex.quote(a) for a in argv)
+    from ledgercheck.reports.text import without_secrets
+
+    # a password in a store's or a database's URL (--ledger-example-db redis://:PW@host) is not
+    # written into the results: shown as ***
+    argv = ["pytest", *[without_secrets(a) for a in config.invocation_params.args]]
+    command = without_secrets(config.getoption("ledger_reproduce") or " ".join(shlex.quote(a) for a in argv))
     return {
         "id": uuid.uuid4().hex,
         "kind": kind,

@@ -76,3 +76,19 @@ def md_text(text: object) -> str:
     """Plain text for Markdown prose (for text from the contract, not the adapter): characters that can
     start emphasis, code, links, HTML or break a table are backslash-escaped, whitespace collapsed."""
     return _MD_PUNCT.sub(r"\\\1", one_line(text))
+
+
+# ---- secrets ---------------------------------------------------------------------------------------
+# A password in a URL's user part (redis://:pw@host, postgresql://user:pw@host/db) or in a
+# key=value connection string (host=h password=pw) is never shown: messages that name a store or
+# a database show it as ***.
+_URL_SECRET = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^/\s]*)@")
+_KV_SECRET = re.compile(r"(?i)\b(password|passwd|pwd)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&;]*)")
+SECRET_SHOWN = "***"
+
+
+def without_secrets(text: object) -> str:
+    """``text`` with the password of every URL (``scheme://user:PASSWORD@host``) and every
+    ``password=...`` setting replaced by ``***``."""
+    s = _URL_SECRET.sub(lambda m: f"{m.group(1)}{SECRET_SHOWN}@", "" if text is None else str(text))
+    return _KV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_SHOWN}", s)
