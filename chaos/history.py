@@ -692,7 +692,12 @@ class HistoryWriter:
             line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
         except TypeError:  # what orjson cannot encode (ints over 64 bits, odd types): the slow way
             import json
-            line = (json.dumps(obj, default=str, separators=(",", ":")) + "\n").encode()
+
+            from ledgercheck.reports.text import recordable
+
+            # a lone surrogate in an adapter's string is kept as the text \udXXX, which any JSON
+            # reader reads back (an escaped lone surrogate is refused by the history's reader)
+            line = (json.dumps(recordable(obj, None), default=str, separators=(",", ":")) + "\n").encode()
         if self._buffered:
             self._buf.append(line)
         else:

@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ledgercheck.reports.text import shown_line
+
 from .budgets import PROFILES
 
 EXIT_CERTIFIED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
@@ -137,8 +139,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     from ledgercheck.transport.reaper import RUN_TAG, scratch_parent, sweep
 
-    if args.breaker < 0:
-        print("ledgercheck certify: --breaker must be 0 (never) or more", file=sys.stderr)
+    from .options import keyword_problem, option_problem
+
+    problem = option_problem(timeout=args.timeout, timeout_scale=args.timeout_scale, wall_scale=args.wall_scale,
+                             seed=args.seed, shard=args.shard, breaker=args.breaker, workers=args.workers) \
+        or keyword_problem(args.keyword) or _paths_problem(args)
+    if problem:
+        print(f"ledgercheck certify: {problem}", file=sys.stderr)
         return EXIT_ERROR
     tag = uuid.uuid4().hex
     old_tag = os.environ.get(RUN_TAG)
@@ -174,6 +181,25 @@ def cmd_certify(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+def _paths_problem(args: argparse.Namespace) -> str | None:
+    """The folders and files certify writes or reads, checked before anything runs."""
+    from ledgercheck.reports.text import terminal
+
+    for option, value in (("--out", args.out), ("--artifacts", args.artifacts)):
+        if value is None:
+            continue
+        if not value.strip():
+            return f"{option}: empty; name a folder"
+        if os.path.exists(value) and not os.path.isdir(value):
+            return f"{option} {terminal(value)}: not a folder"
+    if args.history is not None and os.path.isdir(args.history):
+        return f"--history {terminal(args.history)}: a folder, not a history file"
+    if args.artifact is not None and os.path.exists(args.artifact) and not os.path.isfile(args.artifact):
+        # a device or a pipe could be read forever when the run hashes it
+        return f"--artifact {terminal(args.artifact)}: not a regular file"
+    return None
+
+
 def _certify(args: argparse.Namespace, seen: list[str]) -> int:
     from ledgercheck.spec import SpecError, load_spec
     from ledgercheck.transport.client import AdapterError, connect
@@ -185,14 +211,22 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         for p in exc.problems:
             print(p, file=sys.stderr)
         return EXIT_ERROR
+    if args.profile:
+        from ledgercheck.reports.text import terminal
+
+        _, unknown = spec.expand_profiles(p.strip() for p in args.profile.split(",") if p.strip())
+        if unknown:
+            shown = terminal(", ".join(unknown))
+            print(f"ledgercheck certify: --profile: unknown profile(s) {shown[:200]}; the contract has "
+                  f"{', '.join(spec.profiles)}" + (f", and the profile set(s) {', '.join(spec.profile_sets)}"
+                                                   if spec.profile_sets else ""), file=sys.stderr)
+            return EXIT_ERROR
     try:
         probe = connect(args.adapter, spec, timeout=args.timeout * args.timeout_scale, startup_timeout=30 * args.timeout_scale)
         name = probe.handshake.get("name") or "adapter"
         probe.close()
     except AdapterError as exc:  # may carry the adapter's stderr: shown terminal-safe
-        from ledgercheck.reports.text import terminal
-
-        print(terminal(f"ledgercheck certify: {exc}"), file=sys.stderr)
+        print(shown_line(f"ledgercheck certify: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     if args.example_db:
         from .example_db import StoreError, check_store, parse_store
@@ -293,17 +327,17 @@ def _run_suite(args: argparse.Namespace, seen: list[str], out: Path, seed: int) 
 
     paths, problem = record_run(history_path(args, out), doc, lambda since: write_bundle(doc, str(out), since=since))
     if problem:
-        print(f"ledgercheck certify: the run is not recorded in the history: {problem}", file=sys.stderr)
+        print(shown_line(f"ledgercheck certify: the run is not recorded in the history: {problem}"), file=sys.stderr)
     line = verdict_line(doc)
     if args.json:
         print(json.dumps({"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
                           "line": line, "files": paths, "seed": seed}, indent=2))
     else:
         print()
-        print(line)
+        print(shown_line(line))  # it may quote what the adapter said
         for key in ("html", "markdown", "junit", "results", "history"):
             if key in paths:
-                print(f"  {key:9} {paths[key]}")
+                print(shown_line(f"  {key:9} {paths[key]}"))
     return int(doc["exit_code"])
 
 
@@ -325,7 +359,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         doc = load_trace(args.trace)
     except TraceError as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     try:
         spec = load_spec(args.spec or None)
@@ -338,21 +372,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
         check_steps(doc, spec, args.trace)
         address = adapter_to_run(doc.get("adapter"), args.adapter, args.trace)
     except TraceError as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     warning = check_spec(doc, spec, args.trace)
     if warning:
-        print(f"ledgercheck replay: warning: {warning}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: warning: {warning}"), file=sys.stderr)
     try:
         client = connect(address, spec, timeout=args.timeout)
     except AdapterError as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     h = replay_harness(client, spec, doc)
     try:
         done = run_replay(h, doc, args.trace, time_limit=args.time_limit, steps_only=args.steps)
     except (TraceError, AdapterFailure) as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     finally:
         h.leave_directory()
@@ -367,12 +401,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"
     if args.json:
         print(json.dumps(summary, indent=2))
-    else:
-        print(done.headline(args.trace, against))
+    else:  # the adapter's answers and the trace's own words are shown escaped and cut
+        print(shown_line(done.headline(args.trace, against)))
         for v in found:
-            print(f"  {v}")
+            print(shown_line(f"  {v}"))
         if done.diverged:
-            print(f"  the replay left the recorded run at {done.diverged}")
+            print(shown_line(f"  the replay left the recorded run at {done.diverged}"))
         if done.inexact:
-            print(f"  {done.inexact}")
+            print(shown_line(f"  {done.inexact}"))
     return EXIT_FAILED if found else EXIT_ERROR if done.stopped else EXIT_CERTIFIED
