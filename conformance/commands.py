@@ -194,7 +194,8 @@ def _paths_problem(args: argparse.Namespace) -> str | None:
             return f"{option} {terminal(value)}: not a folder"
     if args.history is not None and os.path.isdir(args.history):
         return f"--history {terminal(args.history)}: a folder, not a history file"
-    if args.artifact is not None and os.path.exists(args.artifact) and not os.path.isfile(args.artifact):
+    if args.artifact is not None and os.path.exists(args.artifact) and not os.path.isfile(args.artifact) \
+            and not os.path.isdir(args.artifact):  # (a folder: "cannot read", below)
         # a device or a pipe could be read forever when the run hashes it
         return f"--artifact {terminal(args.artifact)}: not a regular file"
     return None
