@@ -497,9 +497,8 @@ def _refusal(data: bytes, name: str) -> HistoryError:
             continue
         try:
             decode(raw)
-        except UnicodeDecodeError as exc:  # msgspec checks the UTF-8 of strings as it reads them
-            return HistoryError(name, n, f"not UTF-8 text: byte {exc.start + 1} of the line is 0x{raw[exc.start]:02x}"
-                                if 0 <= exc.start < len(raw) else "not UTF-8 text")
+        except UnicodeDecodeError:  # msgspec checks the UTF-8 of strings as it reads them
+            return HistoryError(name, n, "not UTF-8 text (inside a string)")
         except (msgspec.DecodeError, RecursionError) as exc:
             text = str(exc)
             m = re.search(r" - at `\$\.?([^`]*)`$", text)
