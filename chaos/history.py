@@ -431,7 +431,7 @@ def _read(data: bytes, name: str) -> History:
     the same one-line message, naming its line, as ever."""
     try:
         rows = _DECODE_LINES(data)
-    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):  # ValidationError is a DecodeError too
         lines = data.split(b"\n")
         try:
             _diagnose(lines, name)  # raises, naming the line and the problem
@@ -506,6 +506,8 @@ def _refusal(data: bytes, name: str) -> HistoryError:
             continue
         try:
             decode(raw)
+        except UnicodeDecodeError:  # msgspec checks the UTF-8 of strings as it reads them
+            return HistoryError(name, n, "not UTF-8 text (inside a string)")
         except (msgspec.DecodeError, RecursionError) as exc:
             text = str(exc)
             m = re.search(r" - at `\$\.?([^`]*)`$", text)
@@ -698,7 +700,12 @@ class HistoryWriter:
             line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
         except TypeError:  # what orjson cannot encode (ints over 64 bits, odd types): the slow way
             import json
-            line = (json.dumps(obj, default=str, separators=(",", ":")) + "\n").encode()
+
+            from ledgercheck.reports.text import recordable
+
+            # a lone surrogate in an adapter's string is kept as the text \udXXX, which any JSON
+            # reader reads back (an escaped lone surrogate is refused by the history's reader)
+            line = (json.dumps(recordable(obj, None), default=str, separators=(",", ":")) + "\n").encode()
         if self._buffered:
             self._buf.append(line)
         else:

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ledgercheck.reports.text import shown, shown_line
+
 from .anomalies import Anomaly, Verdict, check, fmt_num
 from .history import History, HistoryError, Record, load_history
 
@@ -40,7 +42,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         spec = _spec(args.spec) if args.spec else None
         history = load_history(args.file)
     except (HistoryError, ChaosError) as exc:
-        print(f"ledgercheck history: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
         return 2
     verdict = check(history, spec)
     if args.json:
@@ -48,7 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                **verdict.to_json()}
         print(json.dumps(out, indent=2, default=str))
     else:
-        print(render(history, verdict, max_excerpts=args.max_excerpts))
+        print(shown(render(history, verdict, max_excerpts=args.max_excerpts), max_lines=None))  # a history holds adapter text
     return EXIT[verdict.verdict]
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ledgercheck.reports.text import shown, shown_line
+
 from .commands import Progress, _spec, writable_dir
 from .points import ChaosError
 
@@ -87,6 +89,26 @@ def _check_out(path: str | None) -> None:
 
 
 def cmd_safety(args: argparse.Namespace) -> int:
+    """The campaign; a folder named with --out is held for the run, so two campaigns never write
+    their processes' history files into one folder (reports/outdirs.py)."""
+    if args.out is None:
+        return _safety(args)
+    from ledgercheck.reports.outdirs import FolderBusy, held
+
+    try:
+        _check_out(args.out)
+        hold = held(args.out, "safety campaign")
+        hold.__enter__()
+    except (ChaosError, FolderBusy) as exc:
+        print(f"ledgercheck safety: {'' if isinstance(exc, ChaosError) else '--out '}{exc}", file=sys.stderr)
+        return 2
+    try:
+        return _safety(args)
+    finally:
+        hold.__exit__(None, None, None)
+
+
+def _safety(args: argparse.Namespace) -> int:
     from .history import load_history
     from .history_commands import render
     from .nemesis import parse_faults
@@ -119,7 +141,7 @@ def cmd_safety(args: argparse.Namespace) -> int:
         progress.close()
         if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
             exc = ChaosError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
-        print(f"ledgercheck safety: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck safety: {exc}"), file=sys.stderr)
         return 2
     progress.close()
     assert result.history is not None
@@ -131,9 +153,10 @@ def cmd_safety(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        print(summary(result))
+        # the adapter's name, version and answers are shown escaped, each line cut (reports/text.py)
+        print(shown(summary(result), max_lines=None))
         print()
-        print(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts))
+        print(shown(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts), max_lines=None))
     return 1 if result.anomalies else 0
 
 

@@ -174,6 +174,9 @@ def _header_problem(doc: dict[str, Any]) -> str | None:
     scale = doc.get("wall_scale")
     if scale is not None and not (_is_number(scale) and 0 < scale <= MAX_WALL_SCALE):
         return f"wall_scale must be a number in (0, {MAX_WALL_SCALE:g}], not {_brief(scale)}"
+    vs = doc.get("violations")
+    if vs is not None and not (isinstance(vs, list) and all(isinstance(v, dict) for v in vs)):
+        return "violations must be a list of {clause, message} objects"
     if doc.get("judged_by", "model") not in JUDGES:
         return f"judged_by must be one of {', '.join(JUDGES)}, not {_brief(doc.get('judged_by'))}"
     return None
