@@ -45,7 +45,7 @@ from typing import Any
 import msgspec
 from ledgercheck.spec import Spec, default_spec
 
-from .history import EffectRow, Final, History, Meta, Nemesis, Record, no_gc, to_dict
+from .history import EffectRow, Final, History, HistoryError, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work", "refused_but_applied")
@@ -1686,8 +1686,44 @@ def check(history: History, spec: Spec | None = None) -> Verdict:
     history reached (coverage) and what it did not (missing).  `spec`: the contract the campaign ran
     under (the shipped one by default), which names the statuses and operations."""
     rules = rules_of(spec)
-    with no_gc():
-        return _Checker(history, rules).run()
+    try:
+        with no_gc():
+            return _Checker(history, rules).run()
+    except TypeError:
+        bad = _unhashable_identifier(history)
+        if bad is None:
+            raise
+        raise HistoryError(history.path, *bad) from None
+
+
+_IDENTIFIERS = ("work_id", "token", "lease_token", "owner", "status", "step_id", "key")
+
+
+def _unhashable_identifier(history: History) -> tuple[int | None, str] | None:
+    """The first record whose identifier (a work id, token, owner, status, key) is a list or an
+    object, which no ledger hands out: ``(line, problem)``.  Only looked for when the checker met
+    such a value (the fast path stays as it is)."""
+    def find(v: Any, path: str) -> str | None:
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                if k in _IDENTIFIERS and isinstance(x, list | dict):
+                    return f"{path}{k} is {'a list' if isinstance(x, list) else 'an object'}"
+                if isinstance(x, list | dict):
+                    got = find(x, f"{path}{k}.")
+                    if got:
+                        return got
+        elif isinstance(v, list):
+            for x in v:
+                got = find(x, path)
+                if got:
+                    return got
+        return None
+
+    for rec in history.records:
+        got = find(to_dict(rec), "")
+        if got:
+            return rec.line, f"{got}; identifiers in a history are strings, numbers or null"
+    return None
 
 
 def excerpt_history(history: History, anomaly: Anomaly) -> History:

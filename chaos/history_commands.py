@@ -44,7 +44,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     except (HistoryError, ChaosError) as exc:
         print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
         return 2
-    verdict = check(history, spec)
+    try:
+        verdict = check(history, spec)
+    except HistoryError as exc:  # an identifier no ledger hands out (a list, an object)
+        print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
+        return 2
     if args.json:
         out = {"file": args.file, "adapter": history.meta.adapter, "declared": history.meta.declared,
                **verdict.to_json()}

@@ -153,6 +153,31 @@ def test_every_field_of_a_safety_history(tmp_path: Path) -> None:
     assert n >= 30
 
 
+def test_a_list_or_an_object_as_an_identifier_of_a_history(tmp_path: Path) -> None:
+    """A work id, token, owner or status that is a list or an object (no ledger hands one out) is
+    refused in one line naming its line and field, exit 2, where the checker would have raised."""
+    lines = simulate(4, items=3, workers=2, steps=40).dumps().splitlines()
+    hits = 0
+
+    def inputs() -> Iterator[tuple[str, bytes]]:
+        nonlocal hits
+        for i, line in enumerate(lines):
+            rec = json.loads(line)
+            for holder in ("args", "result"):
+                obj = rec.get(holder)
+                for key in ("work_id", "token", "lease_token", "owner", "status"):
+                    if isinstance(obj, dict) and key in obj:
+                        for raw in (b"[1]", b'{"a": 1}'):
+                            hits += 1
+                            yield f"line {i + 1} {holder}.{key} = {raw!r}", \
+                                b"\n".join(lines[:i] + [placed(rec, (holder, key), raw)] + lines[i + 1:]) + b"\n"
+                        if hits >= 24:
+                            return
+
+    n = sweep(tmp_path, "history", inputs(), lambda f: ["history", "check", f], "ledgercheck history: ", ok=(0, 1))
+    assert n >= 10
+
+
 # ---- the command line ---------------------------------------------------------------------------------
 
 QUICK = ["-k", "zzz_selects_nothing", "--no-chaos", "--no-history", "--quiet"]
