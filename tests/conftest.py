@@ -17,10 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from ledgercheck.transport.reaper import scratch_parent
+
+# tests/patience.py (waiting for a condition, with a safety net of minutes) is importable from
+# every test directory
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# No hypothesis test is judged by the clock: no per-example deadline (200 ms by default) and no
+# "too slow" health check (it fails a test whose data generation is slow, as on a busy machine).
+# Settings a test writes itself start from these.
+settings.register_profile("ledgercheck-tests", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ledgercheck-tests")
 
 SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads it
 
