@@ -32,7 +32,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
     """The same in a real process (exit status and stderr as a shell sees them); the timeout guards against a hang."""
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
 
 
 def one_line_error(res: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:

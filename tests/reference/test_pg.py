@@ -330,7 +330,7 @@ def test_adapter_dir_reopens_the_same_ledger_from_another_process(pg, tmp_path, 
     a.close()
     code = ("from ledgercheck.reference.adapter import PgReferenceAdapter as A; a = A(); "
             f"a.reset({{'dir': {str(tmp_path / 'd')!r}}}); print(a.get(work_id={wid!r})['status'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, LEDGERCHECK_PG_DSN=pg.dsn()))
     assert out.returncode == 0 and out.stdout.strip() == default_spec().initial_status, out.stderr
     # scratch resets start empty
@@ -378,13 +378,13 @@ def test_missing_driver_names_the_extra(pg, tmp_path):
     code = ("import sys; sys.modules['psycopg'] = None\n"
             "from ledgercheck.cli import main\n"
             f"sys.exit(main(['ledger', 'list', '--db', {pg.url()!r}]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "pip install 'ledgercheck[postgres]'" in out.stderr
     code = ("import sys; sys.modules['psycopg'] = None\n"
             "from ledgercheck.cli import main\n"
             "sys.exit(main(['certify', '--adapter', 'reference-pg', '--no-history', '--out', sys.argv[1]]))")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "adapter 'reference-pg'" in out.stderr and "pip install 'ledgercheck[postgres]'" in out.stderr
     assert not (tmp_path / "out").exists()  # refused before any test ran
