@@ -36,6 +36,7 @@ STORM_LIMITS: dict[str, tuple[bool, float, float]] = {
     "gap_max": (False, 0.0, MAX_GAP),
     "latency": (False, 0.0, MAX_LATENCY),
     "time_limit": (False, 0.0, MAX_TIME_LIMIT),
+    "per_cycle": (True, 0, MAX_ITEMS),
 }
 
 

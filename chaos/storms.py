@@ -66,6 +66,10 @@ class StormParams:
     gap_max: float = 0.03
     latency: float = 0.003
     time_limit: float = 600.0
+    # at most this many items each worker takes between two kills (0: no limit).  With
+    # items > (kills + 1) x workers x per_cycle the workload cannot run out before the last kill,
+    # however fast the workers run next to the kill schedule: every planned kill happens.
+    per_cycle: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -152,7 +156,7 @@ class Storm:
         while True:
             msg = self._recv(s, what)
             ev = msg.get("event")
-            if ev == "tick":
+            if ev in ("tick", "budget"):  # working, or waiting for the next cycle's budget
                 continue
             if ev == "idle":
                 s.idle = True
@@ -173,7 +177,7 @@ class Storm:
         reply = s.h.request(msg, self.timeout)
         if not reply.get("ok"):
             raise StormError(f"open the ledger: {reply.get('error')}")
-        s.h.send({"cmd": "storm", "seed": self.p.seed * 7919 + self.n_logs, "now": self.now})
+        s.h.send({"cmd": "storm", "seed": self.p.seed * 7919 + self.n_logs, "now": self.now, "per_cycle": self.p.per_cycle})
 
     def _new_slot(self) -> _Slot:
         s = _Slot(self.pool.get())
@@ -195,10 +199,15 @@ class Storm:
         self._check_barrier(rep)
         return rep["victims"]
 
-    def go(self) -> None:
+    def go(self, per_cycle: int | None = None) -> None:
+        """Let the workers go on; ``per_cycle`` (after a kill, and 0 before the drain) starts a
+        new cycle with that budget (StormParams.per_cycle)."""
+        msg: dict[str, Any] = {"cmd": "go", "now": self.now}
+        if per_cycle is not None:
+            msg["per_cycle"] = per_cycle
         for s in self.slots:
             s.idle = False
-            s.h.send({"cmd": "go", "now": self.now})
+            s.h.send(msg)
 
     def _item_of(self, work: Mapping[str, Any]) -> Item | None:
         """The workload item a ledger record was created for (by its source triple)."""
@@ -292,10 +301,12 @@ class Storm:
             self.barrier()
             fresh = _Slot(self.pool.get())
             self._start(fresh)
-            self.go()
+            self.go(self.p.per_cycle)
             self.slots.insert(slot, fresh)
             if self.progress is not None:
                 self.progress(n, len(plan), {"now": self.now, "victims": dict(self.run.victims)})
+        if self.p.per_cycle:
+            self.go(0)  # the kills are done: no more budget, the workers drain what is left
         self._drain(started)
         return self._finish(started)
 
@@ -305,7 +316,7 @@ class Storm:
                 msg = self._recv(s, "storm")
                 if msg.get("event") == "idle":
                     s.idle = True
-                elif msg.get("event") != "tick":
+                elif msg.get("event") not in ("tick", "budget"):
                     raise StormError(f"storm: worker {s.h.name} sent {str(msg)[:120]}")
 
     def _left(self) -> int:
@@ -452,8 +463,9 @@ def storm(address: str, spec: Spec, *, seed: int = 0, workers: int = 4, kills: i
           time_limit: float = 600.0, workload: Workload | None = None, replay_dir: str | None = None,
           progress: StormProgress | None = None, worker: str | None = None, timeout: float = 60.0,
           tmp_root: str | None = None, gap: tuple[float, float] = (0.002, 0.03), latency: float = 0.003,
-          max_workers: int = MAX_WORKERS) -> dict[str, Any]:
-    """Run a kill storm and return its summary (see docs/chaos.md)."""
+          max_workers: int = MAX_WORKERS, per_cycle: int = 0) -> dict[str, Any]:
+    """Run a kill storm and return its summary (see docs/chaos.md).  ``per_cycle``: each worker
+    takes at most that many items between two kills (StormParams.per_cycle; 0: no limit)."""
     _check_max_workers(max_workers)
     if workers < 2:
         raise ChaosError("a storm needs at least 2 workers")
@@ -461,7 +473,7 @@ def storm(address: str, spec: Spec, *, seed: int = 0, workers: int = 4, kills: i
         raise ChaosError("kills must be >= 0")
     params = StormParams(seed=seed, workers=workers, kills=kills,
                          items=items or (max(200, 4 * kills) if is_number(kills, integer=True) else 0),
-                         gap_min=gap[0], gap_max=gap[1], latency=latency, time_limit=time_limit)
+                         gap_min=gap[0], gap_max=gap[1], latency=latency, time_limit=time_limit, per_cycle=per_cycle)
     check_storm_params(params, max_workers=max_workers)
     return _run_storm(address, spec, params, workload=workload, replay_dir=replay_dir, progress=progress,
                       worker=worker, timeout=timeout, tmp_root=tmp_root)

@@ -78,6 +78,7 @@ class Worker:
         self.leased = leased_status(spec)
         self.waiting = dict(spec.waiting_statuses)  # kind -> status
         self.acq_log: int | None = None
+        self.acquired = 0  # items claimed or resumed (storms count them per cycle)
         self.latency = 0.0  # seconds a provider call takes (storms), so kills land inside steps
         hook = getattr(client, "adapter", None)
         self._inproc_hook = callable(getattr(hook, "set_crash_hook", None))
@@ -360,6 +361,7 @@ class Worker:
 
     # ------------------------------------------------------------------ storms
     def _log_acquire(self, work: Mapping[str, Any]) -> None:
+        self.acquired += 1
         if self.acq_log is not None:
             line = json.dumps({"work_id": work["work_id"], "lease_version": work.get("lease_version"),
                                "token": work.get("lease_token"), "owner": self.owner}) + "\n"
@@ -485,6 +487,7 @@ class _Session:
         self.index: ItemIndex | None = None
         self.ids: dict[str, str] = {}
         self.paused = False
+        self.per_cycle = self.cycle_start = 0  # a storm's budget per cycle (storm())
 
     def serve(self) -> None:
         while True:
@@ -594,6 +597,9 @@ class _Session:
     def storm(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         rng = random.Random(int(msg.get("seed", 0)))
         self.w.notes = []
+        # a cycle's budget: at most this many items taken between two kills (0: no limit); a
+        # ``go`` that names ``per_cycle`` starts the next cycle, a plain one goes on with this one
+        self.per_cycle, self.cycle_start = int(msg.get("per_cycle") or 0), self.w.acquired
 
         last = [time.monotonic()]
 
@@ -602,7 +608,13 @@ class _Session:
             if now - last[0] > TICK:  # busy is not hung: tell the harness now and then
                 last[0] = now
                 self.conn.send({"event": "tick"})
-            return self._paused_loop(wait=False) if self.conn.poll() else True
+            if self.conn.poll() and not self._paused_loop(wait=False):
+                return False
+            while self.per_cycle and self.w.acquired - self.cycle_start >= self.per_cycle:
+                self.conn.send({"event": "budget"})  # this cycle's items are taken: wait for the next
+                if not self._paused_loop(wait=True):
+                    return False
+            return True
 
         def idle() -> bool:
             self.conn.send({"event": "idle"})
@@ -627,6 +639,8 @@ class _Session:
             if "now" in msg:
                 self.w.now = float(msg["now"])
             if cmd == "go":
+                if "per_cycle" in msg:  # the next cycle of a storm
+                    self.per_cycle, self.cycle_start = int(msg["per_cycle"] or 0), self.w.acquired
                 return True
             if cmd == "stop":
                 return False

@@ -1,11 +1,13 @@
 """Run order for the project's own tests.
 
-The slowest tests (whole-library certifications that wait in real time, the independent
-ledgers' certifications, the full crash exploration) go first, longest first.  With xdist
-handing out one test at a time (``--maxschedchunk=1``, set below unless given), ``pytest -n 2``
-then starts both workers on long tests at once and the many short ones fill the gaps, instead
-of a long test starting last and running alone.  Module-scoped fixtures are set up once per
-worker that runs a test of their module.
+The slowest tests (whole-library certifications, the independent ledgers' certifications, the
+full crash exploration) go first, longest first.  With xdist handing out one test at a time
+(``--maxschedchunk=1``, set below unless given), ``pytest -n 2`` then starts both workers on long
+tests at once and the many short ones fill the gaps, instead of a long test starting last and
+running alone.  The order only saves time: no verdict depends on it, or on which tests run side
+by side (no test judges the clock, and every test passes with a CPU hog on each core:
+scripts/stress-run.sh).  Module-scoped fixtures are set up once per worker that runs a test of
+their module.
 
 Scratch files: the session (the xdist controller, or the only process) makes one temporary
 directory (on /dev/shm when it has room, see _ram_disk), gives it to itself and everything it starts as ``TMPDIR`` (xdist workers, adapters,
@@ -17,10 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from ledgercheck.transport.reaper import scratch_parent
+
+# tests/patience.py (waiting for a condition, with a safety net of minutes) is importable from
+# every test directory
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# No hypothesis test is judged by the clock: no per-example deadline (200 ms by default) and no
+# "too slow" health check (it fails a test whose data generation is slow, as on a busy machine).
+# Settings a test writes itself start from these.
+settings.register_profile("ledgercheck-tests", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ledgercheck-tests")
 
 SHARED_DIR = "LEDGERCHECK_TEST_SHARED_DIR"  # tests/chaos/chaos_support.py reads it
 
@@ -38,11 +52,8 @@ THOROUGH = "LEDGERCHECK_THOROUGH"
 def thorough() -> bool:
     return os.environ.get(THOROUGH) == "1"
 
-# Longest first (wall times of earlier full runs on 2 cores in the comments).  xdist's load
-# scheduling hands each worker two tests to start with (items 0-1 and 2-3): DBOS and procrastinate
-# run one after the other on one worker, so the two PostgreSQL suites that judge wall-clock
-# windows (procrastinate, pgqueuer) do not run beside each other (with pgqueuer as item 1 both
-# failed window clauses on a loaded machine; procrastinate also did alone under that load).
+# Longest first (wall times of earlier full runs on 2 cores in the comments), for the run's length
+# alone: any order gives the same verdicts.
 SLOW_FIRST = (
     "tests/conformance/test_libraries.py::test_library_suite[dbos]",  # 110-175 s
     "tests/conformance/test_libraries.py::test_library_suite[procrastinate]",  # 80-205 s

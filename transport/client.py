@@ -349,12 +349,19 @@ class InProcessClient(Client):
 
 
 class _StderrTail:
-    """Drains a process's stderr on a thread, keeping a bounded tail of lines."""
+    """Drains a process's stderr on a thread, keeping a bounded tail of lines.
+
+    The thread reads only while it holds the lock, and holds it until what it read is in the
+    tail: so whoever holds the lock and finds the pipe empty knows every byte written so far is
+    in the tail (:meth:`settle`), however late the thread got to run on a busy machine."""
+
+    SETTLE_LIMIT = 30.0  # seconds settle waits for a process that keeps writing (a flood): a safety net
 
     def __init__(self, fd: int) -> None:
         self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.total = 0
         self._fd = fd
+        self._done = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="adapter-stderr")
         self._thread.start()
@@ -363,20 +370,25 @@ class _StderrTail:
         partial = b""
         while True:
             try:
-                chunk = os.read(self._fd, 1 << 16)
-            except OSError:
+                select.select([self._fd], [], [])  # readable: data, or the end of the stream
+            except (OSError, ValueError):
                 break
-            if not chunk:
+            with self._lock:
+                try:
+                    chunk = os.read(self._fd, 1 << 16)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    self.total += len(chunk)
+                    parts = (partial + chunk).split(b"\n")
+                    partial = parts.pop()[-STDERR_LINE_CHARS:]
+                    for p in parts:
+                        self.lines.append(p[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip("\r"))
+                    continue
+                if partial:
+                    self.lines.append(partial.decode("utf-8", "replace"))
+                self._done = True
                 break
-            self.total += len(chunk)
-            parts = (partial + chunk).split(b"\n")
-            partial = parts.pop()[-STDERR_LINE_CHARS:]
-            with self._lock:
-                for p in parts:
-                    self.lines.append(p[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip("\r"))
-        if partial:
-            with self._lock:
-                self.lines.append(partial.decode("utf-8", "replace"))
         try:
             os.close(self._fd)
         except OSError:
@@ -385,19 +397,23 @@ class _StderrTail:
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
-    def settle(self, timeout: float = 0.1) -> None:
-        """Give the reader a moment to take in what the adapter already wrote (so an error
-        message about the adapter carries the lines it printed just before)."""
-        deadline = time.monotonic() + timeout
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            try:
-                ready, _, _ = select.select([self._fd], [], [], 0)
-            except (OSError, ValueError):
+    def settle(self, limit: float | None = None) -> None:
+        """Wait until what the adapter already wrote is in the tail (so an error message about
+        the adapter carries the lines it printed just before): until the pipe is found empty
+        under the lock, or the stream has ended.  A process that writes without pause is waited
+        for at most ``limit`` seconds (SETTLE_LIMIT)."""
+        end = time.monotonic() + (self.SETTLE_LIMIT if limit is None else limit)
+        while True:
+            with self._lock:
+                if self._done or not self._thread.is_alive():
+                    return
+                try:
+                    ready, _, _ = select.select([self._fd], [], [], 0)
+                except (OSError, ValueError):
+                    return
+            if not ready or time.monotonic() > end:
                 return
-            if not ready:
-                time.sleep(0.002)
-                return
-            time.sleep(0.002)
+            time.sleep(0.001)
 
     def tail(self, lines: int) -> list[str]:
         with self._lock:
@@ -521,7 +537,7 @@ class WireClient(Client):
             except OSError:
                 pass
         if self._stderr is not None:
-            self._stderr.join(0.5)  # the tail is complete once the process is gone
+            self._stderr.settle()  # what the process wrote before it went is in the tail
 
     def close(self) -> None:
         proc = self.proc

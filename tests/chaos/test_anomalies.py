@@ -670,7 +670,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     code = ("import sys, argparse; from ledgercheck.chaos import history_commands as m; "
             "p = argparse.ArgumentParser(prog='ledgercheck'); s = p.add_subparsers(); m.add_parser(s); "
             "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)
 
 
 def test_history_check_command_exit_codes_and_output(tmp_path: Path) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import psutil
 from ledgercheck.chaos.pool import WorkerPool, descendants
 from ledgercheck.chaos.sink import EffectSink
 from ledgercheck.chaos.workload import default_workload
 from ledgercheck.spec import Spec
+from patience import until
 
 
 def _prepared(pool: WorkerPool, spec: Spec, tmp_path, point: str) -> tuple[object, dict]:
@@ -28,9 +27,11 @@ def test_worker_blocks_at_the_point_until_sigkill(spec: Spec, tmp_path) -> None:
         h, msg = _prepared(pool, spec, tmp_path, "after_submit_before_record")
         assert msg["event"] == "crash_point" and msg["point"] == "after_submit_before_record"
         assert msg["ctx"]["stage"] == "submitted" and msg["pid"] == h.pid
-        time.sleep(0.3)
         p = psutil.Process(h.pid)
-        assert p.is_running() and p.status() != psutil.STATUS_ZOMBIE  # it waits; it does not exit
+        # it waits (blocked, asleep, on its control connection); it does not exit or carry on
+        until(lambda: p.status() in (psutil.STATUS_SLEEPING, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD),
+              "the worker blocking at the point")
+        assert p.is_running() and p.status() == psutil.STATUS_SLEEPING
         assert not h.conn.poll(0)
         killed = h.kill()
         assert h.pid in killed
@@ -41,10 +42,8 @@ def test_sigstop_and_sigcont(spec: Spec, tmp_path) -> None:
     with WorkerPool("reference", spec, spare=1) as pool:
         h, msg = _prepared(pool, spec, tmp_path, "after_claim")
         h.suspend()
-        deadline = time.monotonic() + 5  # the signal is delivered asynchronously
-        while psutil.Process(h.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert psutil.Process(h.pid).status() == psutil.STATUS_STOPPED
+        # the signal is delivered asynchronously: polled for
+        until(lambda: psutil.Process(h.pid).status() == psutil.STATUS_STOPPED, "the worker stopped by SIGSTOP")
         h.resume()
         h.send({"cmd": "continue", "now": 1000.0})
         done = h.recv(60)

@@ -72,7 +72,7 @@ def test_the_storm_barrier_reads_the_items_policy(spec: Spec) -> None:
 
 def _window(spec: Spec, address: str, tmp_path: Any) -> dict[str, Any]:
     wl = Workload(0, (_item({"max_attempts": 1}),))
-    return run_one(address, spec, "after_claim", workload=wl, tmp_root=str(tmp_path), save=False, timeout=60.0)
+    return run_one(address, spec, "after_claim", workload=wl, tmp_root=str(tmp_path), save=False, timeout=600.0)
 
 
 def test_a_real_window_with_an_own_policy_passes_on_the_reference(spec: Spec, tmp_path: Any) -> None:

@@ -272,7 +272,7 @@ def test_one_process_makes_one_set_of_hosts_at_a_time() -> None:
             "with HostNet(1):\n"
             "    try:\n        HostNet(1).create()\n    except HostsUnavailable as exc:\n        print(exc)\n"
             "with HostNet(1) as net:\n    print(len(net.hosts))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0 and len(lines) == 2, proc.stdout + proc.stderr
     assert "already has hosts; one HostNet per process at a time" in lines[0] and lines[1] == "1"

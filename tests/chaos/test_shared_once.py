@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 from chaos_support import SHARED_DIR
+from patience import SAFETY_NET
 
 HERE = Path(__file__).resolve().parent
-# each process asks for the same result; computing it takes a while and leaves a mark
+# each process says it is about to ask, then asks for the same result; computing it leaves a mark
+# and lasts until both processes have asked, so the two requests always overlap (however the
+# machine schedules the two processes)
 CALLER = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -19,18 +22,23 @@ from chaos_support import shared_once
 def compute():
     with open(sys.argv[2], "a") as f:
         f.write(f"{os.getpid()}\\n")
-    time.sleep(0.5)
+    end = time.monotonic() + 600  # a safety net only
+    while len(os.listdir(sys.argv[3])) < 2 and time.monotonic() < end:
+        time.sleep(0.005)
     return {"by": os.getpid(), "windows": [("point", 1)]}
+
+open(os.path.join(sys.argv[3], str(os.getpid())), "w").close()
 
 print(shared_once("probe", compute))
 """
 
 
 def _ask_twice(tmp_path: Path, env: dict[str, str]) -> tuple[list[str], list[str]]:
-    marks = tmp_path / "marks"
-    procs = [subprocess.Popen([sys.executable, "-c", CALLER, str(HERE), str(marks)], env=env, stdout=subprocess.PIPE,
-                              text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    marks, asking = tmp_path / "marks", tmp_path / "asking"
+    asking.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", CALLER, str(HERE), str(marks), str(asking)], env=env,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=SAFETY_NET)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     return outs, marks.read_text().split()
 

@@ -1,7 +1,8 @@
-"""An in-process adapter that swallows interrupts: ``reset`` first waits half a second and
-ignores any exception meanwhile (KeyboardInterrupt included), then resets like the reference.
-As the wait begins it appends ``adapter-wait`` to $LEDGERCHECK_PROGRESS_FILE, so a test can send
-its signal while the adapter is sure to be waiting."""
+"""An in-process adapter that swallows interrupts: from its third ``reset`` on, the first one
+waits, ignoring any exception meanwhile (KeyboardInterrupt included), until it has swallowed an
+interrupt, then resets like the reference.  As each reset begins it appends ``adapter-wait`` to
+$LEDGERCHECK_PROGRESS_FILE, so a test that sends its signal after the third line knows the adapter
+is waiting for it (the wait lasts until the signal has come, however slow the machine)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,26 @@ from typing import Any
 
 from ledgercheck.reference.adapter import ReferenceAdapter
 
+WAIT = 600.0  # seconds: a safety net for a signal that never comes
+
 
 class SwallowsInterrupts(ReferenceAdapter):
+    resets = 0
+    swallowed = False
+
     def reset(self, config: dict[str, Any] | None = None) -> None:
-        path = os.environ.get("LEDGERCHECK_PROGRESS_FILE")
-        if path:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write("adapter-wait\n")
-        try:
-            time.sleep(0.5)
+        SwallowsInterrupts.resets += 1
+        waits = SwallowsInterrupts.resets >= 3 and not SwallowsInterrupts.swallowed
+        try:  # the line is written inside: a signal sent once it is there always lands in here
+            path = os.environ.get("LEDGERCHECK_PROGRESS_FILE")
+            if path:
+                with open(path, "a", encoding="utf-8") as f:
+                    f.write("adapter-wait\n")
+            end = time.monotonic() + WAIT
+            while waits and time.monotonic() < end:
+                time.sleep(0.01)
         except BaseException:  # noqa: BLE001 - the point: an adapter that eats Ctrl-C
-            pass
+            SwallowsInterrupts.swallowed = True
         super().reset(config)
 
 

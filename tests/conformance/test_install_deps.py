@@ -20,7 +20,7 @@ def _bare_path(tmp_path: Path, *tools: str) -> dict[str, str]:
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["/bin/sh", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["/bin/sh", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_dry_run_names_what_is_missing_and_the_command(tmp_path: Path) -> None:

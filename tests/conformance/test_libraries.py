@@ -121,14 +121,16 @@ def test_library_suite(library, servers, tmp_path):
     assert campaign["verdict"] in ("pass", "fail") and campaign["ops"] > 0, campaign
     assert campaign["declared"] == published["safety"][0]["declared"], (campaign["declared"], published["safety"][0])
     # the findings are the library's, not the harness's: a clause that fails here failed when published
+    # One run, judged once (no second run on a miss).  These libraries keep their own clocks and
+    # the suite runs them at 1/100 of the contract's timings (a retry's first backoff is 20 ms):
+    # on a machine too busy to answer a call within such an instant, a library's time-driven
+    # behaviour (pgqueuer hands a due retry out by itself) shows at an earlier step and is blamed
+    # on that step's clause (measured: pgqueuer beside a CPU hog on each core failed retry.schedule,
+    # retry.bounds and 5 more, and failed them again on a second run).  This comparison is the one
+    # check of the long tier that still needs a machine that keeps up with the scaled clock.
     allowed = _failed(published) | {"retry.execution_timeout", "core.expire.timeout_reason"}
     new = _failed(doc) - allowed
-    if new:
-        # these libraries run on a wall clock at 1/100 of the contract's timings, beside the rest of
-        # the test run: when a clause's window was missed on a loaded machine the suite runs once
-        # more, and a finding that is real fails again there
-        again = _failed(_suite(library, servers, tmp_path, "again", KEYWORD)) & new
-        assert not again, f"{library}: newly failing {sorted(again)} (failed twice; published: docs/libraries/{library})"
+    assert not new, f"{library}: newly failing {sorted(new)} (published: docs/libraries/{library})"
 
 
 @pytest.mark.parametrize("library", ["pgqueuer", "procrastinate"])

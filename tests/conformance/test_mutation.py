@@ -177,12 +177,12 @@ def test_a_lanes_stale_token_is_swapped_for_the_lanes_live_one() -> None:
 
 def test_unknown_mutant_is_one_line_and_exit_2() -> None:
     p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "serve", "--mutant", "flip:nothing"],
-                       input=b"", capture_output=True, timeout=60)
+                       input=b"", capture_output=True, timeout=600)
     assert p.returncode == 2
     err = p.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "unknown mutant 'flip:nothing'" in err[0]
     p = subprocess.run([sys.executable, "-m", "ledgercheck", "selfcheck", "mutate", "--jobs", "0"],
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=600)
     assert p.returncode == 2 and "--jobs" in p.stderr.decode()
 
 

@@ -56,17 +56,17 @@ def test_certify_leaves_nothing_in_its_temp_parent(cli, tmp_path: Path, kind: st
 
 def run_python(code: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=env_with_tmp(tmp), capture_output=True, text=True,
-                          timeout=60)
+                          timeout=600)
 
 
 def test_reference_adapter_removes_its_scratch_at_exit(tmp_path: Path) -> None:
     # a thread still serving the adapter when the interpreter exits holds it to the end (a daemon
     # thread's frame is never released): only an exit-time cleanup removes its directory
-    code = ("import os, tempfile, threading, time\n"
+    code = ("import os, tempfile, threading\n"
             "from ledgercheck.reference.adapter import ReferenceAdapter\n"
             "ready = threading.Event()\n"
             "def serve(a):\n"
-            "    a.reset(); a.reset(); ready.set(); time.sleep(3600)\n"
+            "    a.reset(); a.reset(); ready.set(); threading.Event().wait()  # serving until the exit\n"
             "threading.Thread(target=serve, args=(ReferenceAdapter(),), daemon=True).start()\n"
             "ready.wait(); print(len(os.listdir(tempfile.gettempdir())))\n")
     r = run_python(code, tmp_path)
@@ -93,7 +93,7 @@ def test_reference_adapter_removes_its_scratch_when_collected(tmp_path: Path) ->
 
 def es_session(tmp: Path, lines: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ES_LEDGER)], input="".join(s + "\n" for s in lines),
-                          env=env_with_tmp(tmp), capture_output=True, text=True, timeout=60)
+                          env=env_with_tmp(tmp), capture_output=True, text=True, timeout=600)
 
 
 def test_event_sourced_ledger_keeps_one_scratch_directory_and_removes_it_at_exit(tmp_path: Path) -> None:

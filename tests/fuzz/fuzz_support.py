@@ -3,8 +3,14 @@ every input must have, and valid seed documents of each kind to mutate.
 
 An input either loads (and the command does its job) or is refused: exit 2 with one line on
 stderr naming the file (contracts: exit 1 with one ``file:line:col: message`` line per problem,
-the ``spec validate`` convention).  Never a traceback, never longer than the time bound, never a
-file written outside the output folder.
+the ``spec validate`` convention).  Never a traceback, never more CPU time than the bound, never
+a file written outside the output folder.
+
+The bound counts the CPU time this process spends on the command (``ITIMER_PROF``), not the time
+on the clock: a busy machine stretches wall time by whatever its other processes take, but the
+work a reader does for one input costs about the same CPU time on an idle machine and a loaded
+one, so an input is judged the same way on both.  A wall-clock limit of minutes stays behind it
+only as a safety net for a command that waits without working (a hang), where no CPU time passes.
 """
 
 from __future__ import annotations
@@ -41,9 +47,15 @@ ROOT = HERE.parents[1]
 THOROUGH = os.environ.get("LEDGERCHECK_FUZZ", "") == "thorough"
 # examples per fuzz test: small in the default run, large behind LEDGERCHECK_FUZZ=thorough
 EXAMPLES = int(os.environ.get("LEDGERCHECK_FUZZ_EXAMPLES", "2000" if THOROUGH else "30"))
-# the time bound of one command on one input; every bounded reader answers in well under a second
-# (the contract bombs' refusal included), so a run this long is a reader without its bound
+# the CPU-time bound of one command on one input, in CPU seconds of this process; every bounded
+# reader answers in well under a tenth of that (the contract bombs' refusal included),
+# so a command that has worked this long is a reader without its bound.  The margin (10x and more)
+# covers what a loaded machine adds to the CPU time of the same work (caches shared with other
+# processes: well under 2x), never the waiting, which the bound does not count.
 TIME_BOUND = float(os.environ.get("LEDGERCHECK_FUZZ_TIME_BOUND", "10"))
+# the wall-clock safety net: a command still running after this long waits for something that will
+# not come (no CPU time passes while it waits, so the CPU bound alone would never ring)
+HANG_LIMIT = float(os.environ.get("LEDGERCHECK_FUZZ_HANG_LIMIT", "600"))
 
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not THOROUGH, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
@@ -53,23 +65,30 @@ LOCATED = re.compile(r".+?:\d+:\d+: \S.*")
 
 
 class OverTime(Exception):
-    """A command ran past the time bound."""
+    """A command used more CPU time than the bound (or hung past the wall-clock safety net)."""
 
 
 @contextlib.contextmanager
-def time_bound(seconds: float) -> Iterator[None]:
-    """Raise OverTime in the code running once ``seconds`` have passed, and again every 0.2 s
-    until the block is left: an exception raised in a finalizer or a callback (the garbage
-    collector, the import system's weak references) is dropped there, so one alarm alone could be
-    lost.  The dropped ones are the bound doing its work, not a fault of the code under test: they
-    are kept from the unraisable-exception hook (pytest turns them into failures of their own, and
-    the next alarm could land inside that hook), and no alarm is raised while the hook runs."""
+def time_bound(seconds: float, hang_limit: float | None = None) -> Iterator[None]:
+    """Raise OverTime in the code running once it has used ``seconds`` of CPU time (this process's
+    user and system time, ``ITIMER_PROF``), and again every 0.2 CPU seconds until the block is
+    left; and once ``hang_limit`` seconds (default HANG_LIMIT) have passed on the clock, the
+    safety net for a block that waits without working.
+
+    An exception raised in a finalizer or a callback (the garbage collector, the import system's
+    weak references) is dropped there, so one alarm alone could be lost: hence the repeats.  The
+    dropped ones are the bound doing its work, not a fault of the code under test: they are kept
+    from the unraisable-exception hook (pytest turns them into failures of their own, and the
+    next alarm could land inside that hook), and no alarm is raised while the hook runs."""
+    hang = HANG_LIMIT if hang_limit is None else hang_limit
     state = {"done": False, "hook": False}
     previous = sys.unraisablehook
 
     def ring(signum: int, frame: Any) -> None:
         if not state["done"] and not state["hook"]:
-            raise OverTime(f"still running after {seconds:g}s")
+            if signum == signal.SIGPROF:
+                raise OverTime(f"used more than {seconds:g}s of CPU time")
+            raise OverTime(f"still running after {hang:g}s on the clock (a hang: it waits without working)")
 
     def dropped(unraisable: Any) -> None:
         state["hook"] = True
@@ -79,15 +98,19 @@ def time_bound(seconds: float) -> Iterator[None]:
         finally:
             state["hook"] = False
 
-    old = signal.signal(signal.SIGALRM, ring)
+    old_prof = signal.signal(signal.SIGPROF, ring)
+    old_alrm = signal.signal(signal.SIGALRM, ring)
     sys.unraisablehook = dropped
-    signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)
+    signal.setitimer(signal.ITIMER_PROF, seconds, 0.2)
+    signal.setitimer(signal.ITIMER_REAL, hang, 0.2)
     try:
         yield
     finally:
         state["done"] = True
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGPROF, old_prof)
+        signal.signal(signal.SIGALRM, old_alrm)
         sys.unraisablehook = previous
 
 
@@ -96,7 +119,7 @@ class Ran:
     rc: int
     out: str
     err: str
-    seconds: float
+    seconds: float  # CPU time
 
 
 def files_under(root: Path) -> set[str]:
@@ -104,14 +127,15 @@ def files_under(root: Path) -> set[str]:
 
 
 def cli(argv: list[str], cwd: Path, bound: float = TIME_BOUND) -> Ran:
-    """``ledgercheck ARGV`` in this process, from ``cwd``, within ``bound`` seconds.
+    """``ledgercheck ARGV`` in this process, from ``cwd``, within ``bound`` seconds of CPU time
+    (time_bound); ``seconds`` of the result is the CPU time it used.
 
     Exceptions (a traceback) and OverTime propagate: they are what the fuzzers look for.
     """
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
     os.chdir(cwd)
-    start = time.monotonic()
+    start = time.process_time()
     try:
         with time_bound(bound), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main(argv)
@@ -124,7 +148,7 @@ def cli(argv: list[str], cwd: Path, bound: float = TIME_BOUND) -> Ran:
         with open(os.environ["LEDGERCHECK_FUZZ_LOG"], "a", encoding="utf-8") as log:
             why = " ".join(err.getvalue().split(": ")[2:3]).split("\n")[0][:50] if rc == 2 else ""
             log.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]} {rc} {why}\n")
-    return Ran(rc, out.getvalue(), err.getvalue(), time.monotonic() - start)
+    return Ran(rc, out.getvalue(), err.getvalue(), time.process_time() - start)
 
 
 def assert_refused_or_done(ran: Ran, prefix: str, ok: tuple[int, ...] = (0, 1)) -> None:

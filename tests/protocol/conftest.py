@@ -13,6 +13,7 @@ import pytest
 from ledgercheck.spec import Spec, default_spec
 from ledgercheck.transport.client import WireClient
 from ledgercheck.transport.wire import plain
+from patience import SAFETY_NET
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -56,10 +57,11 @@ def node_address() -> str:
 
 @pytest.fixture
 def misbehaving(spec: Spec) -> Iterator[Callable[..., WireClient]]:
-    """Start tests/protocol/adapters/misbehave.py in a given mode; closed after the test."""
+    """Start tests/protocol/adapters/misbehave.py in a given mode; closed after the test.  Its
+    timeouts are the safety net of minutes unless a test asks for one that must expire."""
     opened: list[WireClient] = []
 
-    def start(mode: str, timeout: float = 0.5, startup_timeout: float = 5.0) -> WireClient:
+    def start(mode: str, timeout: float = SAFETY_NET, startup_timeout: float = SAFETY_NET) -> WireClient:
         argv = [sys.executable, str(ADAPTERS / "misbehave.py"), mode]
         c = WireClient(argv, f"exec:misbehave.py {mode}", spec, timeout=timeout, startup_timeout=startup_timeout)
         opened.append(c)

@@ -20,7 +20,7 @@ T0 = 1_000_000.0
 
 
 def _open(address: str, spec: Spec, root: Path, seen: list[dict[str, Any]] | None = None) -> WireClient:
-    c = connect(address, spec, timeout=15.0, on_notification=None if seen is None else seen.append)
+    c = connect(address, spec, timeout=600.0, on_notification=None if seen is None else seen.append)
     assert isinstance(c, WireClient)
     assert c.reset({"dir": str(root)}).ok
     return c
@@ -75,7 +75,7 @@ def test_kill_at_a_crash_point_then_restart_on_the_same_dir(serve_reference: str
 
 
 def test_arm_on_an_adapter_without_crash_points(node_address: str, spec: Spec) -> None:
-    c = connect(node_address, spec, timeout=5.0)
+    c = connect(node_address, spec, timeout=600.0)
     assert isinstance(c, WireClient)
     try:
         assert c.crash_points == []

@@ -35,7 +35,7 @@ def open_adapter(request: pytest.FixtureRequest, spec: Spec, ledgercheck_cmd: st
             c = connect(f"python:inproc_adapters:{name}", spec)
         else:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ADAPTERS), os.environ.get("PYTHONPATH", "")])}
-            c = connect(f"exec:{shlex.quote(ledgercheck_cmd)} serve python:inproc_adapters:{name}", spec, env=env, timeout=10)
+            c = connect(f"exec:{shlex.quote(ledgercheck_cmd)} serve python:inproc_adapters:{name}", spec, env=env, timeout=600)
         opened.append(c)
         return c
 

@@ -163,14 +163,14 @@ class Walk:
 
 @pytest.fixture(scope="module")
 def node(node_address: str, spec: Spec) -> Iterator[WireClient]:
-    c = connect(node_address, spec, timeout=5.0)
+    c = connect(node_address, spec, timeout=600.0)
     assert isinstance(c, WireClient)
     yield c
     c.close()
 
 
 def _node_with_bug(node_address: str, spec: Spec, bug: str) -> WireClient:
-    c = connect(node_address, spec, timeout=5.0, env={**os.environ, "LEDGER_ADAPTER_BUG": bug})
+    c = connect(node_address, spec, timeout=600.0, env={**os.environ, "LEDGER_ADAPTER_BUG": bug})
     assert isinstance(c, WireClient)
     return c
 

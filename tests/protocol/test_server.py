@@ -107,21 +107,34 @@ def test_serve_on_a_real_pipe_frames_lines_split_and_joined_across_reads() -> No
     """On a pipe the server reads the descriptor itself (to spin for the next request before
     blocking): requests that arrive several to a read, split across reads, or without a final
     newline at end of input are all answered, in order."""
+    import array
+    import fcntl
     import os
+    import termios
     import threading
-    import time
+
+    from patience import until
 
     toy = Toy()
     r, w = os.pipe()
+
+    def read_by_the_server() -> None:
+        """Wait until the server has read everything written so far (the pipe holds no byte), so
+        what is written next comes in a read of its own, however the two threads are scheduled."""
+        def pending() -> int:
+            n = array.array("i", [0])
+            fcntl.ioctl(r, termios.FIONREAD, n)
+            return n[0]
+        until(lambda: pending() == 0, "the server reading the pipe", every=0.001)
     reqs = [dumps({"id": i, "op": "get", "args": {"work_id": f"w{i}"}}) for i in range(1, 6)]
     big = dumps({"id": 6, "op": "get", "args": {"work_id": "x" * 200_000}})
     last = dumps({"id": 7, "op": "hello", "args": {"protocol": "1.0"}}).rstrip(b"\n")
 
     def feed() -> None:
         os.write(w, reqs[0] + reqs[1] + reqs[2][:7])  # two whole lines and the start of a third
-        time.sleep(0.01)
+        read_by_the_server()
         os.write(w, reqs[2][7:] + reqs[3])
-        time.sleep(0.01)
+        read_by_the_server()
         os.write(w, reqs[4] + b"\n")  # and a blank line
         for k in range(0, len(big), 65_536):  # a line longer than one read
             os.write(w, big[k:k + 65_536])

@@ -124,7 +124,7 @@ def kit(ledger: Ledger) -> Kit:
 
 def raw(db: Path) -> sqlite3.Connection:
     """A plain sqlite3 connection to a ledger file, for writes that bypass the ledger."""
-    c = sqlite3.connect(str(db), isolation_level=None, timeout=5.0)
+    c = sqlite3.connect(str(db), isolation_level=None, timeout=600.0)
     c.execute("PRAGMA foreign_keys = ON")
     return c
 

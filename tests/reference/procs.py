@@ -1,6 +1,6 @@
 """Helper processes for the reference tests, run as ``python procs.py ROLE ARGS...``.
 
-    lock DB SECONDS            hold BEGIN IMMEDIATE on DB (prints "locked"), then exit
+    lock DB                    hold BEGIN IMMEDIATE on DB (prints "locked") until killed
     claim DB OUT GO            print "ready", wait for the file GO, then claim, renew and close out until nothing
                                is left; one JSON line per claim to OUT
     write DB SEED              a worker doing a random mix of ledger operations forever (prints
@@ -18,6 +18,7 @@ import random
 import signal
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,15 +26,15 @@ from ledgercheck.reference.ledger import Ledger
 from ledgercheck.transport.protocol import LedgerError
 
 
-def lock(db: str, seconds: str) -> None:
+def lock(db: str) -> None:
     c = sqlite3.connect(db, isolation_level=None)
     c.execute("BEGIN IMMEDIATE")
     print("locked", flush=True)
-    time.sleep(float(seconds))
+    threading.Event().wait()  # until the test kills it, however long the test takes
 
 
 def claim(db: str, out: str, go: str) -> None:
-    led = Ledger(db, busy_timeout=30.0)
+    led = Ledger(db, busy_timeout=600.0)
     me = f"pid-{os.getpid()}"
     print("ready", flush=True)
     while not os.path.exists(go):
@@ -53,7 +54,7 @@ def claim(db: str, out: str, go: str) -> None:
 
 def write(db: str, seed: str) -> None:
     rng = random.Random(int(seed))
-    led = Ledger(db, busy_timeout=30.0, pointer_file=Path(db).with_name("active-work.json"))
+    led = Ledger(db, busy_timeout=600.0, pointer_file=Path(db).with_name("active-work.json"))
     now = 1000.0 + rng.random()
     print("ready", flush=True)
     n = 0

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 from ledgercheck.reference.ledger import Ledger
 from ledgercheck.reference.verify import verify
 from ledgercheck.transport.protocol import LedgerError
+from patience import SAFETY_NET
 
 ITEMS = 200
 
@@ -24,7 +28,7 @@ def claim_round(procs: list[str], db: Path, tmp: Path, tag: str, claimers: int) 
         assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
     go.touch()
     for p in ps:
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=SAFETY_NET)
         assert p.returncode == 0, err
     return [json.loads(line) for o in outs for line in o.read_text().splitlines()]
 
@@ -81,9 +85,10 @@ def test_concurrent_claimers_never_share_an_item_and_fence_stale_tokens(procs: l
 
 
 def test_a_ledger_opens_beside_writers_that_never_pause(procs: list[str], db: Path) -> None:
-    # Two workers write as fast as they can; opening the file a third time must not starve on
-    # their locks (the opening waits in short steps, as every operation does, not in SQLite's
-    # own busy handler, which sleeps up to 100 ms between tries and loses every race).
+    # Two workers write as fast as they can; opening the file a third time must get through their
+    # locks, again and again.  How the opening waits (in short steps, as every operation does, not
+    # in SQLite's own busy handler) is checked below without a clock; here each open may wait as
+    # long as the machine makes it (the safety net of minutes only turns a hang into a failure).
     Ledger(db).close()
     ws = [subprocess.Popen([*procs, "write", str(db), str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for seed in (1, 2)]
@@ -91,8 +96,32 @@ def test_a_ledger_opens_beside_writers_that_never_pause(procs: list[str], db: Pa
         for p in ws:
             assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
         for _ in range(20):
-            Ledger(db, busy_timeout=1.0).close()
+            Ledger(db, busy_timeout=SAFETY_NET).close()
     finally:
         for p in ws:
             p.kill()
             p.wait()
+
+
+def test_opening_waits_for_writers_in_short_steps_not_in_sqlites_busy_handler(db: Path, monkeypatch) -> None:
+    """SQLite's own busy handler sleeps up to 100 ms between tries and loses every race against
+    writers that retry every few milliseconds; the ledger turns it off and retries itself, after
+    half a millisecond at first and never more than LONGEST_PAUSE (x1.5 jitter).  Checked on the
+    pauses themselves (recorded, not slept), so the machine's speed does not enter."""
+    from ledgercheck.reference import opening
+
+    Ledger(db).close()
+    with Ledger(db) as led:
+        assert led.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # SQLite's handler is off
+    pauses: list[float] = []
+    monkeypatch.setattr(opening, "time", types.SimpleNamespace(sleep=pauses.append, monotonic=time.monotonic))
+    tries = iter(range(12))
+
+    def locked() -> str:
+        if next(tries) < 11:
+            raise sqlite3.OperationalError("database is locked")
+        return "in"
+
+    assert opening.while_busy(locked, SAFETY_NET) == "in"
+    assert len(pauses) == 11 and all(0 < p <= opening.LONGEST_PAUSE * 1.5 for p in pauses), pauses
+    assert pauses[0] <= opening.FIRST_PAUSE * 1.5

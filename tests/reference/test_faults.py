@@ -32,7 +32,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
     """The same in a real process (exit status and stderr as a shell sees them); the timeout guards against a hang."""
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
 
 
 def one_line_error(res: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -146,7 +146,7 @@ def test_locked_database_is_waited_for_then_refused_busy(procs: list[str], tmp_p
     with Ledger(path) as led:
         w = led.create(source_system="manual", source_id="a", now=0.0)["work"]
     led = Ledger(path, busy_timeout=0.3)
-    locker = subprocess.Popen([*procs, "lock", str(path), "60"], stdout=subprocess.PIPE, text=True)
+    locker = subprocess.Popen([*procs, "lock", str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
         for fn, kw in [(led.create, {"source_system": "manual", "source_id": "b", "now": 1.0}), (led.claim, {"owner": "w", "now": 1.0}),
@@ -167,7 +167,7 @@ def test_locked_database_is_waited_for_then_refused_busy(procs: list[str], tmp_p
 def test_opening_a_new_ledger_on_a_locked_file_is_refused_busy(procs: list[str], tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     sqlite3.connect(path).close()  # an empty database someone else is about to write
-    locker = subprocess.Popen([*procs, "lock", str(path), "60"], stdout=subprocess.PIPE, text=True)
+    locker = subprocess.Popen([*procs, "lock", str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
         with pytest.raises(LedgerError) as info:

@@ -14,9 +14,11 @@ deterministically as well.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from ledgercheck.reference.ledger import CRASH_POINTS, Ledger
 from ledgercheck.reference.pointer import read_pointer
 from ledgercheck.reference.verify import verify
 from ledgercheck.spec.rules import fold
+from patience import SAFETY_NET, until
 
 RUNS = int(os.environ.get("LEDGERCHECK_KILL_RUNS", "10"))
 SEED = int(os.environ.get("LEDGERCHECK_KILL_SEED", "20261121"))
@@ -68,18 +71,28 @@ def check_survived(db: Path, spec: Any) -> dict[str, int]:
         return {"records": len(snaps), "events": n_events}
 
 
+def _counts(db: Path) -> tuple[int, int]:
+    """(records, events) committed so far, read beside the writer (WAL: a reader never blocks it)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+        return c.execute("SELECT (SELECT count(*) FROM work), (SELECT count(*) FROM work_event)").fetchone()
+
+
 def test_sigkill_at_random_instants(procs: list[str], tmp_path: Path, spec: Any) -> None:
     rng = random.Random(SEED)
     db = tmp_path / "ledger.db"
     seen = {"records": 0, "events": 0}
     for run in range(RUNS):
         p = start([*procs, "write", str(db), str(SEED + run)])
+        # the writer is under way before the random instant is counted: it committed this run, and
+        # the file holds more than creates (however slowly a busy machine started it)
+        before = seen["events"]
+        until(lambda before=before: (c := _counts(db))[1] > before and c[1] > c[0], "the writer committing", every=0.002)
         try:
             psutil.Process(p.pid).wait(timeout=rng.uniform(0.01, 0.35))
             raise AssertionError(f"the writer exited by itself: {p.stderr.read() if p.stderr else ''}")
         except psutil.TimeoutExpired:
             psutil.Process(p.pid).send_signal(signal.SIGKILL)
-        assert p.wait(timeout=30) == -signal.SIGKILL
+        assert p.wait(timeout=SAFETY_NET) == -signal.SIGKILL
         now = check_survived(db, spec)
         assert now["events"] >= seen["events"]  # nothing committed is ever lost
         seen = now
@@ -93,7 +106,7 @@ def test_kill_at_the_ledgers_crash_points(procs: list[str], tmp_path: Path, spec
     with Ledger(db, spec, pointer_file=pointer) as led:
         w = led.create(source_system="manual", source_id="victim", now=1000.0)["work"]
     p = start([*procs, "crash", str(db), point])
-    out, _ = p.communicate(timeout=60)
+    out, _ = p.communicate(timeout=SAFETY_NET)
     assert p.returncode == -signal.SIGKILL and "survived" not in out
     assert read_pointer(pointer)["active"] == []  # the killed process never got to rewrite it
     check_survived(db, spec)
@@ -119,7 +132,7 @@ def test_kill_between_merging_wakeups_and_handing_out(procs: list[str], tmp_path
         led.wake_fire(run_id="run-1", kind="message", now=1001.0)
         led.wake_fire(run_id="run-1", kind="signal", now=1002.0)
     p = start([*procs, "wakecrash", str(db), point])
-    out, _ = p.communicate(timeout=60)
+    out, _ = p.communicate(timeout=SAFETY_NET)
     assert p.returncode == -signal.SIGKILL and "survived" not in out
     with Ledger(db, spec) as led:
         assert led.integrity_check() == []

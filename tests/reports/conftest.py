@@ -180,7 +180,7 @@ def find_chromium() -> str | None:
 class Chromium:
     binary: str
 
-    def _run(self, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+    def _run(self, *args: str, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
         with tempfile.TemporaryDirectory(prefix="ledgercheck-chromium-") as profile:
             return subprocess.run([self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
                                   capture_output=True, text=True, timeout=timeout, check=False)

@@ -113,6 +113,6 @@ def test_cli_entry_point(results: Path, realistic, capsys) -> None:
     assert capsys.readouterr().out.splitlines()[0] == verdict_line(realistic)
     results.write_text('{"format": "ledgercheck-results", "format_version": 1')
     proc = subprocess.run([sys.executable, "-m", "ledgercheck", "report", "render", str(results)],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and str(results) in proc.stderr and "Traceback" not in proc.stderr

@@ -311,7 +311,7 @@ def test_concurrent_runs_all_recorded(factory, tmp_path: Path) -> None:
                                        str(tmp_path / f"merged{i}" / "results.json"), "--history", str(history)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=600)
         assert p.returncode == 0 and not err, err
     h = open_history(history, create=False)
     runs = h.runs("acme-ledger")

@@ -84,7 +84,7 @@ def test_every_semantic_check_has_a_failing_fixture() -> None:
 def test_validate_as_a_real_process() -> None:
     paths = [BROKEN / f"{name}.yaml" for name in ("missing_include", "manifest_broken_include", "not_utf8")]
     proc = subprocess.run([sys.executable, "-m", "ledgercheck", "spec", "validate", *map(str, paths)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     parsed = [LOCATED.fullmatch(line) for line in proc.stderr.splitlines()]

@@ -25,7 +25,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def run_process(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ledgercheck", *argv], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "ledgercheck", *argv], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -38,11 +38,20 @@ def snapshot(work_id: object = "w-1") -> dict[str, object]:
 
 
 def hang() -> None:
+    """The misbehaviour itself: never answer (the harness's timeout ends it)."""
     while True:
         time.sleep(60)
 
 
+# Modes that hang in get say so at the handshake: the line is in the harness's stderr tail before
+# the call it will time out on is sent, however long the machine takes to run this process then.
+HANGS_IN_GET = {"hang": "hanging in get", "partial_line": "printing half a line in get",
+                "notification_flood": "flooding notifications in get"}
+
+
 def handshake(rid: int) -> None:
+    if MODE in HANGS_IN_GET:
+        note(f"will be {HANGS_IN_GET[MODE]}")
     if MODE == "handshake_error":
         note("refusing the handshake")
         say({"id": rid, "ok": False, "error": {"code": "internal", "message": "license file missing", "definite": False}})
@@ -55,9 +64,6 @@ def handshake(rid: int) -> None:
     if MODE == "bad_handshake":
         note("handshake without a name")
         del hs["name"]
-    if MODE == "hello_hang":
-        note("hanging in hello")
-        hang()
     say({"id": rid, "ok": True, "result": hs})
 
 
@@ -123,6 +129,9 @@ def get(rid: int) -> None:
 
 
 def main() -> None:
+    if MODE == "hello_hang":  # says so first, then never reads the hello
+        note("hanging in hello")
+        hang()
     if MODE == "die_at_startup":
         note("cannot open /etc/ledger.conf")
         sys.exit(4)
