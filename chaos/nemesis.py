@@ -26,6 +26,7 @@ that moment, chosen with the schedule's own draws).  Every fault is recorded in 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -107,13 +108,27 @@ def kill(pid: int) -> list[int]:
     return kill_tree(pid)
 
 
-def pause(pid: int) -> None:
-    """SIGSTOP a process and its descendants (an exec adapter's subprocess stops with its worker)."""
-    for p in _tree(pid):
+def pause(pid: int, settle: float = 1.0) -> None:
+    """SIGSTOP a process and its descendants (an exec adapter's subprocess stops with its worker),
+    then wait until each has stopped (at most ``settle`` seconds): a signal is delivered
+    asynchronously, and what the caller reads next about the process (which item it holds, whether
+    it is inside its effect) must be what it stopped with."""
+    procs = _tree(pid)
+    for p in procs:
         try:
             p.suspend()
         except psutil.NoSuchProcess:
             pass
+    end = time.monotonic() + settle
+    for p in procs:
+        while time.monotonic() < end:
+            try:
+                if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
+                                  psutil.STATUS_DEAD):
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.0005)
 
 
 def resume(pid: int) -> None:

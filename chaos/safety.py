@@ -43,6 +43,7 @@ writing anything (for the benchmark).
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import random
@@ -80,14 +81,60 @@ MONITOR_OPS = ("expire", "recover", "promote_due")
 IDLE = 0.003  # seconds an idle process waits for a message before it looks again
 BUSY_RETRIES = 40
 HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
+MAX_NOTES = 30
+_GONE = object()  # the worker's lease was gone when it came to the effect
+
+# The shared map (one file, mapped by every campaign process), slot = a process's number:
+#   state     1 byte a slot: what the nemesis may see of a worker (FREE, HOLDING, IN_EFFECT, EFFECT_DONE)
+#   ops       8 bytes a slot: the process's operation counter
+#   held      KEY_BYTES a slot: the key of the item the worker holds (length byte, then the bytes)
+#   claims    16 bytes a slot: claims asked, claims that handed the worker an item
+#   watches   WATCHES entries: a paused holder's item the controller waits to see taken over: the
+#             slot + 1 of the worker whose claim got it (int32, 0: not yet), then the item's key
+#   calls     1 byte a slot: 1 while the worker is inside a call to the adapter
 FLAG_SLOTS = 4096
 FREE, HOLDING, IN_EFFECT, EFFECT_DONE = 0, 1, 2, 3  # a worker's byte in the shared map
-_GONE = object()  # the worker's lease was gone when it came to the effect
-FLAG_BYTES = FLAG_SLOTS * 9  # a "holds work" byte per worker, then an operation counter per process
-MAX_NOTES = 30
+KEY_BYTES = 128
+WATCHES = 64
+WATCH_BYTES = 4 + KEY_BYTES
+OPS0 = FLAG_SLOTS
+HELD0 = OPS0 + FLAG_SLOTS * 8
+CLAIMS0 = HELD0 + FLAG_SLOTS * KEY_BYTES
+WATCH0 = CLAIMS0 + FLAG_SLOTS * 16
+CALL0 = WATCH0 + WATCHES * WATCH_BYTES
+FLAG_BYTES = CALL0 + FLAG_SLOTS
 
 _PART = re.compile(r"history\.(nemesis|producer|monitor|operator|census|w\d+)\.jsonl")  # one process's part of a history
 Progress = Callable[[int, int | None, dict[str, Any]], None]
+
+
+# ------------------------------------------------------------------------------- the shared map
+def item_key(work_id: str) -> bytes:
+    """An item's key in the shared map: a length byte, then its id (a digest of a long id)."""
+    raw = work_id.encode("utf-8", "surrogatepass")
+    if len(raw) > KEY_BYTES - 1:
+        raw = b"#" + hashlib.blake2b(raw, digest_size=24).hexdigest().encode()
+    return bytes((len(raw),)) + raw
+
+
+def key_text(key: bytes) -> str:
+    """The item id a key stands for (a digest of a long id is shown as ``#<hex>``)."""
+    return key[1:1 + key[0]].decode("utf-8", "surrogatepass") if key else ""
+
+
+def held_key(flags: Any, slot: int) -> bytes:
+    off = HELD0 + slot * KEY_BYTES
+    n = flags[off]
+    return bytes(flags[off:off + 1 + n]) if n else b""
+
+
+def claim_counts(flags: Any, slots: int) -> tuple[int, int]:
+    """Claims asked and claims that handed out an item, over slots 0..slots."""
+    asked = granted = 0
+    for i in range(slots + 1):
+        a, g = struct.unpack_from("<QQ", flags, CLAIMS0 + 16 * i)
+        asked, granted = asked + a, granted + g
+    return asked, granted
 
 
 # ------------------------------------------------------------------------------- declarations
@@ -181,6 +228,13 @@ class SafetyResult:
     observations: dict[str, Any] = field(default_factory=dict)
     checked: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    # what was reached (the checker's coverage, from the history) and what was not: the checker's
+    # lines and the campaign's own (no item ever handed out, a takeover that never happened, work
+    # left after the quiet period); verdict "pass", "fail" or "inconclusive" once checked
+    coverage: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    verdict: str | None = None
+    takeovers: dict[str, int] = field(default_factory=dict)  # planned, by path (operator, time), missed
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,10 +248,11 @@ class SafetyResult:
 class _Recorder:
     """One actor's ledger calls, each recorded as invoke + complete (when recording)."""
 
-    def __init__(self, ctx: _Ctx, name: str) -> None:
+    def __init__(self, ctx: _Ctx, name: str, slot: int = -1) -> None:
         self.ctx = ctx
         self.name = name
         self.w = HistoryWriter(process_path(ctx.out, name), name, t0=ctx.tb.t0) if ctx.record else None
+        self.in_call = CALL0 + slot if 0 <= slot < FLAG_SLOTS else -1  # a worker's "inside a call" byte
 
     def call(self, op: str, **args: Any) -> Outcome:
         ctx = self.ctx
@@ -207,7 +262,14 @@ class _Recorder:
         for attempt in range(BUSY_RETRIES):
             w = self.w
             i = w.invoke(op, args) if w is not None else 0
-            out = ctx.client.call(op, **args)
+            if self.in_call >= 0:
+                ctx.flags[self.in_call] = 1
+                try:
+                    out = ctx.client.call(op, **args)
+                finally:
+                    ctx.flags[self.in_call] = 0
+            else:
+                out = ctx.client.call(op, **args)
             ctx.ops += 1
             struct.pack_into("<Q", ctx.flags, ctx.counter, ctx.ops)
             if w is not None:
@@ -260,11 +322,12 @@ class _Ctx:
         self.retryable = next((c for c, r in spec.error_classes.items() if r), None)
         self.unsupported: set[str] = set()
         self.census: _Recorder | None = None  # the quiet period's recorded reads (counts())
+        self.operator_rec: _Recorder | None = None  # the operator's recorded calls (operator())
         self.ops = 0
         self.stopping = False
         self.started = 0.0
         self.n_spawned = 0
-        self.counter = FLAG_SLOTS + 8 * int(cfg["slot"])  # where this process counts its operations
+        self.counter = OPS0 + 8 * int(cfg["slot"])  # where this process counts its operations
         fd = os.open(cfg["flags"], os.O_RDWR)
         try:
             self.flags = mmap.mmap(fd, FLAG_BYTES)
@@ -278,6 +341,27 @@ class _Ctx:
         """FREE, HOLDING or IN_EFFECT: what the nemesis may see of this worker."""
         if 0 <= slot < FLAG_SLOTS:
             self.flags[slot] = state
+
+    def claimed(self, slot: int, work_id: str | None) -> None:
+        """After a claim (recorded): count it; for one that handed out an item, note which item
+        this worker holds, and mark every watch on that item as taken by this worker (the
+        controller waits for that to let a paused holder go on)."""
+        if not 0 <= slot < FLAG_SLOTS:
+            return
+        f = self.flags
+        off = CLAIMS0 + 16 * slot
+        asked, granted = struct.unpack_from("<QQ", f, off)
+        struct.pack_into("<QQ", f, off, asked + 1, granted + (work_id is not None))
+        if work_id is None:
+            return
+        key = item_key(work_id)
+        held = HELD0 + slot * KEY_BYTES
+        f[held:held + len(key)] = key
+        n = len(key)
+        for i in range(WATCHES):
+            w = WATCH0 + i * WATCH_BYTES + 4
+            if f[w] == key[0] and f[w:w + n] == key:
+                struct.pack_into("<i", f, w - 4, slot + 1)
 
     def sink_row(self, seq: int) -> tuple[bool, int]:
         r = self.sink.conn.execute(
@@ -294,7 +378,7 @@ class _Ctx:
     def worker(self, name: str, slot: int, seed: int) -> _Actor:
         from .worker import Worker
 
-        rec = _Recorder(self, name)
+        rec = _Recorder(self, name, slot)
         hooks = Worker(self.client, self.spec, name, self.conn)  # crash points: arm, hit, announce
         gen = self._work(rec, hooks, slot, random.Random(seed))
         return _Actor(name, "worker", gen, rec, slot, hooks)
@@ -303,8 +387,10 @@ class _Ctx:
         while not self.stopping:
             out = rec.call("claim", owner=rec.name, now=self.now())
             if not out.ok or not isinstance(out.value, Mapping) or not out.value.get("work_id"):
+                self.claimed(slot, None)
                 yield False
                 continue
+            self.claimed(slot, str(out.value["work_id"]))
             self.hold(slot, HOLDING)
             try:
                 yield from self._item(rec, hooks, rng, out.value, slot)
@@ -440,30 +526,44 @@ class _Ctx:
             yield from self.idle_for(period)
 
     # -- commands from the controller ----------------------------------------------------------
-    def operator(self) -> list[dict[str, Any]]:
+    def operator(self) -> list[dict[str, Any]] | None:
         """The operator path: recover if offered, else expire then requeue every timed-out item.
-        Each action names the items it brought back."""
-        rec = _Recorder(self, "operator")
-        try:
-            now = self.now()
-            out = rec.call("recover", now=now)
-            if out.ok:
-                ids = [str(v.get("work_id")) for v in out.value or [] if isinstance(v, Mapping)]
-                return [{"op": "recover", "now": now, "work_ids": ids}]
-            actions: list[dict[str, Any]] = []
-            out = rec.call("expire", now=now)
-            if out.ok:
-                ids = [str(v.get("work_id")) for v in out.value or [] if isinstance(v, Mapping)]
-                actions.append({"op": "expire", "now": now, "work_ids": ids})
-            listed = self.client.call("list", status="timeout")
-            back = []
-            for w in listed.value or [] if listed.ok else []:
-                if rec.call("requeue", work_id=w["work_id"], reason="operator takes the work back", now=self.now()).ok:
-                    back.append(str(w["work_id"]))
-            actions.append({"op": "requeue", "now": now, "work_ids": back})
-            return actions
-        finally:
-            rec.close()
+        Each action names the items it moved; None when the adapter offers neither recover nor
+        expire (there is no operator path).  Recorded as process ``operator``."""
+        if self.operator_rec is None:
+            self.operator_rec = _Recorder(self, "operator")
+        rec = self.operator_rec
+        now = self.now()
+        out = rec.call("recover", now=now)
+        if out.ok:
+            return [{"op": "recover", "now": now, "work_ids": _moved(out.value)}]
+        actions: list[dict[str, Any]] = []
+        out = rec.call("expire", now=now)
+        if out.ok:
+            actions.append({"op": "expire", "now": now, "work_ids": _moved(out.value)})
+        elif out.code == "unsupported" and "recover" in self.unsupported:
+            return None
+        listed = rec.call("list", status="timeout")
+        back = []
+        for w in listed.value or [] if listed.ok and isinstance(listed.value, list) else []:
+            if isinstance(w, Mapping) and w.get("work_id") is not None and \
+                    rec.call("requeue", work_id=w["work_id"], reason="operator takes the work back", now=self.now()).ok:
+                back.append(str(w["work_id"]))
+        actions.append({"op": "requeue", "now": now, "work_ids": back})
+        return actions
+
+    def takeover(self, recover: bool, ids: Sequence[str]) -> dict[str, Any]:
+        """For paused holders' items: the operator's recovery (when ``recover``), then a read of
+        each item (recorded as the operator's), so the controller sees one that was finished
+        meanwhile and can no longer be taken over."""
+        actions = self.operator() if recover else []
+        if self.operator_rec is None:
+            self.operator_rec = _Recorder(self, "operator")
+        status: dict[str, Any] = {}
+        for wid in ids:
+            out = self.operator_rec.call("get", work_id=wid)
+            status[wid] = out.value.get("status") if out.ok and isinstance(out.value, Mapping) else None
+        return {"actions": actions, "status": status}
 
     def counts(self) -> dict[str, int]:
         """What is left, by status: the quiet period's census.  The read is recorded (process
@@ -486,6 +586,11 @@ class _Ctx:
         for w in listed.value or [] if listed.ok else []:
             items.setdefault(str(w.get("work_id")), w)
         return items
+
+
+def _moved(value: Any) -> list[str]:
+    """The items a monitor operation's answer names (a list of snapshots or moves)."""
+    return [str(v.get("work_id")) for v in value or [] if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 def process_main(conn: Any, cfg: dict[str, Any]) -> None:
@@ -521,8 +626,9 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
     finally:
         for a in actors:
             a.rec.close()
-        if ctx.census is not None:
-            ctx.census.close()
+        for r in (ctx.census, ctx.operator_rec):
+            if r is not None:
+                r.close()
         client.close()
 
 
@@ -592,8 +698,14 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
         conn.send({"reply": "count", "counts": ctx.counts()})
     elif cmd == "operator":
         conn.send({"reply": "operator", "actions": ctx.operator()})
+    elif cmd == "takeover":
+        conn.send({"reply": "takeover", **ctx.takeover(bool(msg.get("recover")), msg.get("ids") or [])})
     elif cmd == "final":
         conn.send({"reply": "final", "items": ctx.final(msg.get("ids") or []), "now": ctx.now()})
+    elif cmd == "resume_actor":
+        for a in live:
+            if a.name == msg.get("name"):
+                a.paused_until = 0.0
     elif cmd in ("kill_actor", "pause_actor"):  # logical faults (one-process mode)
         workers = [a for a in live if a.role == "worker" and a.paused_until <= time.monotonic()]
         if not workers:
@@ -602,9 +714,11 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
         holding = [a for a in workers if ctx.flags[a.slot]]
         pool = holding or workers
         victim = pool[min(len(pool) - 1, int(float(msg.get("pick") or 0) * len(pool)))]
-        if cmd == "pause_actor":
+        if cmd == "pause_actor":  # until the controller sends resume_actor (or the seconds run out)
             victim.paused_until = time.monotonic() + float(msg["seconds"])
-            conn.send({"event": "paused", "process": victim.name, "holding": bool(ctx.flags[victim.slot])})
+            holding = ctx.flags[victim.slot] in (HOLDING, EFFECT_DONE)
+            conn.send({"event": "paused", "process": victim.name, "holding": holding,
+                       "key": held_key(ctx.flags, victim.slot).hex() if holding else None})
             return
         victim.gen.close()  # the worker stops wherever it is: its item is left as a crash leaves it
         ctx.hold(victim.slot, FREE)
@@ -632,6 +746,27 @@ class _Proc:
     replies: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class _Takeover:
+    """A paused holder whose item another worker is to take over before it goes on."""
+
+    victim: _Proc | str  # the paused process (a logical worker's name in one-process mode)
+    name: str
+    key: bytes  # the item it holds (item_key)
+    path: str  # "operator": the operator's recovery moves the item; "time": its lease lapsing does
+    paused_at: float
+    lapsed_at: float  # real time by which the holder's lease has lapsed (ttl + grace after the pause)
+    deadline: float  # the safety net: let the holder go even if nobody took the item by then
+    watch: int  # its entry among the shared map's watches
+    seq: int = 0  # its number among the campaign's takeovers
+    moved_by: str | None = None  # the operator action that named the item, once one did
+    next_op: float = 0.0  # when the operator acts again (until an action names the item)
+
+    @property
+    def work_id(self) -> str:
+        return key_text(self.key)
+
+
 class _Campaign:
     def __init__(self, address: str, spec: Spec, p: SafetyParams, out_dir: str | None, progress: Progress | None,
                  tmp_root: str | None) -> None:
@@ -651,7 +786,14 @@ class _Campaign:
         self.created: dict[str, str] = {}  # work_id -> source id
         self.produced = False
         self.notes: list[str] = []
-        self.counts = {"kill": 0, "kill_at_point": 0, "pause": 0, "resume": 0, "reopen": 0, "replaced": 0}
+        self.counts = {"kill": 0, "kill_at_point": 0, "pause": 0, "resume": 0, "reopen": 0, "replaced": 0,
+                       "takeover": 0, "takeover_missed": 0, "takeover_void": 0}
+        self.missing: list[str] = []  # what the campaign itself knows it did not reach
+        self.takeovers: list[_Takeover] = []  # paused holders waiting for another worker to take their item
+        self.takeover_paths: dict[str, int] = {}  # how the takeovers that happened came about
+        self.n_takeovers = 0  # takeovers planned
+        self.operator_offered: bool | None = None  # None: not asked yet
+        self.operating: tuple[float, bool, set[int]] | None = None  # the operator's visit awaiting its answer
         if self.p.hosts is not None:
             self.counts.update(cut=0, partition=0)  # hosts cut off; workers cut off with them
         self.schedule: list[dict[str, Any]] = []
@@ -661,7 +803,7 @@ class _Campaign:
         self.writer: HistoryWriter | None = None
         self.recovery: dict[str, Any] = {}
         self.ops_done = 0
-        self.logical_paused: list[str] = []
+        self.slot_names: dict[int, str] = {}  # worker slot -> its name
         self.resumes: list[tuple[float, _Proc | str]] = []  # (when, whom) a pause ends
         self.heals: list[tuple[float, Any]] = []  # (when, which host) a partition ends
         self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
@@ -696,6 +838,11 @@ class _Campaign:
         else:
             self.lapse_real = self.p.lapse
             speedup = (lt.ttl + lt.grace) / self.p.lapse
+        self.pause_s = self.lapse_real * 1.4 + 0.2  # a pause of a worker that holds nothing
+        # how long a paused holder may wait for another worker to take its item: a generous safety
+        # net (a library's own clock may be coarse, its recovery slow); a takeover ends as soon as
+        # the other worker's claim got the item
+        self.takeover_net = max(4 * self.lapse_real, self.lapse_real + 3.0)
         self.t0 = time.monotonic()
         self.tb = TimeBase(self.wall, self.t0, speedup)
         self.wall0 = time.time() - (time.monotonic() - self.t0)  # time.time() at t0
@@ -763,7 +910,9 @@ class _Campaign:
 
     def _worker_actor(self) -> dict[str, Any]:
         self.n_slots += 1
-        return {"role": "worker", "name": self._name("w"), "slot": self.n_slots, "seed": self.rng.randrange(2**31)}
+        name = self._name("w")
+        self.slot_names[self.n_slots] = name
+        return {"role": "worker", "name": name, "slot": self.n_slots, "seed": self.rng.randrange(2**31)}
 
     def _producer_actor(self) -> dict[str, Any]:
         rng = random.Random(f"producer/{self.p.seed}")
@@ -814,6 +963,7 @@ class _Campaign:
                     # time; a worker stopped at a crash point inside a transaction holds the write lock
                     # until it is killed, so the others' messages are handled meanwhile too
                     self._resume_due(time.monotonic())
+                    self._takeovers_due(time.monotonic(), act=False)
                     self._heal_due(time.monotonic())
                     self._pump(0)
                     continue
@@ -868,6 +1018,7 @@ class _Campaign:
         final = self._final()
         elapsed = time.monotonic() - started
         history = self._finish_history()
+        self._unreached()
         work_s = t_active + t_quiet
         result = SafetyResult(
             address=self.address, adapter={"name": self.hs.get("name"), "version": self.hs.get("version"),
@@ -877,8 +1028,24 @@ class _Campaign:
             out_dir=self.out if p.record else None, elapsed=round(elapsed, 3), ops=self.ops_done,
             ops_per_s=round(self.ops_done / work_s, 1) if work_s > 0 else 0.0, created=len(self.created),
             nemesis=dict(self.counts), schedule=self.schedule, final=final, notes=self.notes[:MAX_NOTES],
-            timings={"setup_s": round(t_setup, 3), "active_s": round(t_active, 3), "quiet_s": round(t_quiet, 3)})
+            timings={"setup_s": round(t_setup, 3), "active_s": round(t_active, 3), "quiet_s": round(t_quiet, 3)},
+            missing=list(self.missing), takeovers={"planned": self.n_takeovers, **self.takeover_paths,
+                                                   "missed": self.counts["takeover_missed"],
+                                                   "void": self.counts["takeover_void"]})
         return result
+
+    def _unreached(self) -> None:
+        """What the campaign itself knows it did not reach (the checker finds more in the history)."""
+        asked, granted = claim_counts(self.flags, self.n_slots)
+        if not self.created:
+            self.missing.insert(0, "no item was created: every create was refused or had no answer")
+        elif not granted:
+            self.missing.insert(0, f"no worker ever got an item: {asked} claim{'s' if asked != 1 else ''} asked, "
+                                   "none handed one out")
+        n = self.n_takeovers - self.counts["takeover_void"]
+        if n and not self.counts["takeover"]:
+            self.missing.append(f"none of the {n} planned takeover{'s' if n != 1 else ''} happened: no other worker "
+                                f"took a paused holder's item within {self.takeover_net:.1f}s of its pause")
 
     def _heal_due(self, now: float) -> None:
         for item in [h for h in self.heals if h[0] <= now]:
@@ -898,14 +1065,16 @@ class _Campaign:
         todo = list(plan)
         resumes = self.resumes
         active = self.p.active_s()
-        pause_s = self.lapse_real * 1.4 + 0.2
+        pause_s = self.pause_s
         last_progress = 0.0
         while True:
             now = time.monotonic()
             el = now - a0
             # the phase ends once its time is up, every planned fault was done (one that waited for
-            # a holder may come late) and every pause has lasted its full length
-            if el >= active and ((self.produced and not todo and not resumes and not self.heals) or el >= active * 3):
+            # a holder may come late), every pause has lasted its full length and every takeover
+            # happened (or its safety net ran out)
+            if el >= active and ((self.produced and not todo and not resumes and not self.heals and not self.takeovers)
+                                 or el >= active * 3):
                 if not self.produced:
                     self.notes.append("the producer had not created every item when the nemesis stopped")
                 if todo:
@@ -914,10 +1083,13 @@ class _Campaign:
             if now - started > self.p.time_limit * 0.7:
                 self.notes.append(f"time limit: the nemesis stopped after {el:.1f}s")
                 break
+            # a takeover waits for another worker's claim: look at the shared map often
+            watching = [now + 0.005] if self.takeovers else []
             nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes]
-                      + [t for t, _ in self.heals] + [now + 0.05])
+                      + [t for t, _ in self.heals] + watching + [now + 0.05])
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
+            self._takeovers_due(now)
             self._resume_due(now)
             self._heal_due(now)
             self._disarm_due(now)
@@ -931,6 +1103,8 @@ class _Campaign:
                 last_progress = now
                 self.progress(len(plan) - len(todo), len(plan), {"phase": "nemesis", "created": len(self.created),
                                                                   **self.counts})
+        for t in list(self.takeovers):
+            self._no_takeover(t, "the nemesis phase ended first")
         for _, who in list(resumes):
             self._resume(who)
         resumes.clear()
@@ -983,13 +1157,138 @@ class _Campaign:
             self._kill(victim, None)
         elif f.fault == "pause":
             nemesis.pause(victim.pid)
-            if self.flags[victim.slot] == IN_EFFECT:  # stopped inside the effect section: let go, try again
+            state = self.flags[victim.slot]
+            # stopped inside the effect section, or holding work inside a call to the adapter
+            # (which may hold a lock the takeover would wait on): let go, try again
+            if state == IN_EFFECT or (state in (HOLDING, EFFECT_DONE) and self.flags[CALL0 + victim.slot]):
                 nemesis.resume(victim.pid)
                 return False
             victim.paused = True
             self._record("pause", victim.name)
-            resumes.append((time.monotonic() + pause_s, victim))
+            key = held_key(self.flags, victim.slot) if state in (HOLDING, EFFECT_DONE) else b""
+            if not (key and self._plan_takeover(victim, victim.name, key)):
+                resumes.append((time.monotonic() + pause_s, victim))
         return True
+
+    # -- takeovers: a paused holder's item goes to another worker before the holder goes on
+    def _plan_takeover(self, victim: _Proc | str, name: str, key: bytes) -> bool:
+        """Watch the paused holder's item; the holder stays paused until another worker's claim
+        got it (or the safety net runs out).  Which path moves the item: see _takeover_path."""
+        f = self.flags
+        watch = next((i for i in range(WATCHES) if not f[WATCH0 + i * WATCH_BYTES + 4]), None)
+        if watch is None:
+            return False
+        off = WATCH0 + watch * WATCH_BYTES
+        struct.pack_into("<i", f, off, 0)
+        f[off + 5:off + 4 + len(key)] = key[1:]
+        f[off + 4] = key[0]  # the length byte last: a worker never matches a half-written key
+        now = time.monotonic()
+        self.n_takeovers += 1
+        lapsed = now + self.lapse_real * 1.05 + 0.02  # its lease was last extended before the pause
+        self.takeovers.append(_Takeover(victim, name, key, self._takeover_path(), now, lapsed,
+                                        now + self.takeover_net, watch, seq=self.n_takeovers, next_op=lapsed))
+        return True
+
+    def _takeover_path(self) -> str:
+        """The declared reclaim chooses the path, never whether a holder is displaced: under
+        ``operator`` and ``never`` the operator's recovery moves the item (recover if offered,
+        else expire + requeue); under ``lease`` the lease's lapse does (the monitor's operations
+        and the claims), and every other takeover the operator's recovery when the adapter has
+        one.  An adapter with no operator recovery leaves every item to time."""
+        if self.operator_offered is False:
+            return "time"
+        if self.declared.reclaim != "lease":
+            return "operator"
+        return "operator" if self.n_takeovers % 2 == 0 else "time"
+
+    def _takeovers_due(self, now: float, act: bool = True) -> None:
+        if self.operating is not None and "takeover" in self.monitor.replies:
+            self._operated(self.monitor.replies.pop("takeover"))
+        if not self.takeovers:
+            return
+        for t in list(self.takeovers):
+            taker = struct.unpack_from("<i", self.flags, WATCH0 + t.watch * WATCH_BYTES)[0]
+            if taker:
+                self._took_over(t, taker - 1)
+            elif now >= t.deadline:
+                self._no_takeover(t, f"no other worker took it within {self.takeover_net:.1f}s of the pause")
+        if act and self.operating is None and any(now >= t.next_op for t in self.takeovers):
+            self._operate(now)
+
+    def _operate(self, now: float) -> None:
+        """Send the operator to the paused holders due a visit: its recovery, when one waits on it
+        (operator path, item not moved yet), then a read of every due item (an item finished
+        meanwhile, by a write a broken ledger let through, can no longer be taken over).  The
+        answer is awaited in the loop, never here: the operator's call may wait on a lock the
+        paused holder keeps (a ledger that locks an item while it is worked on), and only the
+        safety net, letting the holder go, ends that wait."""
+        due = [t for t in self.takeovers if now >= t.next_op]
+        recover = any(t.path == "operator" and t.moved_by is None for t in due)
+        self.monitor.replies.pop("takeover", None)
+        self.monitor.conn.send({"cmd": "takeover", "recover": recover, "ids": sorted({t.work_id for t in due})})
+        self.operating = (now, recover, {t.seq for t in due})
+
+    def _operated(self, reply: Mapping[str, Any]) -> None:
+        assert self.operating is not None
+        _sent, recover, visited = self.operating
+        self.operating = None
+        actions, status = reply.get("actions"), reply.get("status") or {}
+        if actions is None:
+            self.operator_offered = False
+            self.notes.append("the adapter offers no operator recovery (neither recover nor expire): paused "
+                              "holders' items were left to their leases' lapse")
+            for t in self.takeovers:
+                t.path = "time"
+            actions = []
+        elif recover:
+            self.operator_offered = True
+        named: dict[bytes, list[str]] = {}
+        for a in actions:
+            for wid in a.get("work_ids") or []:
+                named.setdefault(item_key(wid), []).append(str(a.get("op")))
+        terminal = set(self.spec.terminal_statuses)
+        later = time.monotonic()
+        for t in list(self.takeovers):
+            if t.path == "operator" and t.moved_by is None and t.key in named:
+                t.moved_by = " + ".join(dict.fromkeys(named[t.key]))
+            if t.seq not in visited:
+                continue
+            if status.get(t.work_id) in terminal:
+                self._void_takeover(t, str(status[t.work_id]))
+                continue
+            # the operator comes back until its recovery names the item (the ledger's own clock
+            # may not have let the lease lapse yet); on the time path it only looks now and then
+            waiting = t.path == "operator" and t.moved_by is None
+            t.next_op = later + (max(0.02, self.lapse_real / 8) if waiting else max(0.1, self.lapse_real / 2))
+
+    def _took_over(self, t: _Takeover, slot: int) -> None:
+        path = "operator" if t.moved_by else "time"
+        by = self.slot_names.get(slot, f"slot {slot}")
+        point: dict[str, Any] = {"work_id": t.work_id, "by": by, "path": path}
+        if t.moved_by:
+            point["action"] = t.moved_by
+        self._record("takeover", t.name, point)
+        self.takeover_paths[path] = self.takeover_paths.get(path, 0) + 1
+        self._end_takeover(t)
+
+    def _void_takeover(self, t: _Takeover, status: str) -> None:
+        """The paused holder's item was finished by another write while it was paused: there is
+        nothing left to take over (the holder's late writes still reach the ledger)."""
+        self.counts["takeover_void"] += 1
+        self.notes.append(f"takeover of {t.work_id} from {t.name} not possible: the item was already {status} "
+                          "(another write finished it while its holder was paused)")
+        self._end_takeover(t)
+
+    def _no_takeover(self, t: _Takeover, why: str) -> None:
+        self.counts["takeover_missed"] += 1
+        moved = f"; the operator's {t.moved_by} had moved it" if t.moved_by else ""
+        self.notes.append(f"takeover of {t.work_id} from {t.name} did not happen ({t.path} path{moved}): {why}")
+        self._end_takeover(t)
+
+    def _end_takeover(self, t: _Takeover) -> None:
+        self.flags[WATCH0 + t.watch * WATCH_BYTES + 4] = 0
+        self.takeovers.remove(t)
+        self._resume(t.victim)
 
     def _partition(self, f: nemesis.Fault, holders: list[_Proc], may_wait: bool) -> bool:
         """Cut off the host of a worker that holds work, preferring one whose effect is done (its
@@ -1019,9 +1318,8 @@ class _Campaign:
         solo = self.monitor
         if f.fault == "kill":
             solo.conn.send({"cmd": "kill_actor", "pick": f.pick, "replacement": self._worker_actor()})
-        elif f.fault == "pause":
-            solo.conn.send({"cmd": "pause_actor", "pick": f.pick, "seconds": pause_s})
-            resumes.append((time.monotonic() + pause_s, "?"))
+        elif f.fault == "pause":  # the controller ends it (see the "paused" event); the seconds are a backstop
+            solo.conn.send({"cmd": "pause_actor", "pick": f.pick, "seconds": pause_s + self.takeover_net + 5.0})
 
     def _kill(self, victim: _Proc, point: str | None) -> None:
         nemesis.kill(victim.pid)
@@ -1046,14 +1344,16 @@ class _Campaign:
                     break
                 self.n_slots += 1
                 a["slot"] = self.n_slots
+        self.slot_names[a["slot"]] = a["name"]
         proc = self._spawn(a["name"], "worker", [a], a["slot"])
         self._ready([proc])
         proc.conn.send({"cmd": "go"})
         self.counts["replaced"] += 1
 
     def _resume(self, who: _Proc | str) -> None:
-        if isinstance(who, str):  # a logical pause ends by itself; record when it does
-            self._record("resume", self.logical_paused.pop(0) if self.logical_paused else None)
+        if isinstance(who, str):  # a logical worker in the one process
+            self.monitor.conn.send({"cmd": "resume_actor", "name": who})
+            self._record("resume", who)
             return
         if who.dead:
             return
@@ -1134,8 +1434,11 @@ class _Campaign:
             self._record("kill", msg.get("process"))
             self.counts["replaced"] += 1
         elif ev == "paused":
-            self._record("pause", msg.get("process"))
-            self.logical_paused.append(str(msg.get("process")))
+            name = str(msg.get("process"))
+            self._record("pause", name)
+            key = bytes.fromhex(msg["key"]) if msg.get("key") else b""
+            if not (key and self._plan_takeover(name, name, key)):
+                self.resumes.append((time.monotonic() + self.pause_s, name))
         elif ev == "fault_skipped":
             self.notes.append(f"{msg.get('fault')} skipped: no worker to do it to")
         elif "reply" in msg:
@@ -1151,10 +1454,11 @@ class _Campaign:
             self._pump(0.05)
         return proc.replies.pop(cmd)
 
-    def _left(self) -> int:
+    def _left(self) -> dict[str, int]:
+        """The census: items by status that are neither terminal nor quarantined."""
         counts = self._ask(self.monitor, "count")["counts"]
         terminal = set(self.spec.terminal_statuses) | {"quarantined"}
-        return sum(n for k, n in counts.items() if k not in terminal)
+        return {k: n for k, n in sorted(counts.items()) if k not in terminal and n}
 
     def _quiet(self, started: float) -> None:
         q0 = time.monotonic()
@@ -1164,18 +1468,27 @@ class _Campaign:
         self.recovery = {"path": self.declared.reclaim, "actions": [],
                          "monitor": self.monitor_ops if self.declared.reclaim == "lease" else []}
         last = 0.0
+        left: dict[str, int] | None = None
         while True:
             self._pump(0.05)
             el = time.monotonic() - q0
             if not operator_done and el >= self.lapse_real * 1.2:
-                self.recovery["actions"] = list(self._ask(self.monitor, "operator")["actions"])
+                self.recovery["actions"] = list(self._ask(self.monitor, "operator")["actions"] or [])
                 operator_done = True
             if el >= max_q or time.monotonic() - started > self.p.time_limit:
-                self.notes.append(f"quiet period ended after {el:.1f}s with work left")
+                left = self._left() if left is None or el >= max_q else left
+                if not left:
+                    return
+                what = ", ".join(f"{k} {n}" for k, n in left.items())
+                n = sum(left.values())
+                self.notes.append(f"quiet period ended after {el:.1f}s with work left ({what})")
+                self.missing.append(f"the quiet period ended after {el:.1f}s with {n} item{'s' if n != 1 else ''} "
+                                    f"not finished ({what}): the run did not reach its end state")
                 return
             if operator_done and el >= min_q and time.monotonic() - last > 0.15:
                 last = time.monotonic()
-                if self._left() == 0:
+                left = self._left()
+                if not left:
                     return
             if self.progress is not None:
                 self.progress(0, None, {"phase": "quiet", "created": len(self.created), **self.counts})
@@ -1194,7 +1507,7 @@ class _Campaign:
                         p.dead = True
                 break
             self._pump(0.05)
-        self.ops_done = sum(struct.unpack_from("<Q", self.flags, FLAG_SLOTS + 8 * i)[0] for i in range(self.n_slots + 1))
+        self.ops_done = sum(struct.unpack_from("<Q", self.flags, OPS0 + 8 * i)[0] for i in range(self.n_slots + 1))
 
     def _final(self) -> dict[str, int]:
         reply = self._ask(self.monitor, "final", ids=sorted(self.created))
@@ -1323,9 +1636,17 @@ def check_history(path: str) -> Any:
 
 
 def attach_verdict(result: SafetyResult, verdict: Any) -> SafetyResult:
-    """Put the checker's anomalies and observations into a campaign result."""
+    """Put the checker's anomalies, observations and coverage into a campaign result.  What the
+    campaign itself knows it did not reach (``result.missing`` before this call) joins the
+    checker's ``missing``, in the result and in ``verdict`` itself (so a rendering of the verdict
+    says it too).  The result's verdict: "fail" with any anomaly, else "inconclusive" when
+    anything is missing, else "pass"."""
     result.anomalies = _anomaly_dicts(verdict)
     result.observations = _observations(verdict)
+    result.coverage = dict(verdict.coverage)
+    verdict.missing.extend(m for m in result.missing if m not in verdict.missing)
+    result.missing = list(verdict.missing)
+    result.verdict = "fail" if result.anomalies else "inconclusive" if result.missing else "pass"
     result.checked = True
     return result
 
