@@ -44,6 +44,7 @@ writing anything (for the benchmark).
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import os
 import random
@@ -92,6 +93,7 @@ _GONE = object()  # the worker's lease was gone when it came to the effect
 #   watches   WATCHES entries: a paused holder's item the controller waits to see taken over: the
 #             slot + 1 of the worker whose claim got it (int32, 0: not yet), then the item's key
 #   calls     1 byte a slot: 1 while the worker is inside a call to the adapter
+#   expiry    8 bytes a slot: the lease_expires_at (ledger time) of the item the worker holds, NaN if none
 FLAG_SLOTS = 4096
 FREE, HOLDING, IN_EFFECT, EFFECT_DONE = 0, 1, 2, 3  # a worker's byte in the shared map
 KEY_BYTES = 128
@@ -102,7 +104,8 @@ HELD0 = OPS0 + FLAG_SLOTS * 8
 CLAIMS0 = HELD0 + FLAG_SLOTS * KEY_BYTES
 WATCH0 = CLAIMS0 + FLAG_SLOTS * 16
 CALL0 = WATCH0 + WATCHES * WATCH_BYTES
-FLAG_BYTES = CALL0 + FLAG_SLOTS
+EXP0 = CALL0 + FLAG_SLOTS
+FLAG_BYTES = EXP0 + FLAG_SLOTS * 8
 
 _PART = re.compile(r"history\.(nemesis|producer|monitor|operator|census|w\d+)\.jsonl")  # one process's part of a history
 Progress = Callable[[int, int | None, dict[str, Any]], None]
@@ -342,6 +345,12 @@ class _Ctx:
         if 0 <= slot < FLAG_SLOTS:
             self.flags[slot] = state
 
+    def expires(self, slot: int, value: Any) -> None:
+        """The lease expiry of the item this worker holds, as the ledger said it (claim, renew)."""
+        if 0 <= slot < FLAG_SLOTS:
+            struct.pack_into("<d", self.flags, EXP0 + 8 * slot,
+                             float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan)
+
     def claimed(self, slot: int, work_id: str | None) -> None:
         """After a claim (recorded): count it; for one that handed out an item, note which item
         this worker holds, and mark every watch on that item as taken by this worker (the
@@ -391,6 +400,7 @@ class _Ctx:
                 yield False
                 continue
             self.claimed(slot, str(out.value["work_id"]))
+            self.expires(slot, out.value.get("lease_expires_at"))
             self.hold(slot, HOLDING)
             try:
                 yield from self._item(rec, hooks, rng, out.value, slot)
@@ -418,6 +428,7 @@ class _Ctx:
                 return  # the lease is gone (or nobody can tell): leave the item to recovery
             if out.ok and isinstance(out.value, Mapping):
                 lease["expires"] = out.value.get("lease_expires_at")
+                self.expires(slot, lease["expires"])
             hooks.mark(wid, None, 0, "renewed")
             hooks.hit("during_renew")
         if self.journal and "effect_begin" not in self.unsupported:
@@ -449,6 +460,7 @@ class _Ctx:
                     self.hold(slot, HOLDING)
                     return _GONE
                 lease["expires"] = out.value.get("lease_expires_at")
+                self.expires(slot, lease["expires"])
             result = self.sink.lookup(key) if lookup else None
             result = result if result is not None else self._apply(rec, wid, key, token)
             self.hold(slot, EFFECT_DONE)
@@ -717,7 +729,7 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
         if cmd == "pause_actor":  # until the controller sends resume_actor (or the seconds run out)
             victim.paused_until = time.monotonic() + float(msg["seconds"])
             holding = ctx.flags[victim.slot] in (HOLDING, EFFECT_DONE)
-            conn.send({"event": "paused", "process": victim.name, "holding": holding,
+            conn.send({"event": "paused", "process": victim.name, "holding": holding, "slot": victim.slot,
                        "key": held_key(ctx.flags, victim.slot).hex() if holding else None})
             return
         victim.gen.close()  # the worker stops wherever it is: its item is left as a crash leaves it
@@ -1096,7 +1108,9 @@ class _Campaign:
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
                 late = now - (a0 + f.at)
-                if not self._fault(f, pause_s, resumes, may_wait=late < HOLDER_WAIT):
+                # a pause waits longer for a holder: it is the takeover's chance
+                wait = max(HOLDER_WAIT, 2 * self.lapse_real) if f.fault == "pause" else HOLDER_WAIT
+                if not self._fault(f, pause_s, resumes, may_wait=late < wait):
                     break  # nobody holds work yet: this fault waits a little for a holder
                 todo.pop(0)
             if self.progress is not None and now - last_progress > 0.25:
@@ -1132,6 +1146,8 @@ class _Campaign:
             return True
         cands = [p for p in self._workers() if not p.paused and p.armed is None]
         holders = [p for p in cands if self.flags[p.slot]]
+        if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
+            holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
         if may_wait and not holders and not (f.fault == "kill" and f.point):
             return False
         if f.fault == "reopen":
@@ -1139,6 +1155,8 @@ class _Campaign:
             return True
         if f.fault == "partition":
             return self._partition(f, holders, may_wait)
+        if f.fault == "pause" and len(cands) < 2 and may_wait:
+            return False  # another worker must be free to take the item over: wait for a pause to end
         if not cands or (f.fault == "pause" and len(cands) < 2):
             self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
             return True
@@ -1166,12 +1184,12 @@ class _Campaign:
             victim.paused = True
             self._record("pause", victim.name)
             key = held_key(self.flags, victim.slot) if state in (HOLDING, EFFECT_DONE) else b""
-            if not (key and self._plan_takeover(victim, victim.name, key)):
+            if not (key and self._plan_takeover(victim, victim.name, key, victim.slot)):
                 resumes.append((time.monotonic() + pause_s, victim))
         return True
 
     # -- takeovers: a paused holder's item goes to another worker before the holder goes on
-    def _plan_takeover(self, victim: _Proc | str, name: str, key: bytes) -> bool:
+    def _plan_takeover(self, victim: _Proc | str, name: str, key: bytes, slot: int) -> bool:
         """Watch the paused holder's item; the holder stays paused until another worker's claim
         got it (or the safety net runs out).  Which path moves the item: see _takeover_path."""
         f = self.flags
@@ -1184,10 +1202,22 @@ class _Campaign:
         f[off + 4] = key[0]  # the length byte last: a worker never matches a half-written key
         now = time.monotonic()
         self.n_takeovers += 1
-        lapsed = now + self.lapse_real * 1.05 + 0.02  # its lease was last extended before the pause
+        lapsed = now + self._lapses_in(slot)
         self.takeovers.append(_Takeover(victim, name, key, self._takeover_path(), now, lapsed,
                                         now + self.takeover_net, watch, seq=self.n_takeovers, next_op=lapsed))
         return True
+
+    def _lapses_in(self, slot: int) -> float:
+        """Real seconds until the lease of the item a paused worker holds has lapsed (its expiry
+        + grace, by the ledger's time), and a little more; at most ttl + grace from now (it was
+        last extended before the pause), the same when the ledger gave no expiry."""
+        most = self.lapse_real * 1.05 + 0.02
+        exp = struct.unpack_from("<d", self.flags, EXP0 + 8 * slot)[0] if 0 <= slot < FLAG_SLOTS else math.nan
+        if math.isnan(exp):
+            return most
+        grace = self.grace * (self.p.wall_scale if self.wall else 1.0)
+        left = (exp + grace - self.tb.now()) / self.tb.speedup
+        return min(most, max(0.0, left) + self.lapse_real * 0.02 + 0.005)
 
     def _takeover_path(self) -> str:
         """The declared reclaim chooses the path, never whether a holder is displaced: under
@@ -1208,8 +1238,10 @@ class _Campaign:
             return
         for t in list(self.takeovers):
             taker = struct.unpack_from("<i", self.flags, WATCH0 + t.watch * WATCH_BYTES)[0]
-            if taker:
+            if taker and (self.operating is None or not self.operating[1] or now >= t.deadline):
                 self._took_over(t, taker - 1)
+            elif taker:
+                continue  # the operator's answer is on its way: it says whether its recovery moved the item
             elif now >= t.deadline:
                 self._no_takeover(t, f"no other worker took it within {self.takeover_net:.1f}s of the pause")
         if act and self.operating is None and any(now >= t.next_op for t in self.takeovers):
@@ -1437,7 +1469,7 @@ class _Campaign:
             name = str(msg.get("process"))
             self._record("pause", name)
             key = bytes.fromhex(msg["key"]) if msg.get("key") else b""
-            if not (key and self._plan_takeover(name, name, key)):
+            if not (key and self._plan_takeover(name, name, key, int(msg.get("slot", -1)))):
                 self.resumes.append((time.monotonic() + self.pause_s, name))
         elif ev == "fault_skipped":
             self.notes.append(f"{msg.get('fault')} skipped: no worker to do it to")
