@@ -72,17 +72,22 @@ def parse_faults(text: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def plan(seed: int, faults: Sequence[str], duration: float, *, points: Sequence[str] = (),
-         gap: tuple[float, float] = GAP) -> list[Fault]:
+         gap: tuple[float, float] = GAP, min_each: int = 1) -> list[Fault]:
     """The fault schedule for ``duration`` seconds: faults drawn in turn from ``faults`` at
     uniform random gaps; half the kills at a named crash point (when there are any), at its 1st to
-    3rd passage.  Every listed fault appears at least once when the duration allows two faults."""
+    3rd passage.  The first faults go in ``min_each`` rounds, each listed fault once a round in a
+    shuffled order, so every listed fault appears ``min_each`` times when the duration allows;
+    then at random."""
     rng = random.Random(f"nemesis/{seed}")
     out: list[Fault] = []
     if not faults:
         return out
     t = rng.uniform(*gap)
-    order: list[str] = list(faults)
-    rng.shuffle(order)
+    order: list[str] = []
+    for _ in range(max(1, min_each)):
+        one = list(faults)
+        rng.shuffle(one)
+        order = one + order  # popped from the end: the first round first
     while t < duration:
         kind = order.pop() if order else rng.choice(list(faults))
         point, occ = None, 1

@@ -175,6 +175,7 @@ class SafetyParams:
     items: int = 40
     seed: int = 0
     faults: tuple[str, ...] = nemesis.FAULTS
+    min_each: int = 1  # every fault at least this many times (nemesis.plan), when the duration allows
     duration: float | None = None  # the nemesis phase, seconds (default: from the item count)
     time_limit: float = 120.0  # the whole campaign, seconds
     lapse: float = 0.8  # real seconds a lease takes to lapse (ttl + grace) under an injected clock
@@ -754,7 +755,9 @@ class _Proc:
     paused: bool = False
     armed: tuple[str, int, float] | None = None  # point, occurrence, disarm at
     stopped: bool = False
-    starting: bool = False  # spawned, not ready yet: only _ready reads its messages
+    starting: bool = False  # spawned, not ready yet
+    start_by: float = 0.0  # when a process still starting is given up on
+    on_ready: str | None = None  # what it is told once ready: "go" (a replacement), "exit" (a reopen)
     replies: dict[str, Any] = field(default_factory=dict)
 
 
@@ -854,7 +857,8 @@ class _Campaign:
         # how long a paused holder may wait for another worker to take its item: a generous safety
         # net (a library's own clock may be coarse, its recovery slow); a takeover ends as soon as
         # the other worker's claim got the item
-        self.takeover_net = max(4 * self.lapse_real, self.lapse_real + 3.0)
+        # (a wall clock's library may keep whole seconds and round its lease up: rq)
+        self.takeover_net = 4 * self.lapse_real if not self.wall else max(4 * self.lapse_real, self.lapse_real + 3.0)
         self.t0 = time.monotonic()
         self.tb = TimeBase(self.wall, self.t0, speedup)
         self.wall0 = time.time() - (time.monotonic() - self.t0)  # time.time() at t0
@@ -956,39 +960,49 @@ class _Campaign:
             cfg["netns"] = self.p.hosts.host_of(slot).path
             self.placed[name] = self.p.hosts.host_of(slot).netns
         conn.send(cfg)
-        proc = _Proc(name, role, pid, conn, slot)
+        proc = _Proc(name, role, pid, conn, slot, starting=True, start_by=time.monotonic() + 60.0)
         self.procs.append(proc)
         return proc
 
     def _ready(self, procs: Sequence[_Proc], timeout: float = 60.0) -> None:
+        """Wait until every one of ``procs`` has started (its "ready" is handled by _event)."""
         end = time.monotonic() + timeout
-        for proc in procs:  # until it is ready, a process's messages are read here and nowhere else
-            proc.starting = True
-        for proc in procs:
-            while True:
-                left = end - time.monotonic()
-                if left <= 0:
-                    nemesis.kill(proc.pid)
-                    raise ChaosError(f"campaign process {proc.name} did not start within {timeout:g}s")
-                if not proc.conn.poll(min(left, 0.05)):
-                    # a paused worker may hold a lock the newcomer's open waits for: its pause ends on
-                    # time; a worker stopped at a crash point inside a transaction holds the write lock
-                    # until it is killed, so the others' messages are handled meanwhile too
-                    self._resume_due(time.monotonic())
-                    self._takeovers_due(time.monotonic(), act=False)
-                    self._heal_due(time.monotonic())
-                    self._pump(0)
-                    continue
-                try:
-                    msg = proc.conn.recv()
-                except (EOFError, OSError):
-                    raise ChaosError(f"campaign process {proc.name} died while starting") from None
-                if msg.get("event") == "ready":
-                    proc.starting = False
-                    break
-                if msg.get("event") == "error":
-                    raise ChaosError(f"{proc.name}: {msg.get('message')}")
-                self._event(proc, msg)
+        while any(p.starting and not p.dead for p in procs):
+            if time.monotonic() > end:
+                slow = next(p for p in procs if p.starting and not p.dead)
+                nemesis.kill(slow.pid)
+                raise ChaosError(f"campaign process {slow.name} did not start within {timeout:g}s")
+            # a paused worker may hold a lock the newcomer's open waits for: its pause ends on
+            # time; a worker stopped at a crash point inside a transaction holds the write lock
+            # until it is killed, so the others' messages are handled meanwhile too
+            now = time.monotonic()
+            self._resume_due(now)
+            self._takeovers_due(now, act=False)
+            self._heal_due(now)
+            self._pump(0.05)
+
+    def _started(self, proc: _Proc) -> None:
+        proc.starting = False
+        if proc.on_ready == "go":
+            proc.conn.send({"cmd": "go"})
+        elif proc.on_ready == "exit":
+            proc.conn.send({"cmd": "exit"})
+            proc.dead = True
+
+    def _start_failed(self, proc: _Proc, why: str) -> None:
+        """A process that could not start: a reopen is a note; any other ends the campaign."""
+        proc.dead = True
+        if proc.role == "reopen":
+            nemesis.kill(proc.pid)
+            self.notes.append(f"reopen: {why}")
+            return
+        raise ChaosError(why)
+
+    def _starting_due(self, now: float) -> None:
+        for proc in self.procs:
+            if proc.starting and not proc.dead and now > proc.start_by:
+                nemesis.kill(proc.pid)
+                self._start_failed(proc, f"campaign process {proc.name} did not start in time")
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> SafetyResult:
@@ -999,6 +1013,7 @@ class _Campaign:
         if not self.durable and "reopen" in p.faults:
             self.notes.append("reopen not run: the adapter is not durable (a new process would see a fresh ledger)")
         plan = nemesis.plan(p.seed, [f for f in p.faults if self.durable or f != "reopen"], active, points=self.points,
+                            min_each=p.min_each,
                             gap=(nemesis.GAP[0] * max(1.0, self.lapse_real), nemesis.GAP[1] * max(1.0, self.lapse_real)))
         self.schedule = [f.as_dict() for f in plan]
         self._meta()
@@ -1101,6 +1116,7 @@ class _Campaign:
                       + [t for t, _ in self.heals] + watching + [now + 0.05])
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
+            self._starting_due(now)
             self._takeovers_due(now)
             self._resume_due(now)
             self._heal_due(now)
@@ -1144,7 +1160,7 @@ class _Campaign:
         if not self.durable:
             self._logical_fault(f, pause_s, resumes)
             return True
-        cands = [p for p in self._workers() if not p.paused and p.armed is None]
+        cands = [p for p in self._workers() if not p.paused and p.armed is None and not p.starting]
         holders = [p for p in cands if self.flags[p.slot]]
         if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
             holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
@@ -1378,8 +1394,7 @@ class _Campaign:
                 a["slot"] = self.n_slots
         self.slot_names[a["slot"]] = a["name"]
         proc = self._spawn(a["name"], "worker", [a], a["slot"])
-        self._ready([proc])
-        proc.conn.send({"cmd": "go"})
+        proc.on_ready = "go"  # the campaign goes on meanwhile: a newcomer's start may take a second
         self.counts["replaced"] += 1
 
     def _resume(self, who: _Proc | str) -> None:
@@ -1397,12 +1412,8 @@ class _Campaign:
         name = self._name("reopen")
         self._record("reopen", name)
         proc = self._spawn(name, "reopen", [], slot=0)  # slot 0: it makes no counted operation
-        try:
-            self._ready([proc], timeout=30.0)
-        except ChaosError as exc:
-            self.notes.append(f"reopen: {exc}")
-        proc.conn.send({"cmd": "exit"})
-        proc.dead = True
+        proc.on_ready = "exit"  # it opens the ledger (its reset) and leaves; the campaign goes on meanwhile
+        proc.start_by = time.monotonic() + 30.0
 
     def _disarm(self, proc: _Proc) -> None:
         proc.armed = None
@@ -1417,7 +1428,7 @@ class _Campaign:
                 self._disarm(proc)
 
     def _pump(self, timeout: float) -> None:
-        live = [p for p in self.procs if not p.dead and not p.starting]
+        live = [p for p in self.procs if not p.dead]
         by_conn = {id(p.conn): p for p in live}
         try:
             ready = wait_conns([p.conn for p in live], timeout)
@@ -1425,17 +1436,26 @@ class _Campaign:
             ready = []
         for c in ready:
             proc = by_conn.get(id(c))
-            if proc is None or proc.dead or proc.starting:
+            if proc is None or proc.dead:
                 continue
             try:
-                # handling an earlier message may have read this one already (a kill starts a
-                # newcomer, and _ready reads the others' messages while it waits): never block here
+                # handling an earlier message may have read this one already: never block here
                 if not c.poll():
                     continue
                 msg = c.recv()
             except (EOFError, OSError):
-                self._died(proc)
+                if proc.starting:
+                    self._start_failed(proc, f"campaign process {proc.name} died while starting")
+                else:
+                    self._died(proc)
                 continue
+            if proc.starting:
+                if msg.get("event") == "ready":
+                    self._started(proc)
+                    continue
+                if msg.get("event") == "error":
+                    self._start_failed(proc, f"{proc.name}: {msg.get('message')}")
+                    continue
             self._event(proc, msg)
 
     def _died(self, proc: _Proc) -> None:
@@ -1526,6 +1546,7 @@ class _Campaign:
                 self.progress(0, None, {"phase": "quiet", "created": len(self.created), **self.counts})
 
     def _stop(self) -> None:
+        self._ready([p for p in self.procs if p.starting and not p.dead])  # a late newcomer: told to go first
         order = [p for p in self.procs if not p.dead and p is not self.monitor] + [self.monitor]
         for proc in order:
             proc.conn.send({"cmd": "stop"})
@@ -1697,12 +1718,13 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
                  time_limit: float = 120.0, duration: float | None = None, lapse: float = 0.8,
                  wall_scale: float = 0.01, record: bool = True, check: bool = True,
                  latency: tuple[float, float] = (0.01, 0.08), renew_p: float = 0.3, fail_p: float = 0.1,
-                 op_timeout: float = 30.0, progress: Progress | None = None,
+                 op_timeout: float = 30.0, progress: Progress | None = None, min_each: int = 1,
                  tmp_root: str | None = None, hosts: Any = None,
                  reset: Mapping[str, Any] | None = None) -> SafetyResult:
     """Run one safety campaign against ``address`` and return its result.
 
-    ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"); ``partition``
+    ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"), each done at
+    least ``min_each`` times when the duration allows; ``partition``
     needs ``hosts``, a created :class:`~ledgercheck.chaos.hosts.HostNet` whose namespaces the workers
     run in (round robin); ``reset`` adds keys to every process's ``reset`` (a ``server_dsn`` the
     hosts reach, for a ledger on a database server).  ``out_dir`` receives
@@ -1721,7 +1743,7 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
     if "partition" in fault_set and (hosts is None or not hosts.hosts):
         raise ChaosError("the partition fault needs workers on hosts (network namespaces): pass hosts, "
                          "or leave partition out of the faults")
-    params = SafetyParams(workers=workers, items=items, seed=seed, faults=fault_set,
+    params = SafetyParams(workers=workers, items=items, seed=seed, faults=fault_set, min_each=min_each,
                           duration=duration, time_limit=time_limit, lapse=lapse, wall_scale=wall_scale,
                           latency=latency, renew_p=renew_p, fail_p=fail_p, record=record, op_timeout=op_timeout,
                           hosts=hosts, reset_extra=dict(reset or {}))
