@@ -77,7 +77,8 @@ def plan(seed: int, faults: Sequence[str], duration: float, *, points: Sequence[
     uniform random gaps; half the kills at a named crash point (when there are any), at its 1st to
     3rd passage.  The first faults go in ``min_each`` rounds, each listed fault once a round in a
     shuffled order, so every listed fault appears ``min_each`` times when the duration allows;
-    then at random."""
+    then at random.  With ``min_each`` above 1, the faults of those rounds aim in turn at a
+    worker whose effect is done and at any holder (``aim``), so both are certain to come."""
     rng = random.Random(f"nemesis/{seed}")
     out: list[Fault] = []
     if not faults:
@@ -88,12 +89,18 @@ def plan(seed: int, faults: Sequence[str], duration: float, *, points: Sequence[
         one = list(faults)
         rng.shuffle(one)
         order = one + order  # popped from the end: the first round first
+    seen: dict[str, int] = {}
     while t < duration:
+        rounds = bool(order)
         kind = order.pop() if order else rng.choice(list(faults))
         point, occ = None, 1
         if kind == "kill" and points and rng.random() < 0.5:
             point, occ = rng.choice(list(points)), rng.randint(1, 3)
-        out.append(Fault(round(t, 4), kind, rng.random(), point, occ, rng.random()))
+        pick, aim = rng.random(), rng.random()
+        if rounds and min_each > 1:
+            n = seen[kind] = seen.get(kind, -1) + 1
+            aim = aim / 2 if n % 2 == 0 else 0.5 + aim / 2  # below 0.5: a worker whose effect is done
+        out.append(Fault(round(t, 4), kind, pick, point, occ, aim))
         t += rng.uniform(*gap)
     return out
 

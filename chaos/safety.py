@@ -620,6 +620,9 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
             enter(str(cfg["netns"]))
         spec = _spec_from(cfg)
         client = connect(cfg["address"], spec, timeout=float(cfg["op_timeout"]))
+        if cfg.get("reopen"):
+            _reopen_when_told(conn, client, cfg)
+            return
         out = client.reset(cfg["reset"])
         if not out.ok:
             conn.send({"event": "error", "message": f"reset on the shared ledger failed: {out.code}: {out.message}"})
@@ -642,6 +645,25 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
         for r in (ctx.census, ctx.operator_rec):
             if r is not None:
                 r.close()
+        client.close()
+
+
+def _reopen_when_told(conn: Any, client: Client, cfg: Mapping[str, Any]) -> None:
+    """A reopen: the adapter is loaded and waiting; on ``open`` it opens the ledger (a reset with
+    the campaign's ``dir``) and says how that went.  Told when, the nemesis lands the reopen while
+    workers hold work, not whenever a new process happens to have started."""
+    try:
+        conn.send({"event": "ready", "pid": os.getpid()})
+        while True:
+            msg = conn.recv()
+            if msg.get("cmd") == "open":
+                out = client.reset(cfg["reset"])
+                conn.send({"event": "opened", "ok": out.ok, "message": "" if out.ok else f"{out.code}: {out.message}"})
+            elif msg.get("cmd") == "exit":
+                return
+    except (EOFError, OSError):
+        return
+    finally:
         client.close()
 
 
@@ -757,7 +779,8 @@ class _Proc:
     stopped: bool = False
     starting: bool = False  # spawned, not ready yet
     start_by: float = 0.0  # when a process still starting is given up on
-    on_ready: str | None = None  # what it is told once ready: "go" (a replacement), "exit" (a reopen)
+    on_ready: str | None = None  # what it is told once ready: "go" (a replacement)
+    opened: bool = False  # a reopen process told to open the ledger
     replies: dict[str, Any] = field(default_factory=dict)
 
 
@@ -955,7 +978,8 @@ class _Campaign:
             pid, conn = fork_server().spawn()
         except ForkServerError as exc:
             raise ChaosError(str(exc)) from None
-        cfg: dict[str, Any] = {**self.base_cfg, "actors": actors, "process": name, "slot": slot}
+        cfg: dict[str, Any] = {**self.base_cfg, "actors": actors, "process": name, "slot": slot,
+                               "reopen": role == "reopen"}
         if self.p.hosts is not None and role == "worker":
             cfg["netns"] = self.p.hosts.host_of(slot).path
             self.placed[name] = self.p.hosts.host_of(slot).netns
@@ -985,9 +1009,6 @@ class _Campaign:
         proc.starting = False
         if proc.on_ready == "go":
             proc.conn.send({"cmd": "go"})
-        elif proc.on_ready == "exit":
-            proc.conn.send({"cmd": "exit"})
-            proc.dead = True
 
     def _start_failed(self, proc: _Proc, why: str) -> None:
         """A process that could not start: a reopen is a note; any other ends the campaign."""
@@ -1022,7 +1043,9 @@ class _Campaign:
             main = [self._spawn("producer", "producer", [self._producer_actor()]),
                     self._spawn("monitor", "monitor", [self._monitor_actor()])]
             self.monitor = main[1]
-            self._ready(workers + main)
+            if "reopen" in p.faults:
+                self._spare_reopen()
+            self._ready(workers + main + [x for x in self.procs if x.role == "reopen"])
         else:
             actors = [self._worker_actor() for _ in range(p.workers)] + [self._producer_actor(), self._monitor_actor()]
             self.monitor = self._spawn("solo", "solo", actors)
@@ -1124,8 +1147,8 @@ class _Campaign:
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
                 late = now - (a0 + f.at)
-                # a pause waits longer for a holder: it is the takeover's chance
-                wait = max(HOLDER_WAIT, 2 * self.lapse_real) if f.fault == "pause" else HOLDER_WAIT
+                # a pause and a reopen wait longer for a holder: it is what they take from
+                wait = max(HOLDER_WAIT, 2 * self.lapse_real) if f.fault in ("pause", "reopen") else HOLDER_WAIT
                 if not self._fault(f, pause_s, resumes, may_wait=late < wait):
                     break  # nobody holds work yet: this fault waits a little for a holder
                 todo.pop(0)
@@ -1167,8 +1190,7 @@ class _Campaign:
         if may_wait and not holders and not (f.fault == "kill" and f.point):
             return False
         if f.fault == "reopen":
-            self._reopen()
-            return True
+            return self._reopen()
         if f.fault == "partition":
             return self._partition(f, holders, may_wait)
         if f.fault == "pause" and len(cands) < 2 and may_wait:
@@ -1408,12 +1430,25 @@ class _Campaign:
         who.paused = False
         self._record("resume", who.name)
 
-    def _reopen(self) -> None:
+    def _spare_reopen(self) -> None:
+        """Start the process the next reopen uses: loaded and waiting, so the reopen lands when due."""
         name = self._name("reopen")
-        self._record("reopen", name)
         proc = self._spawn(name, "reopen", [], slot=0)  # slot 0: it makes no counted operation
-        proc.on_ready = "exit"  # it opens the ledger (its reset) and leaves; the campaign goes on meanwhile
         proc.start_by = time.monotonic() + 30.0
+
+    def _reopen(self) -> bool:
+        """A new process opens the ledger now (False: its process is still starting; try again)."""
+        spare = next((p for p in self.procs if p.role == "reopen" and not p.dead and not p.opened), None)
+        if spare is None:
+            self._spare_reopen()
+            return False
+        if spare.starting:
+            return False
+        spare.opened = True
+        spare.conn.send({"cmd": "open"})
+        self._record("reopen", spare.name)
+        self._spare_reopen()  # the next one, loaded meanwhile
+        return True
 
     def _disarm(self, proc: _Proc) -> None:
         proc.armed = None
@@ -1482,6 +1517,11 @@ class _Campaign:
             self.notes.append(f"{proc.name}: {msg.get('message')}")
         elif ev == "stopped":
             proc.stopped = True
+        elif ev == "opened":  # a reopen process opened the ledger: it leaves
+            if not msg.get("ok"):
+                self.notes.append(f"reopen: {proc.name}: reset on the shared ledger failed: {msg.get('message')}")
+            proc.conn.send({"cmd": "exit"})
+            proc.dead = True
         elif ev == "killed":
             self._record("kill", msg.get("process"))
             self.counts["replaced"] += 1
@@ -1547,6 +1587,10 @@ class _Campaign:
 
     def _stop(self) -> None:
         self._ready([p for p in self.procs if p.starting and not p.dead])  # a late newcomer: told to go first
+        for p in self.procs:
+            if p.role == "reopen" and not p.dead:  # a spare that was not needed (or one opening still)
+                p.conn.send({"cmd": "exit"})
+                p.dead = True
         order = [p for p in self.procs if not p.dead and p is not self.monitor] + [self.monitor]
         for proc in order:
             proc.conn.send({"cmd": "stop"})

@@ -147,3 +147,29 @@ def test_the_command_says_inconclusive_and_exits_2_when_no_claim_hands_out_work(
     doc = json.loads((tmp_path / "out" / "safety.json").read_text())
     assert doc["verdict"] == "inconclusive" and doc["anomalies"] == [] and doc["missing"], doc["missing"]
     assert doc["final"] == {"queued": 8}
+
+
+# ------------------------------------------------------------------ inside certify
+def test_an_inconclusive_campaign_inside_certify_is_skipped_not_passed(tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    out = tmp_path / "results.json"
+    address = f"exec:{sys.executable} -m ledgercheck serve {BS}:GarbageOnClaim"
+    cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q",
+           "--ledger-only", "--ledger-adapter", address, "--ledger-seed", "1", "-k", "safety",
+           "--ledger-artifacts", str(tmp_path / "artifacts"), "--ledger-results", str(out)]
+    subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600)
+    doc = json.loads(out.read_text())
+    (t,) = [t for t in doc["tests"] if t["nodeid"] == "ledgercheck::safety::campaign"]
+    assert t["outcome"] == "skipped" and t["message"].startswith("inconclusive: no worker ever got an item"), t
+    (camp,) = doc["safety"]
+    assert camp["verdict"] == "inconclusive" and camp["anomalies"] == [] and camp["missing"], camp
+    assert isinstance(camp["coverage"], dict) and camp["takeovers"]["planned"] == 0
+    from ledgercheck.reports.results import ResultsError, validate_results
+
+    validate_results(doc)  # the schema allows the campaign's verdict, coverage and missing
+    broken = json.loads(json.dumps(doc))
+    broken["safety"][0]["missing"] = "everything"
+    broken.pop("integrity")
+    with pytest.raises(ResultsError, match="safety"):
+        validate_results(broken)
