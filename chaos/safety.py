@@ -266,15 +266,14 @@ class _Recorder:
         args = {k: v for k, v in args.items() if v is not None}
         for attempt in range(BUSY_RETRIES):
             w = self.w
-            i = w.invoke(op, args) if w is not None else 0
-            if self.in_call >= 0:
+            if self.in_call >= 0:  # set before the invoke is recorded: a pause after it sees the call
                 ctx.flags[self.in_call] = 1
-                try:
-                    out = ctx.client.call(op, **args)
-                finally:
-                    ctx.flags[self.in_call] = 0
-            else:
+            try:
+                i = w.invoke(op, args) if w is not None else 0
                 out = ctx.client.call(op, **args)
+            finally:
+                if self.in_call >= 0:
+                    ctx.flags[self.in_call] = 0
             ctx.ops += 1
             struct.pack_into("<Q", ctx.flags, ctx.counter, ctx.ops)
             if w is not None:
@@ -783,6 +782,7 @@ class _Proc:
     on_ready: str | None = None  # what it is told once ready: "go" (a replacement)
     opened: bool = False  # a reopen process told to open the ledger
     replies: dict[str, Any] = field(default_factory=dict)
+    spared_until: float = 0.0  # a holder let go after a takeover: no fault until it has written late
 
 
 @dataclass
@@ -1183,7 +1183,9 @@ class _Campaign:
         if not self.durable:
             self._logical_fault(f, pause_s, resumes)
             return True
-        cands = [p for p in self._workers() if not p.paused and p.armed is None and not p.starting]
+        now = time.monotonic()
+        cands = [p for p in self._workers() if not p.paused and p.armed is None and not p.starting
+                 and p.spared_until <= now]
         holders = [p for p in cands if self.flags[p.slot]]
         if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
             holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
@@ -1359,6 +1361,8 @@ class _Campaign:
         self.flags[WATCH0 + t.watch * WATCH_BYTES + 4] = 0
         self.takeovers.remove(t)
         self._resume(t.victim)
+        if isinstance(t.victim, _Proc):  # its late writes come next: no fault takes it before they do
+            t.victim.spared_until = time.monotonic() + max(0.3, self.lapse_real / 2)
 
     def _partition(self, f: nemesis.Fault, holders: list[_Proc], may_wait: bool) -> bool:
         """Cut off the host of a worker that holds work, preferring one whose effect is done (its
