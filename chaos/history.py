@@ -41,7 +41,7 @@ import orjson
 
 FORMAT = "ledgercheck-history/1"
 OUTCOMES = ("ok", "refused", "indefinite")
-FAULTS = ("kill", "pause", "resume", "reopen", "partition", "heal")
+FAULTS = ("kill", "pause", "resume", "reopen", "partition", "heal", "takeover")  # nemesis records (docs/safety.md)
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
 MAX_LINE_BYTES = 1 << 26  # 64 MiB: the final record holds every item
 

@@ -8,8 +8,12 @@ Where namespaces cannot be made the command says why in one line and exits 2, un
 ``LEDGERCHECK_ALLOW_NO_NETNS=1``: then every worker runs on this host, without the partition fault,
 and a note says so.
 
-Exit status: 0 when the recorded history shows no anomaly, 1 when it shows at least one, 2 for
-bad input (an unknown fault, an unusable adapter or output directory, a bad contract).
+Exit status: 0 when the recorded history shows no anomaly and the run reached what it must (a
+claim handed out and completed, a live holder displaced, the history complete, ...: the checker's
+coverage and the campaign's own), 1 when it shows at least one anomaly, 2 for bad input (an
+unknown fault, an unusable adapter or output directory, a bad contract) and for an INCONCLUSIVE
+run: no anomaly, but something that must be reached was not ("verdict: INCONCLUSIVE: ..." says
+what).
 """
 
 from __future__ import annotations
@@ -156,8 +160,32 @@ def _safety(args: argparse.Namespace) -> int:
         # the adapter's name, version and answers are shown escaped, each line cut (reports/text.py)
         print(shown(summary(result), max_lines=None))
         print()
-        print(shown(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts), max_lines=None))
-    return 1 if result.anomalies else 0
+        print(shown(_with_verdict_line(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts),
+                                       result), max_lines=None))
+    return EXIT[result.verdict or "fail"]
+
+
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 2}
+
+
+def verdict_line(r: Any) -> str:
+    """The campaign's verdict in one line: its anomalies, else what it did not reach, else none."""
+    n = len(r.anomalies or [])
+    if n:
+        line = f"verdict: {n} anomal{'y' if n == 1 else 'ies'}"
+        return line + (f" (and not reached: {'; '.join(r.missing)})" if r.missing else "")
+    if r.missing:
+        return f"verdict: INCONCLUSIVE: {'; '.join(r.missing)}"
+    return "verdict: no anomaly"
+
+
+def _with_verdict_line(text: str, r: Any) -> str:
+    """The checker's rendering ends with its verdict line; the campaign's replaces it (the
+    campaign knows what it did not reach besides what the history shows)."""
+    lines = text.rstrip("\n").split("\n")
+    if lines and lines[-1].startswith("verdict:"):
+        lines.pop()
+    return "\n".join([*lines, verdict_line(r)])
 
 
 @contextmanager
@@ -208,11 +236,23 @@ def summary(r: Any) -> str:
         f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}"
         + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs)" if n.get("cut") else "") + "; "
         f"{_n(n.get('replaced', 0), 'worker')} replaced",
+        f"takeovers: {_takeovers(r)}",
         f"final read: {', '.join(f'{k} {v}' for k, v in r.final.items()) or 'nothing'}",
         f"history: {r.history}",
     ]
     lines += [f"note: {x}" for x in r.notes]
     return "\n".join(lines)
+
+
+def _takeovers(r: Any) -> str:
+    """How many paused holders lost their item to another worker, and by which path."""
+    t = r.takeovers or {}
+    planned = t.get("planned", 0) - t.get("void", 0)
+    done = t.get("operator", 0) + t.get("time", 0)
+    paths = ", ".join(f"{t[k]} by {'the operator' if k == 'operator' else 'lease lapse'}"
+                      for k in ("operator", "time") if t.get(k))
+    line = f"{done} of {planned} planned" + (f" ({paths})" if paths else "")
+    return line + (f"; {t['void']} item(s) finished by another write while the holder was paused" if t.get("void") else "")
 
 
 def _n(k: int, what: str) -> str:
