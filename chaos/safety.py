@@ -1728,12 +1728,13 @@ def _resolved(address: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ checking
-def check_history(path: str) -> Any:
-    """Run the offline checker (chaos/anomalies.py) on a history file; its Verdict."""
+def check_history(path: str, spec: Spec | None = None) -> Any:
+    """Run the offline checker (chaos/anomalies.py) on a history file under the contract the
+    campaign ran with (its statuses and operation roles); its Verdict."""
     from .anomalies import check
     from .history import load_history
 
-    return check(load_history(path))
+    return check(load_history(path), spec)
 
 
 def attach_verdict(result: SafetyResult, verdict: Any) -> SafetyResult:
@@ -1807,5 +1808,5 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
         if not record:
             shutil.rmtree(camp.out, ignore_errors=True)
     if record and check and result.history:
-        attach_verdict(result, check_history(result.history))
+        attach_verdict(result, check_history(result.history, spec))
     return result

@@ -149,7 +149,7 @@ def _safety(args: argparse.Namespace) -> int:
         return 2
     progress.close()
     assert result.history is not None
-    verdict = check_history(result.history)
+    verdict = check_history(result.history, spec)
     attach_verdict(result, verdict)
     doc = result.as_dict()
     with open(os.path.join(os.path.dirname(result.history), "safety.json"), "w", encoding="utf-8") as f:

@@ -21,7 +21,7 @@ fixtures/broken_safety.py and in the published libraries, and what it costs the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -49,7 +49,12 @@ CLAUSES: dict[str, tuple[str, ...]] = {
     "stale_write_accepted": ("lease.fencing", "core.close_out.explicit"),
     "terminal_changed": ("core.terminal.immutable",),
     "duplicate_effect": ("idem.duplicate_returns_stored", "recovery.effects_allowed", "core.close_out.explicit"),
+    # a definite refusal that took effect: the clause of the refusal's own code says it writes nothing
+    "refused_but_applied": ("core.transition.forbidden",),
 }
+# refused_but_applied by the refusal's error code (core clauses that say the refusal writes nothing)
+REFUSAL_CLAUSES = {"not_found": "core.not_found", "invalid_argument": "core.invalid_argument",
+                   "invalid_transition": "core.transition.forbidden"}
 
 
 def certify_campaign(address: str, spec: Any, seed: int, out_dir: str, *, wall_scale: float = 0.01,
@@ -61,8 +66,14 @@ def certify_campaign(address: str, spec: Any, seed: int, out_dir: str, *, wall_s
                         wall_scale=wall_scale, op_timeout=30.0 * timeout_scale, tmp_root=tmp_root, **CAMPAIGN)
 
 
-def blamed_clause(kind: str, claimed: Sequence[str]) -> str:
-    """The clause an anomaly class is evidence against, given the profiles the adapter claims."""
+def blamed_clause(kind: str, claimed: Sequence[str], anomaly: Mapping[str, Any] | None = None) -> str:
+    """The clause an anomaly class is evidence against, given the profiles the adapter claims (a
+    refusal that took effect: the clause of its error code, read from the excerpt)."""
+    if kind == "refused_but_applied" and anomaly is not None:
+        for rec in anomaly.get("excerpt") or []:
+            code = (rec.get("error") or {}).get("code") if rec.get("outcome") == "refused" else None
+            if code in REFUSAL_CLAUSES:
+                return REFUSAL_CLAUSES[code]
     options = CLAUSES.get(kind, ("core.running.renew_or_leave",))
     return next((c for c in options if c.split(".")[0] in _profiles(claimed)), options[-1])
 
@@ -74,7 +85,7 @@ def _profiles(claimed: Sequence[str]) -> set[str]:
 
 def safety_record(result: Any, claimed: Sequence[str]) -> dict[str, Any]:
     """What results.json keeps of one campaign."""
-    anomalies = [{**a, "clause": blamed_clause(a["class"], claimed)} for a in result.anomalies or []]
+    anomalies = [{**a, "clause": blamed_clause(a["class"], claimed, a)} for a in result.anomalies or []]
     summary: dict[str, int] = {}
     for a in anomalies:
         summary[a["class"]] = summary.get(a["class"], 0) + 1
