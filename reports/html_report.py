@@ -314,7 +314,8 @@ def _coverage(doc: Mapping[str, Any]) -> str:
         tot = coverage_totals(doc)
         assert tot is not None
         rows = []
-        for p, g in cov["profiles"].items():
+        for p in [p for p in doc["profiles"]["defined"] if p in cov["profiles"]]:  # (on disk: keys sorted)
+            g = cov["profiles"][p]
             gaps = len(g["missing"]) + len(g["not_run"])
             rows.append(f'<tr data-profile="{h(p)}" data-gaps="{gaps}"><td>{h(p)}</td>'
                         f'<td class="num">{g["reached"]} / {g["transitions"]}</td><td class="num">{g["not_offered"]}</td>'

@@ -127,9 +127,8 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
     if gaps:  # what the run did not exercise: the verdict cannot pass
         out += ["", f"**Not reached** ({len(gaps)}; the verdict cannot pass until they are)", ""]
         for f in gaps[:MAX_ROWS]:
-            detail = f": {md_text(f['message'])}" if f["message"] and f["what"] != "safety" else ""
-            out.append(f"- {md_text(f['words'])}{detail}" + (
-                f" (no case run: {', '.join(md_code(c) for c in f['clauses'][:MAX_ROWS])})" if f["clauses"] else ""))
+            named = [*(f["message"].split("; ") if f["message"] and f["what"] != "safety" else []), *f["clauses"]]
+            out.append(f"- {md_text(f['words'])}" + (f": {', '.join(md_code(x) for x in named[:MAX_ROWS])}" if named else ""))
     clauses = warning_clauses(doc)
     if clauses:
         out += ["", f"**SHOULD clauses not met (not blocking)** ({len(clauses)})", "", *_clause_table(doc, clauses)]
