@@ -364,8 +364,8 @@ class Harness:
         self.model.slack = max(0.0, self.clock.now() - args["now"]) if self.wall and type(args.get("now")) in (int, float) else 0.0
         found = self.model.settle(op, exp, out)
         self.model.slack = 0.0
-        if not found and out.ok and self.model.touched:
-            self._note_moves(op)
+        if out.ok and self.model.touched:
+            self._note_moves(op, agreed=not found)
         if found and self.focus is None and all(v.clause in self._should for v in found):
             self.advisories += found  # the model has applied the answer; the run goes on
             found = []
@@ -385,19 +385,30 @@ class Harness:
             self._resolve_receipts()
         return out
 
-    def _note_moves(self, op: str) -> None:
+    def _note_moves(self, op: str, agreed: bool) -> None:
         """The transitions ``op`` just made, as the model applied the implementation's answer: each
         status change in the new events of the items it touched (a recovery that times work out
-        and requeues it makes two)."""
+        and requeues it makes two).  Where the model found the answer wrong (``agreed`` false: a
+        field, an event, the status itself), an item's moves count only when the implementation
+        holds it in the status they end in (read back once): the transition was made, and what is
+        wrong about it is its clauses' business."""
         events, before = self.model.events, self.model._events_before
         for wid in self.model.touched:
             trail = events.get(wid)
             if not trail:
                 continue
-            for e in trail[before.get(wid, len(trail)):]:
-                src, dst = e.get("from_status"), e.get("to_status")
-                if src is not None and dst is not None and src != dst:
-                    self.moved.add((src, op, dst))
+            made = [(e.get("from_status"), op, e.get("to_status")) for e in trail[before.get(wid, len(trail)):]]
+            made = [m for m in made if m[0] is not None and m[2] is not None and m[0] != m[2]]
+            if not made:
+                continue
+            if not agreed:
+                try:
+                    got = self.raw("get", work_id=wid)
+                except AdapterFailure:
+                    continue
+                if not got.ok or not isinstance(got.value, dict) or got.value.get("status") != made[-1][2]:
+                    continue
+            self.moved.update(made)
 
     def _note_unoffered_moves(self, op: str, before: str | None, form: tuple[str, frozenset[tuple[str, Any]]]) -> None:
         """A call the contract expected to succeed was answered ``unsupported``: the transitions it

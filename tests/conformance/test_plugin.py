@@ -63,6 +63,8 @@ def test_a_clause_without_a_check_is_an_error(tmp_path, suite, cli):
         "clauses:\n"
         "  - id: core.vendor.audit_trail\n"
         "    level: MUST\n"
+        "    impact: reporting\n"
+        "    headline: keeps no audit trail\n"
         "    profile: core\n"
         "    source: 000_c0acfc2210694ce4.txt\n"
         "    statement: Every record keeps an audit trail the vendor defines.\n", encoding="utf-8")
