@@ -1,9 +1,11 @@
 """How outcomes of tests and crash windows become clause outcomes, profile verdicts and one verdict.
 
 Everything here is a pure function of the results document's recorded facts (the clause list, the
-tests, the crash windows, which profiles were requested and claimed, a run-level error); the
-derived members of the document (`clauses[*].outcome` and counts, `profiles.verdicts`,
-`verdict`, `certified_profiles`, `exit_code`, `timings`) are exactly what :func:`derive` returns.
+tests and what they exercised, the crash windows, the safety campaigns, which profiles were
+requested and claimed, a run-level error, the coverage plan); the derived members of the document
+(`clauses[*].outcome` and counts, `profiles.verdicts`, `verdict`, `certified_profiles`,
+`exit_code`, `timings`, `findings`, `verdict_line`, `coverage` but its plan) are exactly what
+:func:`derive` returns.
 `build_results`, `merge_results` and `validate_results` all go through it, so a document can
 never be built one way and checked another.  docs/results.md states the same rules in prose.
 """
