@@ -83,3 +83,24 @@ def test_a_transition_not_offered_is_not_missing(tmp_path: Path) -> None:
     assert doc["verdict"] == "NOT CERTIFIED" and "lacks: close_out as timeout" in doc["verdict_line"]
     assert "never reached (timeout -requeue-> queued)" in doc["verdict_line"]
     assert "running -close_out-> timeout" not in doc["verdict_line"]
+
+
+def test_a_transition_made_with_a_wrong_field_is_reached(tmp_path: Path) -> None:
+    """Every claim of this adapter reports lease_version 0 (lease.acquire is broken), and moves
+    its item from queued to running: the transition was exercised, and coverage says so; the wrong
+    field fails its own clause."""
+    work = tmp_path / "run"
+    work.mkdir()
+    out = tmp_path / "results.json"
+    subprocess.run([sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider",
+                    "-q", "--ledger-only", "--ledger-artifacts", str(tmp_path / "artifacts"),
+                    "--ledger-adapter", "python:coverage_adapters:ClaimKeepsVersionZero", "--ledger-profile", "core,lease",
+                    "--ledger-clauses-only", "-k", "core.transition.allowed or lease.acquire", "--ledger-results", str(out)],
+                   capture_output=True, text=True, timeout=600, env=_env(), cwd=work)
+    doc = load_results(out)
+    edge = next(t for t in doc["tests"] if t["nodeid"].endswith("core.transition.allowed[queued->running:claim]"))
+    assert edge["exercised"]["transitions"] == ["queued claim running"]
+    assert _state(doc, "queued claim running") == "reached"
+    assert next(c for c in doc["clauses"] if c["id"] == "lease.acquire")["outcome"] == "fail"
+    assert doc["verdict"] == "NOT CERTIFIED"
+    assert "queued -claim-> running" not in doc["verdict_line"]
