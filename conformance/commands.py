@@ -221,6 +221,8 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
             # rewriting every module of the entry-point plugins (hypothesis's too) costs seconds
             # per process where bytecode is not cached
             empty, "--rootdir", empty, "-p", "no:cacheprovider", "-o", "addopts=", "-o", "testpaths=", "--assert=plain",
+            # the suite's entry point by name: loaded even where pytest's plugin autoloading is off
+            "-p", "ledgercheck",
             "--ledger-adapter", args.adapter, "--ledger-only", "--ledger-results", str(results),
             "--ledger-hypothesis-profile", args.hypothesis_profile, "--ledger-seed", str(seed),
             "--ledger-timeout", str(args.timeout), "--ledger-timeout-scale", str(args.timeout_scale),
@@ -244,7 +246,7 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         pyargs += ["--ledger-breaker", str(args.breaker)]
         if args.workers:
             # long tests (crash points, stateful machines) go to whichever worker is free
-            pyargs += ["-n", str(args.workers), "--dist", "worksteal"]
+            pyargs += ["-p", "xdist", "-n", str(args.workers), "--dist", "worksteal"]
         pyargs += ["-q", "--no-header", "-rN"] if not args.quiet else ["-qq", "--no-header", "-rN", "-p", "no:terminalprogress"]
         if args.json:
             pyargs += ["--capture=sys", "-qq"]

@@ -1,6 +1,8 @@
 """The ledgercheck pytest plugin: the conformance suite against any adapter.
 
-Activated by ``--ledger-adapter ADDRESS``; without it the plugin does nothing.  Tests are
+Loaded by conformance/entry.py (the ``pytest11`` entry point, which declares the ``--ledger-*``
+options) only in a run that gives one of those options; ``--ledger-adapter ADDRESS`` says what to
+test, and another ``--ledger-*`` option without it is a usage error.  Tests are
 generated from the contract, not collected from files: one item per clause case
 (``ledgercheck::<profile>::<clause>[<param>]``) plus the stateful model-based tests
 (``ledgercheck::stateful::<name>``).  Each item carries its clause id as a marker, in its node
@@ -34,7 +36,6 @@ from ledgercheck.spec import Spec, SpecError, load_spec
 from ledgercheck.transport.client import AdapterError, Client, connect
 from ledgercheck.transport.clock import plain, scaled_document, scaled_spec
 
-from .budgets import PROFILES
 from .clauses import ClauseCase, NoCheck, all_cases
 from .harness import (
     AdapterFailure,
@@ -47,38 +48,6 @@ from .harness import (
     wall_tolerance,
 )
 from .items import LedgerItem, _opt, blamed
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("ledgercheck", "work-ledger conformance (ledgercheck)")
-    g.addoption("--ledger-adapter", metavar="ADDRESS", help="adapter to test: reference, python:MODULE:FACTORY, exec:COMMAND, or an installed name")
-    g.addoption("--ledger-spec", metavar="FILE", action="append", default=[], help="contract file (repeat for overlays); default: the shipped contract")
-    g.addoption("--ledger-profile", metavar="NAMES", default=None,
-                help="comma-separated profiles or profile sets to test, 'full' for the whole contract (default: all the adapter claims)")
-    g.addoption("--ledger-only", action="store_true", help="run only the ledger suite, deselect other collected tests")
-    g.addoption("--ledger-hypothesis-profile", metavar="NAME", default="ci", choices=list(PROFILES), help="stateful test budget (" + ", ".join(PROFILES) + ")")
-    g.addoption("--ledger-seed", type=int, default=None, metavar="N", help="seed for the stateful tests (default: random, recorded in the results)")
-    g.addoption("--ledger-stateful-only", action="store_true", help="run only the stateful model-based tests")
-    g.addoption("--ledger-clauses-only", action="store_true", help="run only the clause tests")
-    g.addoption("--ledger-timeout", type=float, default=10.0, metavar="SECONDS", help="per-call timeout for the adapter (before scaling)")
-    g.addoption("--ledger-timeout-scale", type=float, default=1.0, metavar="FACTOR", help="multiply every timeout and wait by this factor (slow machines)")
-    g.addoption("--ledger-wall-scale", type=float, default=0.01, metavar="FACTOR", help="time scale for wall-clock adapters (contract timings x FACTOR)")
-    g.addoption("--ledger-shard", metavar="K/N", default=None, help="run the K-th of N deterministic shards of the suite")
-    g.addoption("--ledger-results", metavar="PATH", default=None, help="write the run's results (JSON) to PATH")
-    g.addoption("--ledger-artifacts", metavar="DIR", default=".ledgercheck", help="where traces and replay files live")
-    g.addoption("--ledger-artifact-file", metavar="FILE", default=None, help="the tested artifact (its SHA-256 goes into the report)")
-    g.addoption("--ledger-no-chaos", action="store_true", help="skip the crash-window exploration (the recovery clauses only it decides are then errors: not checked)")
-    g.addoption("--ledger-breaker", type=int, default=3, metavar="N",
-                help="stop the run (INCOMPLETE) after N tests in a row end in an adapter timeout or crash; 0 never stops (default 3)")
-    g.addoption("--ledger-example-db", metavar="DIR|redis://HOST:PORT/DB", default=None,
-                help="a hypothesis example database shared by shards and runs (default: none)")
-    g.addoption("--ledger-reproduce", metavar="CMD", default=None, help=argparse_suppress())
-
-
-def argparse_suppress() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 class LedgerSession:
@@ -155,6 +124,11 @@ class LedgerSession:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ledger_clause(id, profile, kind): a ledgercheck conformance test of a contract clause")
     if not _opt(config, "ledger_adapter"):
+        from .entry import given_options
+
+        given = given_options(config)
+        if given:  # nothing would be tested: never a silent pass
+            raise pytest.UsageError(f"ledgercheck: {', '.join(given)} given without --ledger-adapter ADDRESS (the adapter to test)")
         return
     if int(_opt(config, "ledger_breaker")) < 0:
         raise pytest.UsageError("ledgercheck: --ledger-breaker must be 0 (never) or more")
