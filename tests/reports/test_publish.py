@@ -58,8 +58,11 @@ def test_the_published_verdicts_follow_from_the_published_facts(page: str) -> No
     assert reference[2].startswith("CERTIFIED for profiles core, trail") and reference[3] == "0"
     dbos = _row(page, "DBOS")
     assert dbos[2].startswith("UNSAFE: accepts stale writes (16); ")
-    assert "confirmed with the library alone: 0 of 13 findings" in dbos[2]
-    assert dbos[3] == "stale_write_accepted 16 (unconfirmed)"  # its own page: mostly the adapter's mapping
+    assert dbos[2].endswith("(confirmed with the library alone: 0 of 13 findings; refuted with the library alone, "
+                            "the adapter's mapping: stale_write_accepted; the other 12 may be the adapter's mapping)")
+    # DBOS alone shows it records only the owning execution's outcome: the adapter's mapping
+    assert dbos[3] == ("stale_write_accepted 16 ([refuted](../../tests/fixtures/confirm_dbos_stale_execution.py): "
+                       "the adapter's mapping)")
     pq = _row(page, "persist-queue")
     assert pq[3] == ("split_ownership 12 ([confirmed](../../tests/fixtures/confirm_persistqueue_reopen.py)), "
                      "stale_write_accepted 1 ([confirmed](../../tests/fixtures/confirm_persistqueue_reopen.py))")
@@ -71,7 +74,9 @@ def test_every_finding_is_confirmed_or_marked(page: str) -> None:
     assert len(lines) > 80
     confirmed = [x for x in lines if "confirmed with " in x and UNCONFIRMED not in x]
     unconfirmed = [x for x in lines if UNCONFIRMED in x]
-    assert len(confirmed) + len(unconfirmed) == len(lines)
+    refuted = [x for x in lines if "refuted with " in x]
+    assert len(confirmed) + len(unconfirmed) + len(refuted) == len(lines)
+    assert [x.split(";")[0] for x in refuted] == ["- **unsafe**: accepts stale writes (16"]
     assert len(confirmed) >= 8 and len(unconfirmed) > len(confirmed)
     for line in confirmed:
         for link in re.findall(r"\]\(([^)]+\.py)\)", line):
@@ -93,10 +98,12 @@ def test_the_committed_page_is_what_publish_renders(page: str) -> None:
 def test_the_registry_names_real_scripts_and_every_script_is_registered() -> None:
     reg = read_confirmations(REGISTRY)
     scripts = {p.name for p in (ROOT / "tests" / "fixtures").glob("confirm_*.py")}
-    named = {s for found in reg.entries.values() for s in found.values()}
-    assert named == scripts
+    assert reg.named() == scripts
     assert reg.script("pgqueuer", "stale_write_accepted") == REGISTRY.parent / "confirm_pgqueuer_stale_write.py"
     assert reg.script("dbos", "stale_write_accepted") is None
+    assert reg.refuted_by("dbos", "stale_write_accepted") == REGISTRY.parent / "confirm_dbos_stale_execution.py"
+    assert [p.name for p in reg.scripts("persist-queue", "split_ownership")] == [
+        "confirm_persistqueue_reopen.py", "confirm_persistqueue_concurrent_get.py"]
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -104,6 +111,8 @@ def test_the_registry_names_real_scripts_and_every_script_is_registered() -> Non
     ("rq:\n  lost_work_twice: confirm_rq_intermediate.py\n", "'lost_work_twice' is neither a safety anomaly class nor a clause"),
     ("rq:\n  stuck_work: confirm_rq_gone.py\n", "rq: stuck_work: no script 'confirm_rq_gone.py' beside the registry"),
     ("rq: [stuck_work]\n", "rq: must map finding -> script"),
+    ("rq:\n  stuck_work: {confirmed_by: confirm_rq_intermediate.py}\n", "rq: stuck_work: a refutation is {refuted_by: script}"),
+    ("rq:\n  stuck_work: [confirm_rq_intermediate.py, gone.py]\n", "rq: stuck_work: no script 'gone.py' beside the registry"),
     ("rq:\n  stuck_work: [\n", "not YAML"),
 ])
 def test_a_bad_registry_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
