@@ -434,6 +434,7 @@ class ClauseItem(LedgerItem):
             raise
         finally:
             self._note_side_findings(h)
+            self.user_properties.append(("ledger_coverage", h.take_exercised()))  # the run's coverage
         if h.unoffered_here:  # refusals answered unsupported: judged as far as they could be, no further
             self._not_offered(h.unoffered_here, "")
 
@@ -545,6 +546,7 @@ class StatefulItem(LedgerItem):
                 raise
         finally:
             self._note_advisories(h)
+            self.user_properties.append(("ledger_coverage", h.take_exercised()))  # the run's coverage
             if h.not_offered:
                 self.user_properties.append(("ledger_not_offered", sorted(h.not_offered)))
 

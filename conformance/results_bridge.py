@@ -42,6 +42,8 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         e["replay"] = props.get("ledger_replay", e["replay"])
         e["counterexample"] = props.get("ledger_counterexample", e["counterexample"])
         e["not_offered"] = sorted(set(e["not_offered"]) | set(props.get("ledger_not_offered") or []))
+        if props.get("ledger_coverage"):  # what the test exercised through the harness (the run's coverage)
+            e["exercised"] = props["ledger_coverage"]
         xfail = hasattr(rep, "wasxfail")
         if rep.skipped and props.get("ledger_not_offered") and not xfail:
             # the implementation does not offer an operation the test needs (docs/results.md)
@@ -159,6 +161,7 @@ def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_win
         crash_windows=recordable(list(crash_windows)),
         requested_profiles=list(sess.requested),
         safety=recordable([props["ledger_safety"] for _, props in reports if props.get("ledger_safety")]),
+        record_coverage=True,
     )
 
 

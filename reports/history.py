@@ -17,7 +17,7 @@ of errors): the *previous run* of an adapter is its latest whole run before this
 *regressed* when it passed then and does not now, was *fixed* when it did not pass and now does;
 a clause is *flaky* when runs of one build (adapter name, version, artifact digest) against one
 contract gave it different outcomes.  Outcomes that judge nothing (``not_claimed``,
-``not_requested``) take part in none of these.  ``not_offered`` (an operation the clause needs is
+``not_requested``, ``not_run``: no case of the clause ran) take part in none of these.  ``not_offered`` (an operation the clause needs is
 not offered) is an outcome like the others: pass -> not_offered regressed, not_offered -> pass was
 fixed, fail <-> not_offered is a change, neither; a "fail" stored by a run older than that outcome
 whose message says the operation was unsupported is read as ``not_offered`` (see ``judged``).
@@ -49,7 +49,7 @@ FORMAT = "ledgercheck-history"
 VERSION = 1
 FILE_NAME = "history.db"
 DEFAULT_PATH = Path("reports") / "out" / FILE_NAME
-NOT_JUDGED = frozenset({"not_claimed", "not_requested"})
+NOT_JUDGED = frozenset({"not_claimed", "not_requested", "not_run"})
 PASS = "pass"
 TREND = 20  # runs shown per adapter by default
 # Concurrent runs share one history: a writer waits for the others' transactions (SQLite's busy

@@ -19,26 +19,31 @@ from .diagram import render_state_svg
 from .summary import (
     adapter_label,
     blocking_clauses,
+    coverage_totals,
     error_clauses,
     fmt_seconds,
     in_scope,
     not_offered_clauses,
+    safety_situations,
     verdict_parts,
     warning_clauses,
 )
 from .text import h, one_line
-from .verdicts import unattributed_failures, window_nodeid
+from .verdicts import IMPACT_WORDS, move_label, unattributed_failures, window_nodeid
 
 OUTCOME_LABEL = {"pass": "pass", "fail": "fail", "error": "error", "xfail": "expected failure", "not_offered": "not offered",
-                 "not_claimed": "not claimed", "not_requested": "not requested"}
+                 "not_run": "not run", "not_claimed": "not claimed", "not_requested": "not requested"}
 TEST_LABEL = {"passed": "passed", "failed": "failed", "error": "error", "skipped": "skipped",
               "xfailed": "expected failure", "xpassed": "unexpectedly passed", "not_offered": "not offered"}
 TEST_CLASS = {"passed": "o-pass", "failed": "o-fail", "error": "o-error", "skipped": "o-skipped",
               "xfailed": "o-xfail", "xpassed": "o-fail", "not_offered": "o-not_offered"}
-VERDICT_LABEL = {"certified": "certified", "failed": "failed", "not_offered": "not offered", "error": "error",
-                 "not_claimed": "not claimed",
-                 "not_requested": "not requested"}
-BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error", "INCOMPLETE": "v-incomplete"}
+VERDICT_LABEL = {"certified": "certified", "failed": "failed", "not_offered": "not offered", "inconclusive": "inconclusive",
+                 "error": "error", "not_claimed": "not claimed", "not_requested": "not requested"}
+BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error", "INCOMPLETE": "v-incomplete",
+          "INCONCLUSIVE": "v-inconclusive"}
+MOVE_LABEL = {"reached": "reached", "missing": "never reached", "not_offered": "not offered", "out_of_scope": "out of scope"}
+MOVE_CLASS = {"reached": "o-pass", "missing": "o-error", "not_offered": "o-not_offered", "out_of_scope": "o-not_claimed"}
+SAFETY_LABEL = {"pass": ("no anomaly", "o-pass"), "fail": ("anomalies", "o-fail"), "inconclusive": ("inconclusive", "o-error")}
 
 
 @cache
@@ -95,7 +100,10 @@ def _banner(doc: Mapping[str, Any]) -> str:
 
 def _nav(doc: Mapping[str, Any], since: Mapping[str, Any] | None = None) -> str:
     links = [("profiles", "Profiles")] + ([("since", "Since the previous run")] if since is not None else [])
-    links += [("reproduce", "Reproduce"), ("problems", "Problems"), ("clauses", "Clauses")]
+    links += [("reproduce", "Reproduce"), ("problems", "Problems")]
+    if doc.get("coverage") or doc.get("safety"):
+        links.append(("coverage", "Coverage"))
+    links.append(("clauses", "Clauses"))
     if doc["crash_windows"]:
         links.append(("crash-windows", "Crash windows"))
     links += [("state-machine", "State machine"), ("identity", "Contract, adapter, environment"), ("timings", "Timings")]
@@ -110,7 +118,7 @@ def _profiles(doc: Mapping[str, Any]) -> str:
         v = doc["profiles"]["verdicts"][p]
         parts = [f"{v['clauses']} clauses", f"{v['passed']} pass"]
         for key, label in (("failed", "fail"), ("errors", "error"), ("xfailed", "known bug"),
-                           ("not_offered", "not offered"), ("not_claimed", "not claimed")):
+                           ("not_offered", "not offered"), ("not_run", "not run"), ("not_claimed", "not claimed")):
             if v.get(key):
                 parts.append(f"{v[key]} {label}")
         if v.get("lacks"):
@@ -213,10 +221,15 @@ def _evidence(doc: Mapping[str, Any], clause_id: str) -> list[dict[str, Any]]:
 def _problem(doc: Mapping[str, Any], c: Mapping[str, Any]) -> str:
     known = doc["adapter"]["known_bugs"].get(c["id"])
     level = '<span class="should">SHOULD</span>' if c["level"] != "MUST" else "MUST"
-    out = [f'<article class="problem p-{c["outcome"]}" id="f-{h(c["id"])}" data-clause="{h(c["id"])}">',
+    impact = c.get("impact")
+    data_impact = f' data-impact="{h(impact)}"' if impact else ""
+    out = [f'<article class="problem p-{c["outcome"]}" id="f-{h(c["id"])}" data-clause="{h(c["id"])}"{data_impact}>',
            f'<h3>{_badge(OUTCOME_LABEL[c["outcome"]], "o-" + c["outcome"])} {_code(c["id"])}'
-           f'<span class="meta">{level} · {h(c["profile"])} · source {h(c["source"])}</span></h3>',
-           f'<p class="stmt">{h(c["statement"])}</p>']
+           f'<span class="meta">{level} · {h(c["profile"])}'
+           f'{" · " + h(IMPACT_WORDS.get(impact, impact)) if impact else ""} · source {h(c["source"])}</span></h3>']
+    if c.get("headline") and c["outcome"] in ("fail", "xfail"):
+        out.append(f'<p class="headline">{h(c["headline"])}</p>')
+    out.append(f'<p class="stmt">{h(c["statement"])}</p>')
     if known:
         out.append(f'<p class="known">Declared by the adapter as a known bug: {h(known)}</p>')
     evs = _evidence(doc, c["id"])
@@ -269,9 +282,90 @@ def _problems(doc: Mapping[str, Any]) -> str:
         if clauses:
             body.append(f"<h3>{h(title)} ({len(clauses)})</h3>")
             body += [_problem(doc, c) for c in clauses]
+        if title.startswith("Not offered"):  # what the run did not reach comes after what is not offered
+            gaps = [f for f in doc.get("findings") or [] if f["severity"] == "not_reached"]
+            if gaps:
+                items = "".join(f'<li data-gap="{h(f["what"])}">{h(f["words"])}'
+                                f'{": " + h(f["message"]) if f["message"] and f["what"] != "safety" else ""}</li>'
+                                for f in gaps)
+                body.append(f'<h3>Not reached: the run did not exercise these (the verdict cannot pass) ({len(gaps)})</h3>'
+                            f'<ul class="gaps">{items}</ul><p>The <a href="#coverage">coverage</a> section has the '
+                            "details.</p>")
     if not body:
         body.append("<p>No clause in the certified profiles failed, errored or is a declared known bug.</p>")
     return f'<section id="problems"><h2>Problems</h2>{"".join(body)}</section>'
+
+
+def _list_or_dash(items: Sequence[str], code: bool = False) -> str:
+    if not items:
+        return '<span class="none">–</span>'
+    return ", ".join(_code(i) if code else h(i) for i in items)
+
+
+def _coverage(doc: Mapping[str, Any]) -> str:
+    """What the run exercised: per profile the transitions reached, not offered and never reached
+    and the clauses with a case run; the crash points hit; each safety campaign's situations."""
+    cov = doc.get("coverage")
+    camps = doc.get("safety") or []
+    if not cov and not camps:
+        return ""
+    body = []
+    if cov:
+        tot = coverage_totals(doc)
+        assert tot is not None
+        rows = []
+        for p in [p for p in doc["profiles"]["defined"] if p in cov["profiles"]]:  # (on disk: keys sorted)
+            g = cov["profiles"][p]
+            gaps = len(g["missing"]) + len(g["not_run"])
+            rows.append(f'<tr data-profile="{h(p)}" data-gaps="{gaps}"><td>{h(p)}</td>'
+                        f'<td class="num">{g["reached"]} / {g["transitions"]}</td><td class="num">{g["not_offered"]}</td>'
+                        f'<td>{_list_or_dash(g["missing"], code=True)}</td>'
+                        f'<td class="num">{g["clauses_run"]} / {g["clauses"]}</td>'
+                        f'<td>{_list_or_dash(g["not_run"], code=True)}</td></tr>')
+        unoffered = f', {tot["not_offered"]} not offered' if tot["not_offered"] else ""
+        body.append(
+            f'<p>Transitions: {tot["reached"]} of {tot["transitions"]} reached{unoffered}; clauses: {tot["clauses_run"]} of '
+            f'{tot["clauses"]} with a case run. A profile certifies only when every transition of its own through '
+            "offered operations was reached and every clause of it ran at least one case.</p>"
+            '<div class="scroll"><table class="coverage" id="coverage-profiles"><thead><tr><th>profile</th>'
+            '<th class="num">transitions reached</th><th class="num">not offered</th><th>never reached</th>'
+            '<th class="num">clauses with a case run</th><th>no case run</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+        moves = "".join(f'<tr data-move="{h(move_label(r["from"], r["operation"], r["to"]))}" data-state="{h(r["state"])}">'
+                        f'<td>{_code(r["from"])}</td><td>{_code(r["operation"])}</td><td>{_code(r["to"])}</td>'
+                        f'<td>{h(r["profile"])}</td><td>{_badge(MOVE_LABEL[r["state"]], MOVE_CLASS[r["state"]])}</td>'
+                        f'<td class="num">{r["tests"]}</td></tr>' for r in cov["transitions"])
+        body.append('<details class="all-moves"><summary>Every transition of the contract</summary><div class="scroll">'
+                    '<table><thead><tr><th>from</th><th>operation</th><th>to</th><th>profile</th><th>state</th>'
+                    f'<th class="num">tests</th></tr></thead><tbody>{moves}</tbody></table></div></details>')
+        points = "".join(f'<tr data-point="{h(p["point"])}"><td>{_code(p["point"])}</td><td class="num">{p["kill"]}</td>'
+                         f'<td class="num">{p["takeover"]}</td><td class="num">{p["scan-kill"]}</td>'
+                         f'<td class="num">{p["failed"]}</td></tr>' for p in cov["crash_points"])
+        body.append(f'<h3>Crash points ({tot["points_hit"]} of {tot["points"]} hit, {tot["windows"]} windows)</h3>'
+                    '<div class="scroll"><table id="coverage-points"><thead><tr><th>point</th><th class="num">kill</th>'
+                    '<th class="num">takeover</th><th class="num">scan-kill</th><th class="num">failed</th></tr></thead>'
+                    f'<tbody>{points}</tbody></table></div>')
+        calls = "".join(f'<tr><td>{_opt(s["status"], _code)}</td><td>{_code(s["operation"])}</td>'
+                        f'<td class="num">{s["accepted"]}</td><td class="num">{s["refused"]}</td></tr>'
+                        for s in cov["states_operations"])
+        body.append('<details><summary>Statuses × operations called (tests that made each call)</summary>'
+                    '<div class="scroll"><table><thead><tr><th>status before</th><th>operation</th>'
+                    f'<th class="num">accepted</th><th class="num">refused</th></tr></thead><tbody>{calls}</tbody>'
+                    '</table></div></details>')
+    for camp in camps:
+        label, cls = SAFETY_LABEL.get(str(camp.get("verdict")), (str(camp.get("verdict")), "o-error"))
+        seen = safety_situations(camp)
+        rows = "".join(f'<tr data-situation="{h(k)}" class="{"" if n else "mismatch"}"><td>{_code(k)}</td>'
+                       f'<td class="num">{n}</td></tr>' for k, n in seen)
+        table = ('<div class="scroll"><table class="situations"><thead><tr><th>situation</th><th class="num">times</th>'
+                 f'</tr></thead><tbody>{rows}</tbody></table></div>') if rows else             '<p class="none">The campaign recorded no situations (made before the checker counted them).</p>'
+        missing = [str(m) for m in camp.get("missing") or []]
+        miss = (f'<p>Not reached: </p><ul class="gaps">{"".join(f"<li>{h(m)}</li>" for m in missing)}</ul>'
+                if missing else "")
+        body.append(f'<div class="panel safety-coverage" data-seed="{h(camp.get("seed"))}" '
+                    f'data-verdict="{h(camp.get("verdict"))}"><h3>Safety campaign, seed {h(camp.get("seed"))} '
+                    f'{_badge(label, cls)}</h3>{miss}{table}</div>')
+    return f'<section id="coverage"><h2>Coverage</h2>{"".join(body)}</section>'
 
 
 def _clause_row(doc: Mapping[str, Any], c: Mapping[str, Any], tests: Sequence[tuple[str, str, float]]) -> str:
@@ -309,7 +403,7 @@ def _matrix(doc: Mapping[str, Any]) -> str:
             tests.setdefault(cid, []).append((window_nodeid(w), outcome, w["duration_s"]))
     options = "".join(f'<option value="{v}">{h(label)}</option>' for v, label in (
         ("all", "all outcomes"), ("problems", "problems only"), ("pass", "pass"), ("fail", "fail"), ("error", "error"),
-        ("xfail", "expected failure"), ("not_offered", "not offered"), ("not_claimed", "not claimed"),
+        ("xfail", "expected failure"), ("not_offered", "not offered"), ("not_run", "not run"), ("not_claimed", "not claimed"),
         ("not_requested", "not requested")))
     controls = ('<div class="controls" id="matrix-controls" hidden>'
                 f'<label>Show <select id="filter-outcome">{options}</select></label>'
@@ -477,7 +571,7 @@ def render_html(doc: Mapping[str, Any], results_sha256: str | None = None,
     title = f"ledgercheck: {doc['verdict']} — {one_line(name, 80)} {one_line(version, 40)}"
     body = "".join([
         _banner(doc), _nav(doc, since), '<main class="wrap">', _profiles(doc), _since(since), _reproduce(doc, sha), _problems(doc),
-        _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
+        _coverage(doc), _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
         f'<footer><div class="wrap">Made by {h(doc["harness"]["name"])} {h(doc["harness"]["version"])} from results '
         f'{_code(sha)} (format {h(doc["format"])} v{h(doc["format_version"])}). Self-contained: this page loads '
         "nothing from the network.</div></footer>",
