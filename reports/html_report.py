@@ -349,17 +349,18 @@ def _breakable(name: str) -> str:
 def _window_rows(ws: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for w in ws:
-        dec_ok = w["decision_observed"] == w["decision_expected"]
+        # a window with no expectation (a lease campaign's: no recovery scan decides) shows none
+        dec_ok = w["decision_expected"] is None or w["decision_observed"] == w["decision_expected"]
         n, lo, hi = w["effects_observed"], w["effects_min"], w["effects_max"]
-        eff_ok = n is not None and n >= lo and (hi is None or n <= hi)
-        allowed = f"{w['effects_expected']} ({lo}..{'∞' if hi is None else hi})"
+        eff_ok = lo is None or (n is not None and n >= lo and (hi is None or n <= hi))
+        allowed = "–" if w["effects_expected"] is None else f"{w['effects_expected']} ({lo}..{'∞' if hi is None else hi})"
         verdict_cls = TEST_CLASS[WINDOW_OUTCOME[w["verdict"]]]
         observed_dec = f'<span class="{"" if dec_ok else "mismatch"}">{_opt(w["decision_observed"])}</span>'
         observed_eff = f'<span class="{"" if eff_ok else "mismatch"}">{_opt(n)}</span>'
         rows.append(
             f'<tr class="w-{w["verdict"]}" data-window="{h(window_nodeid(w))}" data-verdict="{w["verdict"]}">'
             f'<td>{_code(w["point"])}</td><td>{_code(w["step_class"])}</td><td class="num">{h(w["occurrence"])}</td>'
-            f'<td>{h(w["decision_expected"])} → {observed_dec}</td><td>{h(allowed)} → {observed_eff}</td>'
+            f'<td>{_opt(w["decision_expected"]) if w["decision_expected"] is not None else "–"} → {observed_dec}</td><td>{h(allowed)} → {observed_eff}</td>'
             f'<td>{_opt(w["final_status"])}</td><td>{_badge(w["verdict"], verdict_cls)}</td></tr>')
         if w["verdict"] != "pass":
             seed = f' · seed {_code(w["seed"])}' if w.get("seed") is not None else ""
