@@ -243,6 +243,24 @@ class Harness:
         if not out.ok:
             raise AdapterFailure("reset", out)
 
+    def reopen_here(self) -> None:
+        """Open the ledger again in the process that holds it: the same connection is reset a
+        second time with the same ``dir`` (docs/protocol.md: the reset sees what was committed
+        there "whether the reset comes to a new process or to this one").  The model and the
+        clock go on; the trace records a ``reopen_here`` step.  An adapter that answers the reset
+        ``unsupported`` or ``invalid_argument`` (it cannot honour the configuration) does not
+        offer it."""
+        if self.directory is None:
+            raise RuntimeError("reopen_here needs a ledger in a directory of its own (fresh(directory=...))")
+        out = self.client.reset(self._reset_config())
+        if self.record:
+            self.trace.append({"op": "reopen_here", "args": {}, "outcome": outcome_summary(out)})
+        self.recent.append(("reopen_here", None))
+        if not out.ok and out.definite and out.code in ("unsupported", "invalid_argument"):
+            raise NotOffered("reset naming the open dir again in the same process", f"{out.code}: {out.message}")
+        if not out.ok:
+            raise AdapterFailure("reset", out)
+
     def leave_directory(self) -> None:
         """Back to the connection the harness was made with (its last ledger names no ``dir``);
         the connection that held the directory is closed, so the directory can be removed."""

@@ -20,7 +20,7 @@ from .summary import (
     warning_clauses,
 )
 from .text import md_code, md_text
-from .verdicts import IMPACT_WORDS, unattributed_failures
+from .verdicts import IMPACT_WORDS, WINDOW_OK, unattributed_failures
 
 ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️", "INCOMPLETE": "⏹️", "INCONCLUSIVE": "❔"}
 PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "not_offered": "🚫 not offered",
@@ -142,7 +142,10 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
             out.append(f"| {md_code(t['nodeid'], table=True, limit=120)} | {md_text(t['outcome'])} | {why} | {replay} |")
     windows = doc["crash_windows"]
     if windows:
-        bad = sum(1 for w in windows if w["verdict"] != "pass")
-        out += ["", f"Crash windows: {len(windows)} run, {len(windows) - bad} passed, {bad} failed or errored."]
+        bad = sum(1 for w in windows if w["verdict"] not in WINDOW_OK)
+        allowed = sum(1 for w in windows if w["verdict"] == "permitted")
+        out += ["", f"Crash windows: {len(windows)} run, {len(windows) - bad - allowed} passed, "
+                + (f"{allowed} permitted by the adapter's declaration (not passes), " if allowed else "")
+                + f"{bad} failed or errored."]
     out += ["", f"Reproduce: {md_code(r['command'], limit=400)}", ""]
     return "\n".join(out)

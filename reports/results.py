@@ -201,6 +201,10 @@ def _tests(tests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# the effect counts each declared delivery guarantee allows (docs/protocol.md, "Safety declarations")
+DELIVERY_BOUNDS = {"at-most-once": (0, 1), "at-least-once": (1, None), "effectively-once": (1, 1)}
+
+
 def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec, adapter_points: Iterable[str] = ()) -> list[dict[str, Any]]:
     adapter_points = set(adapter_points)
     out = []
@@ -216,7 +220,16 @@ def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec, adapter_points: I
         if cls is not None and cls not in spec.step_classes:
             raise ResultsError(f"{where}: unknown step class {cls!r}")
         row = spec.matrix[cls] if cls is not None else {}
-        if cls is None:
+        delivery = rec.get("delivery")
+        if delivery is not None:
+            # a lease campaign's effect window: no recovery scan decides, and the effect count is
+            # judged by the declared delivery guarantee, not by the matrix (docs/chaos.md)
+            if delivery not in DELIVERY_BOUNDS:
+                raise ResultsError(f"{where}: delivery {delivery!r} is not one of {', '.join(DELIVERY_BOUNDS)}")
+            decisions = set(spec.decisions) | {"none"}
+            effects = {name for name, a in spec.allowances.items() if (a.min, a.max) == DELIVERY_BOUNDS[delivery]}
+            default_decision, default_effects = None, next(iter(sorted(effects)), None)
+        elif cls is None:
             # the kill did not land inside a step (between items, say): no matrix cell applies
             decisions = {d for d in spec.decisions} | set(spec.scanner.values()) - {"by_class"}
             effects = set(spec.allowances)
@@ -386,6 +399,19 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         if k in keys:
             raise ResultsError(f"{where} appears twice")
         keys.add(k)
+        # a window judged by the declared delivery: a pass ran the effect at most once and within
+        # what the declaration allows; "permitted" is a repeat that at-least-once allows, or an
+        # item brought back only by an operator under a declaration that says so, never else
+        n = w.get("effects_observed")
+        if w["verdict"] == "pass" and w.get("delivery") is not None and isinstance(n, int) and n > 1:
+            raise ResultsError(f"{where}: verdict pass, but the effect ran {n} times: a repeat is never a pass")
+        if w["verdict"] == "permitted":
+            repeat = w.get("delivery") == "at-least-once" and isinstance(n, int) and n > 1
+            operator = w.get("reclaim") in ("operator", "never") and bool(w.get("came_back_by"))
+            if not (repeat or operator):
+                raise ResultsError(f"{where}: verdict permitted, but the window records no declaration that permits "
+                                   "what happened (delivery at-least-once with a repeated effect, or reclaim operator/never "
+                                   "with what brought the item back)")
         # a passing kill window must show what its verdict claims; takeover windows judge fencing
         # (the stale worker's own effects are accounted apart), so only kill and scan-kill windows
         # are re-checked

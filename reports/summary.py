@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .text import one_line
-from .verdicts import anonymous_adapter, by_impact, in_scope, unattributed_failures
+from .verdicts import WINDOW_OK, anonymous_adapter, by_impact, in_scope, unattributed_failures
 from .verdicts import verdict_line as headline_of
 
 PROBLEM_OUTCOMES = ("fail", "error", "xfail")
@@ -125,7 +125,7 @@ def first_problem(doc: Mapping[str, Any], clause_id: str) -> dict[str, Any] | No
             return {"nodeid": t["nodeid"], "message": t["message"], "replay": t["replay"],
                     "counterexample": t["counterexample"]}
     for w in doc["crash_windows"]:
-        if clause_id in w["clauses"] and w["verdict"] != "pass":
+        if clause_id in w["clauses"] and w["verdict"] not in WINDOW_OK:
             return {"nodeid": f"crash window {w['point']} x {w['step_class']} #{w['occurrence']}",
                     "message": w["message"], "replay": w["replay"], "counterexample": None}
     return None

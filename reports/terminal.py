@@ -18,7 +18,7 @@ from .summary import (
     warning_clauses,
 )
 from .text import one_line, terminal
-from .verdicts import unattributed_failures
+from .verdicts import WINDOW_OK, unattributed_failures
 
 
 def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, Any]:
@@ -112,8 +112,10 @@ def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
             lines.append(f"  {t(one_line(x['nodeid'], 60))}  {x['outcome']}  {t(one_line(x['message'] or '', 100))}")
     windows = doc["crash_windows"]
     if windows:
-        bad = sum(1 for w in windows if w["verdict"] != "pass")
-        lines += ["", f"crash windows: {len(windows)} run, {len(windows) - bad} passed, {bad} failed or errored"]
+        bad = sum(1 for w in windows if w["verdict"] not in WINDOW_OK)
+        allowed = sum(1 for w in windows if w["verdict"] == "permitted")
+        lines += ["", f"crash windows: {len(windows)} run, {len(windows) - bad - allowed} passed, "
+                  + (f"{allowed} permitted by the adapter's declaration, " if allowed else "") + f"{bad} failed or errored"]
     covered = coverage_line(doc)
     if covered:
         lines += ["", f"coverage: {t(covered)}"]
