@@ -33,7 +33,7 @@ HEADLINED = 3  # contract violations a verdict line names in words; the rest are
 ANOMALY_WORDS = {
     "lost_work": "loses work", "duplicate_effect": "runs work twice", "split_ownership": "two owners at once",
     "stale_write_accepted": "accepts stale writes", "terminal_changed": "changes finished work",
-    "stuck_work": "strands work",
+    "stuck_work": "strands work", "refused_but_applied": "does what it said it refused",
 }
 # operations whose absence a reader knows by another name
 LACK_WORDS = {"events": "event trail"}
