@@ -1281,7 +1281,7 @@ class _Checker:
         grant before it was alive (not killed since) and had not given it back; classified by what
         made it possible (an operator's action on the item between the two, its lease lapsed by
         ledger time, a reopen between the two), and the holder's late writes with its old token
-        after the other grant."""
+        after the other grant (sent after it, or in flight across it)."""
         for i, (a, b) in enumerate(zip(grants, grants[1:], strict=False)):
             if a.op is None or b.op is None:
                 continue
@@ -1305,7 +1305,9 @@ class _Checker:
             tok = a.token
             late = 0
             for op in it.ops:
-                if op.process == pa and b_t < op.t0 < again:
+                # sent after the other grant, or in flight across it (held up by a partition, say):
+                # either way the ledger had to judge a write of a superseded lease
+                if op.process == pa and a_t < op.t0 < again and op.t1 > b_t:
                     args = op.args
                     if args.get("token", args.get("lease_token")) == tok and op.name not in self.R.reads \
                             and op.name not in self.R.grants:

@@ -1341,6 +1341,8 @@ class _Campaign:
             point["action"] = t.moved_by
         self._record("takeover", t.name, point)
         self.takeover_paths[path] = self.takeover_paths.get(path, 0) + 1
+        if t.path == "operator" and not t.moved_by:  # sent for the operator, the lease's lapse came first
+            self.takeover_paths["operator_preempted"] = self.takeover_paths.get("operator_preempted", 0) + 1
         self._end_takeover(t)
 
     def _void_takeover(self, t: _Takeover, status: str) -> None:

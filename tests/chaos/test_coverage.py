@@ -103,6 +103,30 @@ def test_no_late_write_after_a_takeover_is_inconclusive() -> None:
     assert v.missing == ["no displaced holder wrote with its old token after the takeover (1 live holder displaced)"]
 
 
+def test_a_write_in_flight_across_the_takeover_is_a_late_write() -> None:
+    """A cut-off holder's close-out sent before the takeover and answered after it (held up by a
+    partition) reached the ledger with a superseded lease: the fence was exercised.  One answered
+    before the takeover was not."""
+    for answered_after, late in ((True, 1), (False, 0)):
+        b = HistoryBuilder()
+        b.create("producer", "x", T0)
+        ta = b.claim("w1", "x", T0 + 1)
+        b.nemesis("partition", "w1")
+        sent = b.invoke("w1", "close_out", {"work_id": "x", "token": ta, "status": "done", "now": T0 + 2})
+        if not answered_after:
+            b.complete(sent, "w1", "close_out", "refused", error={"code": "stale_lease", "message": "m"})
+        b.expire("monitor", T0 + 70)
+        b.recover("monitor", T0 + 70)
+        tb = b.claim("w2", "x", T0 + 71)
+        if answered_after:
+            b.complete(sent, "w1", "close_out", "refused", error={"code": "stale_lease", "message": "m"})
+        b.close_out("w2", "x", tb, T0 + 73)
+        b.final(T0 + 200)
+        v = check(b.history())
+        assert v.anomalies == [] and v.coverage["holder_displaced"] == 1, v.missing
+        assert v.coverage["late_write_after_takeover"] == late, (answered_after, v.coverage)
+
+
 def test_no_displacement_at_all_is_inconclusive_whatever_the_declaration() -> None:
     for reclaim in ("lease", "operator", "never"):
         b = HistoryBuilder(reclaim=reclaim)

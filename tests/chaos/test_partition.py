@@ -324,9 +324,11 @@ def test_the_command_line_says_in_one_line_when_hosts_cannot_be_made(tmp_path: A
     # allowed to go on without hosts: every worker on this host, the partition fault left out, a note saying so
     monkeypatch.setenv("LEDGERCHECK_ALLOW_NO_NETNS", "1")
     argv[-1] = str(tmp_path / "b")
-    assert main([*argv, "--json"]) == 0
+    # with kills alone no live holder is ever displaced: the run says so (INCONCLUSIVE, exit 2)
+    assert main([*argv, "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["faults"] == ["kill"] and doc["mode"] == "processes"
+    assert doc["verdict"] == "inconclusive" and any("displaced" in m for m in doc["missing"]), doc["missing"]
     assert doc["notes"][0].startswith("--hosts 3 not used (network namespaces need root"), doc["notes"]
 
 

@@ -110,8 +110,12 @@ def test_under_lease_the_takeovers_go_by_time_and_the_operator_comes_too(tmp_pat
     assert len(takeovers) >= 2 and r.takeovers["missed"] == 0, _why(r)
     # the monitor runs as ever (it may move the item before the operator comes: path "time")
     assert any(x.type == "invoke" and x.process == "monitor" and x.op == "recover" for x in h.records)
-    # every other takeover sends the operator's recovery once the holder's lease has lapsed
-    assert any(x.type == "invoke" and x.process == "operator" and x.op == "recover" for x in h.records), _why(r)
+    # every other takeover sends the operator's recovery once the holder's lease has lapsed; the
+    # ledger's own monitor may move the item first (how soon depends on the machine), and the
+    # result says so: the operator's recovery ran, or each takeover planned for it was preempted
+    operator = any(x.type == "invoke" and x.process == "operator" and x.op == "recover" for x in h.records)
+    assert operator or r.takeovers.get("operator_preempted", 0) >= 1, _why(r)
+    assert r.takeovers.get("operator", 0) + r.takeovers.get("time", 0) == len(takeovers), _why(r)
 
 
 # ------------------------------------------------------------------ nothing to displace, nothing handed out
