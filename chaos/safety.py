@@ -834,7 +834,7 @@ class _Campaign:
         self.operator_offered: bool | None = None  # None: not asked yet
         self.operating: tuple[float, bool, set[int]] | None = None  # the operator's visit awaiting its answer
         if self.p.hosts is not None:
-            self.counts.update(cut=0, partition=0)  # hosts cut off; workers cut off with them
+            self.counts.update(cut=0, partition=0, cut_takeover=0)  # hosts cut off; workers cut off with them; cuts healed after a takeover
         self.schedule: list[dict[str, Any]] = []
         self.n_names = 0
         self.n_slots = 0
@@ -845,6 +845,7 @@ class _Campaign:
         self.slot_names: dict[int, str] = {}  # worker slot -> its name
         self.resumes: list[tuple[float, _Proc | str]] = []  # (when, whom) a pause ends
         self.heals: list[tuple[float, Any]] = []  # (when, which host) a partition ends
+        self.cut_watch: dict[int, tuple[int, float]] = {}  # id(host) -> (watch of its holder's item, safety net)
         self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
 
     # -- setup ---------------------------------------------------------------------------------
@@ -1100,11 +1101,26 @@ class _Campaign:
     def _heal_due(self, now: float) -> None:
         for item in [h for h in self.heals if h[0] <= now]:
             self.heals.remove(item)
+            watched = self.cut_watch.get(id(item[1]))
+            if watched is not None and not self._taken(watched[0]) and now < watched[1]:
+                # the cut-off holder's item is not taken over yet: the cut lasts (polled), so the
+                # late writes waiting in TCP reach the ledger after a takeover, however busy the machine
+                self.heals.append((min(now + 0.02, watched[1]), item[1]))
+                continue
             self._heal(item[1])
 
     def _heal(self, host: Any) -> None:
+        watched = self.cut_watch.pop(id(host), None)
+        if watched is not None:
+            if self._taken(watched[0]):
+                self.counts["cut_takeover"] += 1
+            self.flags[WATCH0 + watched[0] * WATCH_BYTES + 4] = 0
         self.p.hosts.heal(host)
         self._record("heal", None, host.netns)
+        spare = time.monotonic() + max(0.3, self.lapse_real / 2)
+        for p in self._workers():  # their late writes come next: no fault takes them before they do
+            if self.p.hosts.host_of(p.slot) is host:
+                p.spared_until = spare
 
     def _resume_due(self, now: float) -> None:
         for item in [r for r in self.resumes if r[0] <= now]:
@@ -1184,8 +1200,11 @@ class _Campaign:
             self._logical_fault(f, pause_s, resumes)
             return True
         now = time.monotonic()
+        net = self.p.hosts
+        cut = set(net.cut) if net is not None else set()
+        # a worker cut off by a partition is in the middle of a fault already: its late writes come at the heal
         cands = [p for p in self._workers() if not p.paused and p.armed is None and not p.starting
-                 and p.spared_until <= now]
+                 and p.spared_until <= now and (not cut or net.host_of(p.slot).index not in cut)]
         holders = [p for p in cands if self.flags[p.slot]]
         if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
             holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
@@ -1232,20 +1251,31 @@ class _Campaign:
     def _plan_takeover(self, victim: _Proc | str, name: str, key: bytes, slot: int) -> bool:
         """Watch the paused holder's item; the holder stays paused until another worker's claim
         got it (or the safety net runs out).  Which path moves the item: see _takeover_path."""
-        f = self.flags
-        watch = next((i for i in range(WATCHES) if not f[WATCH0 + i * WATCH_BYTES + 4]), None)
+        watch = self._watch_item(key)
         if watch is None:
             return False
-        off = WATCH0 + watch * WATCH_BYTES
-        struct.pack_into("<i", f, off, 0)
-        f[off + 5:off + 4 + len(key)] = key[1:]
-        f[off + 4] = key[0]  # the length byte last: a worker never matches a half-written key
         now = time.monotonic()
         self.n_takeovers += 1
         lapsed = now + self._lapses_in(slot)
         self.takeovers.append(_Takeover(victim, name, key, self._takeover_path(), now, lapsed,
                                         now + self.takeover_net, watch, seq=self.n_takeovers, next_op=lapsed))
         return True
+
+    def _watch_item(self, key: bytes) -> int | None:
+        """A free entry of the shared map's watches, set to ``key``: the first worker whose claim
+        is handed that item writes its slot there.  None when every entry is taken."""
+        f = self.flags
+        watch = next((i for i in range(WATCHES) if not f[WATCH0 + i * WATCH_BYTES + 4]), None)
+        if watch is None:
+            return None
+        off = WATCH0 + watch * WATCH_BYTES
+        struct.pack_into("<i", f, off, 0)
+        f[off + 5:off + 4 + len(key)] = key[1:]
+        f[off + 4] = key[0]  # the length byte last: a worker never matches a half-written key
+        return watch
+
+    def _taken(self, watch: int) -> bool:
+        return struct.unpack_from("<i", self.flags, WATCH0 + watch * WATCH_BYTES)[0] != 0
 
     def _lapses_in(self, slot: int) -> float:
         """Real seconds until the lease of the item a paused worker holds has lapsed (its expiry
@@ -1372,13 +1402,23 @@ class _Campaign:
         another host had the time to take the item over."""
         net = self.p.hosts
         cut = set(net.cut)
-        pool = [p for p in holders if net.host_of(p.slot).index not in cut]
+        # another host must stay connected, with a worker on it, to take the cut-off holder's item over
+        live = {net.host_of(p.slot).index for p in self._workers()} - cut
+        # nor is a host cut while a newcomer on it still opens the ledger (its reset would fail, not wait)
+        opening = {net.host_of(p.slot).index for p in self._workers() if p.starting}
+        # and the holder is cut between its calls, never inside one: a request the server already
+        # has would hold the ledger's write lock through the cut, and nobody could take over
+        pool = [p for p in holders if net.host_of(p.slot).index not in cut | opening
+                and live - {net.host_of(p.slot).index} and not self.flags[CALL0 + p.slot]]
         done = [p for p in pool if self.flags[p.slot] == EFFECT_DONE]
         if not done and may_wait:
             return False
         pool = done or pool
+        if not pool and may_wait:
+            return False  # wait a little for a heal, or for a holder on a host whose cut leaves another connected
         if not pool:
-            self.notes.append(f"partition at {f.at:g}s skipped: no worker holding work on a host still connected")
+            self.notes.append(f"partition at {f.at:g}s skipped: no worker holding work on a host whose cut leaves "
+                              "another host connected")
             return True
         victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
         host = net.host_of(victim.slot)
@@ -1387,7 +1427,13 @@ class _Campaign:
         for p in self._workers():
             if net.host_of(p.slot) is host:
                 self._record("partition", p.name, host.netns)
-        self.heals.append((time.monotonic() + self.lapse_real * 1.15 + 0.25, host))
+        now = time.monotonic()
+        state = self.flags[victim.slot]
+        key = held_key(self.flags, victim.slot) if state in (HOLDING, EFFECT_DONE) else b""
+        watch = self._watch_item(key) if key else None
+        if watch is not None:  # healed once another host's worker was handed the item (or the net ran out)
+            self.cut_watch[id(host)] = (watch, now + self.lapse_real * 1.15 + 0.25 + self.takeover_net)
+        self.heals.append((now + self.lapse_real * 1.15 + 0.25, host))
         return True
 
     def _logical_fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]]) -> None:

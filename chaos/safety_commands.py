@@ -234,7 +234,7 @@ def summary(r: Any) -> str:
         f"{r.ops} operations in {r.timings.get('active_s', 0) + r.timings.get('quiet_s', 0):.1f}s ({r.ops_per_s:g} ops/s)",
         f"nemesis: {_n(n.get('kill', 0), 'kill')} ({n.get('kill_at_point', 0)} at named crash points), "
         f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}"
-        + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs)" if n.get("cut") else "") + "; "
+        + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs, {n.get('cut_takeover', 0)} healed after another host took the cut-off holder's item)" if n.get("cut") else "") + "; "
         f"{_n(n.get('replaced', 0), 'worker')} replaced",
         f"takeovers: {_takeovers(r)}",
         f"final read: {', '.join(f'{k} {v}' for k, v in r.final.items()) or 'nothing'}",
