@@ -147,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratio to the floor ({FLOOR:,.0f} operations/s)     : {rate / FLOOR:.2f}x")
         print(f"ratio to the parse-only baseline            : {total / base:.2f}x the time")
         print(f"ratio to the parse + pair baseline          : {total / pair:.2f}x the time")
-        print(f"verdict on the (correct) history: {len(verdict.anomalies)} anomalies; "
+        print(f"verdict on the (correct) history: {verdict.verdict} ({len(verdict.anomalies)} anomalies); "
               f"{verdict.counts.get('nemesis_kill', 0)} kills, {verdict.counts.get('nemesis_pause', 0)} pauses, "
               f"{verdict.counts.get('op_indefinite', 0)} indefinite operations, "
-              f"{verdict.counts.get('duplicates_permitted', 0)} items with permitted duplicate effects")
+              f"{verdict.counts.get('duplicates_permitted', 0)} items with permitted duplicate effects, "
+              f"{verdict.coverage.get('holder_displaced', 0)} live holders displaced, "
+              f"{verdict.coverage.get('late_write_after_takeover', 0)} late writes after a takeover")
 
         n = 20_000
         ours, plain = record_cost(n, tmp)

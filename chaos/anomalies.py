@@ -15,43 +15,125 @@ and it never raises an alarm from an operation that may not have happened:
 
 Anomaly classes (docs/safety.md shows each with a real excerpt): ``lost_work``,
 ``duplicate_effect``, ``split_ownership``, ``stale_write_accepted``, ``terminal_changed``,
-``stuck_work``.  Every anomaly carries an ``excerpt``: the minimal records that prove it (the
-meta record is implied), and ``context``: records that help a reader but are not needed.
+``stuck_work``, ``refused_but_applied`` (a definite refusal whose effect a later read shows).
+Every anomaly carries an ``excerpt``: the minimal records that prove it (the meta record is
+implied) plus its ``cause`` (the fault that lost an item, when the history has one), and
+``context``: records that help a reader but are not needed.  The end state is judged: work the
+final read leaves neither finished nor proven lost or stuck is named in ``missing``.
+
+The verdict also says what the history exercised (``coverage``: claims and close-outs ok, items
+finished, kills by named point, pauses, reopens, live holders displaced by time, operator or
+reopen, late writes after a takeover, effects then killed, the final read) and what it did not
+reach of what a verdict needs (``missing``); ``verdict`` is "anomalies", "inconclusive" or "no
+anomaly".  Statuses and operation names come from the contract (:class:`Rules`).
 
 The checker indexes the history by item in one pass and then looks at each item alone, so it
-runs in time linear in the history (sorting each item's few grants aside).
+runs in time linear in the history (sorting each item's few grants aside); the coverage passes
+find what happened around each grant, pause and kill by bisection over lists sorted by time.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
+from ledgercheck.spec import Spec, default_spec
 
-from .history import EffectRow, Final, History, Meta, Nemesis, Record, no_gc, to_dict
+from .history import EffectRow, Final, History, HistoryError, Meta, Nemesis, Record, no_gc, to_dict
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
-           "stuck_work")
-TERMINAL = frozenset({"done", "failed", "timeout", "cancelled"})
-LEASED = frozenset({"running"})
-CLAIMABLE = frozenset({"queued"})  # a claim takes work in these statuses (core.claim.empty)
-READS = frozenset({"get", "list", "events"})  # operations that move nothing
-# Not terminal, but not lost either: claimable now or later, or parked on a wait with a deadline.
-COMES_BACK = frozenset({"queued", "retry_scheduled", "waiting_user", "waiting_external"})
-GRANTS = frozenset({"claim", "resume"})
-RELEASES = frozenset({"close_out", "fail", "set_waiting"})  # a holder giving its lease back (by token)
-TOKEN_WRITES = frozenset({"close_out", "renew", "fail", "set_waiting"})
-MONITOR = frozenset({"expire", "recover"})  # may take lapsed leases
-REQUEUES = frozenset({"requeue", "recover"})  # may move a terminal item back to queued
-OPERATOR = "operator"
-# what the index keeps aside: 1 a monitor op, 2 an op that may requeue terminal items
-_ROLES = {name: (name in MONITOR) | (name in REQUEUES) << 1 for name in MONITOR | REQUEUES}
+           "stuck_work", "refused_but_applied")
+OPERATOR = "operator"  # the process the campaign records an operator's recovery under
+# What the checker reports as reached (Verdict.coverage); kill_at:<point> is added per named crash point.
+SITUATIONS = ("claim_ok", "close_out_ok", "finished", "kill", "pause", "reopen", "holder_displaced",
+              "displaced_by_time", "displaced_by_operator", "displaced_by_reopen", "late_write_after_takeover",
+              "effect_then_kill", "final_read")
 INF = math.inf
+_PAST = {"kill": "killed", "pause": "paused", "partition": "cut off by a partition"}
+
+
+# ------------------------------------------------------------------------------ the contract
+@dataclass(frozen=True)
+class Rules:
+    """What the checker needs of the contract, read from the Spec (no status or operation name is
+    written here): statuses by kind, operations by what they do to an item's lease and status, and
+    for each status that waits for a time (a retry, a wait) the snapshot fields that say when."""
+
+    terminal: frozenset[str]
+    leased: frozenset[str]
+    claimable: frozenset[str]  # what a claim takes (the grant that needs no work id: core.claim.empty)
+    statuses: frozenset[str]
+    # status -> (its due-time fields, the monitor operations that move it on once due): a retry
+    # scheduled, a wait with a deadline; the fields an item enters the status with that the monitor's
+    # move out of it reads
+    parked: Mapping[str, tuple[tuple[str, ...], frozenset[str]]]
+    creates: frozenset[str]
+    grants: frozenset[str]  # take an item's lease (claim, resume)
+    claims: frozenset[str]  # grants that need no work id: ask for any claimable work
+    token_writes: frozenset[str]  # need the item's lease (renew, close-out, fail, set_waiting)
+    releases: frozenset[str]  # need the lease and give it back
+    close_outs: frozenset[str]  # releases that set a terminal status given as an argument
+    renews: frozenset[str]
+    monitor: frozenset[str]  # monitor operations that may take lapsed leases (expire, recover)
+    requeues: frozenset[str]  # may move a terminal item back (requeue, recover)
+    operator_requeues: frozenset[str]  # a transition that requeues one item by id (requeue)
+    reads: frozenset[str]
+    lists: frozenset[str]  # reads answering with a list of items
+
+    @classmethod
+    def of(cls, spec: Spec) -> Rules:
+        ops = spec.operations
+        terminal = frozenset(spec.terminal_statuses)
+        leased = frozenset(s for s, st in spec.statuses.items() if st.leased)
+        grants = frozenset(n for n, o in ops.items() if o.lease == "acquire")
+        claims = frozenset(n for n in grants if not (ops[n].args.get("work_id") and ops[n].args["work_id"].required))
+        claimable = frozenset(t.src for t in spec.transitions if set(t.ops) & claims)
+        releasing = frozenset(n for n, o in ops.items() if o.requires_lease and o.lease == "release")
+        close_outs = frozenset(n for n in releasing if any(a.type == "terminal_status" for a in ops[n].args.values()))
+        requeue_ops = frozenset(o for t in spec.transitions if t.requeue for o in t.ops)
+        times = {f for f, wf in spec.work_fields.items() if wf.type == "time"}
+
+        def data(op: str, target: str) -> set[str]:
+            ev = ops[op].event_for(target) if op in ops else None
+            return set(spec.events[ev].data) if ev in spec.events else set()
+
+        parked: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        for s in spec.statuses:
+            if s in terminal or s in leased or s in claimable:
+                continue
+            entering = set().union(*(data(o, s) for t in spec.transitions if t.dst == s for o in t.ops))
+            movers = {(o, t.dst) for t in spec.transitions if t.src == s for o in t.ops
+                      if o in ops and ops[o].kind == "monitor"}
+            leaving = set().union(*(data(o, dst) for o, dst in movers))
+            parked[s] = (tuple(sorted(entering & leaving & times)), frozenset(o for o, _ in movers))
+        return cls(terminal=terminal, leased=leased, claimable=claimable, statuses=frozenset(spec.statuses),
+                   parked=parked, creates=frozenset(n for n, o in ops.items() if o.kind == "create"),
+                   grants=grants, claims=claims,
+                   token_writes=frozenset(n for n, o in ops.items() if o.requires_lease), releases=releasing,
+                   close_outs=close_outs, renews=frozenset(n for n, o in ops.items() if o.lease == "renew"),
+                   monitor=frozenset(n for n, o in ops.items() if o.kind == "monitor" and o.lease == "release"),
+                   requeues=requeue_ops,
+                   operator_requeues=frozenset(o for o in requeue_ops if o in ops and ops[o].kind != "monitor"),
+                   reads=frozenset(n for n, o in ops.items() if o.kind == "read"),
+                   lists=frozenset(n for n, o in ops.items() if o.kind == "read" and o.returns == "work_list"))
+
+
+_RULES: dict[int, tuple[Spec, Rules]] = {}
+
+
+def rules_of(spec: Spec | None = None) -> Rules:
+    """The Rules of a contract (the shipped one by default), worked out once per Spec."""
+    spec = spec if spec is not None else default_spec()
+    hit = _RULES.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        hit = _RULES[id(spec)] = (spec, Rules.of(spec))
+    return hit[1]
 
 
 # ------------------------------------------------------------------------------------ results
@@ -62,11 +144,15 @@ class Anomaly:
     explanation: str
     excerpt: tuple[Record, ...]
     context: tuple[Record, ...] = ()
+    # records of the excerpt that say why rather than prove: the fault that lost an item (and the
+    # grant it hit).  The rest of the excerpt is the proof, minimal on its own.
+    cause: tuple[Record, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"class": self.kind, "work_id": self.work_id, "explanation": self.explanation,
                 "excerpt": [_line_dict(r) for r in self.excerpt],
-                "context": [_line_dict(r) for r in self.context]}
+                "context": [_line_dict(r) for r in self.context],
+                "cause": [_line_dict(r) for r in self.cause]}
 
 
 @dataclass
@@ -74,10 +160,23 @@ class Verdict:
     anomalies: list[Anomaly] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    # how often each situation (SITUATIONS, kill_at:<point>) was reached, from the history alone
+    coverage: dict[str, int] = field(default_factory=dict)
+    # one line, in plain words, per required situation the history did not reach
+    missing: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """No anomaly was found (which is a pass only when nothing is missing: see verdict)."""
         return not self.anomalies
+
+    @property
+    def verdict(self) -> str:
+        """``anomalies``, else ``inconclusive`` when a required situation was not reached, else
+        ``no anomaly``."""
+        if self.anomalies:
+            return "anomalies"
+        return "inconclusive" if self.missing else "no anomaly"
 
     def by_class(self) -> dict[str, list[Anomaly]]:
         out: dict[str, list[Anomaly]] = {}
@@ -86,9 +185,10 @@ class Verdict:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "anomalies": [a.to_json() for a in self.anomalies],
+        return {"ok": self.ok, "verdict": self.verdict, "anomalies": [a.to_json() for a in self.anomalies],
                 "summary": {k: len(v) for k, v in self.by_class().items()},
-                "observations": list(self.observations), "counts": dict(self.counts)}
+                "observations": list(self.observations), "counts": dict(self.counts),
+                "coverage": dict(self.coverage), "missing": list(self.missing)}
 
 
 def _line_dict(rec: Record) -> dict[str, Any]:
@@ -147,13 +247,18 @@ class Grant(msgspec.Struct, gc=False, eq=False):
     killed: Nemesis | None = None  # its caller was killed then: an in-flight grant was done by that time
     renewals: list[tuple[float, float, Op]] = msgspec.field(default_factory=list)  # (completed t, expires, op)
     releases: list[Op] = msgspec.field(default_factory=list)
+    # when the grant is known to have happened (real time): its ok completion, else the earlier of
+    # the read that showed it and its caller's kill (set by done())
+    t_done: float = INF
 
-    @property
-    def t_done(self) -> float:
-        """When the grant is known to have happened (real time)."""
+    def done(self) -> Grant:
+        """Set t_done from what the grant is known by; returns the grant."""
         if self.op is not None and self.op.ok:
-            return self.op.t1
-        return min(self.seen.t1 if self.seen is not None else INF, self.killed.t if self.killed is not None else INF)
+            self.t_done = self.op.t1
+        else:
+            self.t_done = min(self.seen.t1 if self.seen is not None else INF,
+                              self.killed.t if self.killed is not None else INF)
+        return self
 
     def proof(self) -> tuple[Op | Record, ...]:
         ops: list[Op | Record] = [] if self.op is None else [self.op]
@@ -184,9 +289,11 @@ class _Item(msgspec.Struct, gc=False, eq=False):
     snaps: list[Snap] = msgspec.field(default_factory=list)
     creates: list[Op] = msgspec.field(default_factory=list)
     effects: dict[str, list[int]] = msgspec.field(default_factory=dict)  # key -> the rows of its applied effects
+    refused_closes: list[Op] | None = None  # its close-outs refused (found by grants())
 
 
 _T1 = attrgetter("t1")
+_FIRST = itemgetter(0)
 _INVOKE_FIELDS = attrgetter("op", "process", "args", "t", "id", "now")
 _COMPLETE_FIELDS = attrgetter("outcome", "t", "result")
 
@@ -196,9 +303,38 @@ def _num(v: Any) -> float | None:
     return float(v) if t is float or t is int else None
 
 
+class _Timeline:
+    """Operations by invoke time, to find those that overlap a stretch of real time without
+    looking at the others (the checker asks once per grant or pause)."""
+
+    def __init__(self, ops: Iterable[Op]) -> None:
+        self.ops = sorted(ops, key=attrgetter("t0"))
+        self.t0s = [op.t0 for op in self.ops]
+        self.longest = max((op.t1 - op.t0 for op in self.ops if op.t1 != INF), default=0.0)
+        self.open = [op for op in self.ops if op.t1 == INF]  # never answered: they may overlap anything later
+
+    def overlapping(self, after: float, before: float) -> Iterator[Op]:
+        """The operations with t1 > after and t0 < before."""
+        lo_t = after - self.longest
+        ops = self.ops
+        for i in range(bisect_left(self.t0s, lo_t), bisect_left(self.t0s, before)):
+            if ops[i].t1 > after:
+                yield ops[i]
+        for op in self.open:
+            if op.t0 < lo_t:
+                yield op
+
+    def starting(self, after: float, before: float) -> Iterator[Op]:
+        """The operations invoked after `after` and before `before`, in order."""
+        ops = self.ops
+        for i in range(bisect_right(self.t0s, after), bisect_left(self.t0s, before)):
+            yield ops[i]
+
+
 class _Checker:
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: History, rules: Rules) -> None:
         self.h = history
+        self.R = rules
         self.meta: Meta = history.meta
         self.final: Final | None = history.final
         self.grace = self.meta.grace
@@ -213,8 +349,17 @@ class _Checker:
         self._last_global: float | None = None  # see _index_monitor_moves
         self._monitor_moved: dict[str, Op] = {}  # item -> the last monitor/requeue that named it as moved
         self.kills: dict[str, list[tuple[float, int]]] = defaultdict(list)  # process -> (t, row) of each kill
+        # process -> (t, row, fault) of each fault that hit it (kill, pause, partition), in order
+        self.hits: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
+        self.resumes: dict[str, list[float]] = defaultdict(list)  # process -> t of each resume
+        self.reopens: list[tuple[float, int]] = []  # (t, row) of each reopen
+        self.kill_points: Counter[str] = Counter()  # named crash point -> kills there
+        self.effects_by: dict[str, list[tuple[float, str]]] = defaultdict(list)  # process -> (t, item) of its effects
         self.monitor_ops: list[Op] = []
+        self.timed_ops: list[Op] = []  # monitor operations that move parked items on once due
+        self.operator_ops: list[Op] = []  # the operator's operations on no one item (recover, expire, ...)
         self.claims_null: list[Op] = []
+        self.claims_refused: list[Op] = []  # claims for any work refused (definite: nothing was handed out)
         self.requeues: list[Op] = []  # monitor/operator ops that may requeue terminal items (global)
         self.pending_creates: dict[tuple[Any, Any], list[Op]] = defaultdict(list)
         self.open_claims: dict[Any, list[Op]] = defaultdict(list)  # owner -> indefinite claims with no work_id
@@ -225,6 +370,13 @@ class _Checker:
         self.actions: tuple[dict[str, tuple[int, dict[str, Any]]], list[tuple[int, dict[str, Any]]]] | None = None
         self.observations: list[str] = []
         self.counts: Counter[str] = Counter()
+        self.cov: Counter[str] = Counter()  # situations reached (Verdict.coverage)
+        self.left: Counter[str] = Counter()  # what the end state leaves that the history does not judge
+        self.parked_ahead: Counter[str] = Counter()  # status -> items parked at the end until a time still ahead
+        self.uncreated = 0  # items of the final read that no operation of the history created
+        self._refused_by_owner: dict[Any, list[Op]] | None = None  # owner -> its refused claims for any work
+        self._timelines: dict[str, _Timeline] = {}
+        self._times: dict[int, list[float]] = {}  # id of a list of (t, row) faults -> its times (see _between)
 
     def item(self, work_id: str) -> _Item:
         it = self.items.get(work_id)
@@ -245,12 +397,15 @@ class _Checker:
         rows = h.rows
         invokes, completes, others = h.op_rows()
         applied = deduplicated = 0
-        nemesis, kills = self.nemesis, self.kills
+        nemesis, kills, hits = self.nemesis, self.kills, self.hits
         item = self.item
         effect_row = EffectRow
+        R = self.R
+        effects_by = self.effects_by
         for i in others:
             obj = rows[i]
             if type(obj) is effect_row:
+                effects_by[obj.process].append((obj.t, obj.work_id))
                 if obj.applied:
                     effects = item(obj.work_id).effects
                     key = obj.key
@@ -266,10 +421,27 @@ class _Checker:
                 nemesis[fault] += 1
                 if obj.t > self.last_fault_t:
                     self.last_fault_t = obj.t
-                if fault == "kill" and obj.process:
-                    kills[obj.process].append((obj.t, i))
+                process = obj.process
+                if fault == "kill":
+                    if process:
+                        kills[process].append((obj.t, i))
+                        hits[process].append((obj.t, i, fault))
+                    if type(obj.point) is str and obj.point:
+                        self.kill_points[obj.point] += 1
+                elif fault == "pause":
+                    if process:
+                        hits[process].append((obj.t, i, fault))
+                elif fault == "resume":
+                    if process:
+                        self.resumes[process].append(obj.t)
+                elif fault == "reopen":
+                    self.reopens.append((obj.t, i))
                 elif fault in ("partition", "heal"):
                     self.cuts.append((fault, obj.t, obj.process, obj.point))
+                    if fault == "partition" and process:
+                        hits[process].append((obj.t, i, fault))
+        for seq in (*kills.values(), *hits.values(), *self.resumes.values(), self.reopens):
+            seq.sort()
         if applied:
             self.counts["effects_applied"] = applied
         if deduplicated:
@@ -282,7 +454,13 @@ class _Checker:
         claims_null = self.claims_null
         monitor_ops = self.monitor_ops
         requeues = self.requeues
-        roles = _ROLES
+        roles = {n: (n in R.monitor) | (n in R.requeues) << 1 for n in R.monitor | R.requeues}
+        for _fields, movers in R.parked.values():  # 4: moves a parked item on once due (promote_due, expire)
+            for n in movers:
+                roles[n] = roles.get(n, 0) | 4
+        timed_ops = self.timed_ops
+        creates, claims, lists = R.creates, R.claims, R.lists
+        claims_refused, operator_ops = self.claims_refused, self.operator_ops
         completion = completes.get
         fields = _INVOKE_FIELDS
         cfields = _COMPLETE_FIELDS
@@ -307,7 +485,7 @@ class _Checker:
                 if outcome == "ok":
                     n_ok += 1
                     if type(r) is dict:
-                        w = r.get("work") if name == "create" else r
+                        w = r.get("work") if name in creates else r
                         if type(w) is dict and "status" in w and "work_id" in w:
                             work = w
                             if wid is None:
@@ -329,9 +507,9 @@ class _Checker:
                 it.snaps.append(new_snap(work, op, t0, t1))
             elif outcome == "ok":
                 if r is None:
-                    if name == "claim":
+                    if name in claims:
                         claims_null.append(op)
-                elif name == "list" and type(r) is list:
+                elif name in lists and type(r) is list:
                     for w in r:
                         if isinstance(w, dict) and "work_id" in w and "status" in w:
                             item(w["work_id"]).snaps.append(new_snap(w, op, t0, t1))
@@ -341,18 +519,26 @@ class _Checker:
                     monitor_ops.append(op)
                 if role & 2:
                     requeues.append(op)
+                if role & 4:
+                    timed_ops.append(op)
             if wid is not None:
                 if it is None or it.work_id != wid:
                     it = items.get(wid)
                     if it is None:
                         it = items[wid] = _Item(wid)
                 it.ops.append(op)
-                if name == "create":
+                if name in creates:
                     it.creates.append(op)
-            elif name == "create":
-                self.pending_creates[(args.get("source_system"), args.get("source_id"))].append(op)
-            elif name == "claim" and outcome == "indefinite":
-                self.open_claims[args.get("owner")].append(op)
+            else:
+                if name in creates:
+                    self.pending_creates[(args.get("source_system"), args.get("source_id"))].append(op)
+                elif name in claims:
+                    if outcome == "indefinite":
+                        self.open_claims[args.get("owner")].append(op)
+                    elif outcome == "refused":
+                        claims_refused.append(op)
+                if process == OPERATOR:
+                    operator_ops.append(op)
         outcomes = {"ok": n_ok, "refused": n_refused, "indefinite": len(ops) - n_ok - n_refused}
         self.max_now, self.max_now_op = max_now, max_op
         for k, v in outcomes.items():
@@ -415,7 +601,9 @@ class _Checker:
         return Final(t=self.final.t, items=items, recovery=rec, line=self.final.line)
 
     def add(self, kind: str, work_id: str, explanation: str, ops: Iterable[Op | Record | None],
-            context: Iterable[Op | Record | None] = ()) -> None:
+            context: Iterable[Op | Record | None] = (), cause: Iterable[Op | Record | None] = ()) -> None:
+        """Report an anomaly: `ops` are its proof, `cause` what explains it (both go into the
+        excerpt, `cause` marked as such), `context` what helps a reader."""
         def flat(xs: Iterable[Op | Record | None]) -> list[Record]:
             out: list[Record] = []
             for x in xs:
@@ -424,22 +612,37 @@ class _Checker:
                 out.extend(self.records(x))
             return out
 
-        excerpt = _ordered(flat(ops))
-        seen = {id(r) for r in excerpt}
+        proof = flat(ops)
+        seen = {id(r) for r in proof}
+        why = [r for r in flat(cause) if id(r) not in seen]
+        excerpt = _ordered([*proof, *why])
+        seen.update(id(r) for r in why)
         ctx = [r for r in _ordered(flat(context)) if id(r) not in seen]
-        self.anomalies.append(Anomaly(kind, work_id, explanation, tuple(excerpt), tuple(ctx)))
+        self.anomalies.append(Anomaly(kind, work_id, explanation, tuple(excerpt), tuple(ctx), tuple(_ordered(why))))
 
     # -- grants, renewals, releases of one item
     def grants(self, it: _Item) -> list[Grant]:
         grants: list[Grant] = []
         known: set[Any] = set()
         writes: list[Op] = []  # the operations that write with a lease token
+        R = self.R
+        token_writes, close_outs, granting = R.token_writes, R.close_outs, R.grants
+        closed = claimed = 0
         for op in it.ops:
             name = op.name
-            if name in TOKEN_WRITES:
+            if name in token_writes:
                 writes.append(op)
-            elif name in GRANTS and op.outcome == "ok" and isinstance(op.result, dict):
+                if name in close_outs:
+                    if op.outcome == "ok":
+                        closed += 1
+                    elif op.outcome == "refused":
+                        if it.refused_closes is None:
+                            it.refused_closes = [op]
+                        else:
+                            it.refused_closes.append(op)
+            elif name in granting and op.outcome == "ok" and isinstance(op.result, dict):
                 w = op.result
+                claimed += 1
                 tok = w.get("lease_token")
                 if tok is None:
                     continue
@@ -448,18 +651,22 @@ class _Checker:
                     start = op.now if not self.wall or op.now is None else op.now + (op.t1 - op.t0)
                 owner = w.get("owner") or op.args.get("owner") or op.process  # some ledgers do not say
                 grants.append(Grant(op, owner, tok, w.get("lease_version"), start,
-                                    _num(w.get("lease_expires_at"))))
+                                    _num(w.get("lease_expires_at")), t_done=op.t1))
                 known.add(tok)
+        if closed:
+            self.cov["close_out_ok"] += closed
+        if claimed:
+            self.cov["claim_ok"] += claimed
         # Tokens that show up in snapshots but no ok grant handed out: an indefinite grant took effect.
         for s in it.snaps:
             tok = s.work.get("lease_token")
-            if tok is not None and tok not in known and s.work.get("status") in LEASED:
+            if tok is not None and tok not in known and s.work.get("status") in self.R.leased:
                 self._seen_grant(it, grants, s.work, s)
                 known.add(tok)
         fw = it.final
         if fw is not None:
             tok = fw.get("lease_token")
-            if tok is not None and tok not in known and fw.get("status") in LEASED:
+            if tok is not None and tok not in known and fw.get("status") in self.R.leased:
                 self._seen_grant(it, grants, fw, None)
                 known.add(tok)
         if len(grants) > 1:
@@ -469,6 +676,7 @@ class _Checker:
         if not known:
             return grants  # no token to write with: no renewal or release to attach
         only = grants[0] if len(grants) == 1 else None
+        renews, releases = R.renews, R.releases
         for op in writes:
             a = op.args
             tok = a.get("token", a.get("lease_token"))
@@ -478,12 +686,12 @@ class _Checker:
             g = only if only is not None else self.holder(grants, tok, op.t0, op.process)
             if g is None:
                 continue
-            if op.name == "renew":
+            if op.name in renews:
                 if op.outcome == "ok" and isinstance(op.result, dict):
                     exp = _num(op.result.get("lease_expires_at"))
                     if exp is not None:
                         g.renewals.append((op.t1, exp, op))
-            elif op.name in RELEASES and op.outcome != "refused":
+            elif op.name in releases and op.outcome != "refused":
                 g.releases.append(op)
         return grants
 
@@ -491,6 +699,8 @@ class _Checker:
         """Add the grant a snapshot shows (s; None: the final read's) that no ok grant handed out."""
         seen_t = s.t1 if s is not None else INF
         src = self._grant_op(it, w.get("owner"), seen_t)
+        if src is None:
+            src = self._refused_grant(it, grants, w, s)
         exp = _num(w.get("lease_expires_at"))
         start = _num(w.get("started_at"))
         if start is None and src is not None:
@@ -500,7 +710,7 @@ class _Checker:
             killed = next((self.h.record(i) for t, i in self.kills.get(src.process, ()) if t > src.t0), None)
         owner = w.get("owner") or (src.args.get("owner") or src.process if src is not None else None)
         grants.append(Grant(src, owner, w.get("lease_token"), w.get("lease_version"), start, exp,
-                            seen=s.op if s is not None else None, seen_final=s is None, killed=killed))
+                            seen=s.op if s is not None else None, seen_final=s is None, killed=killed).done())
 
     @staticmethod
     def holder(grants: list[Grant], token: Any, t: float, process: str | None = None) -> Grant | None:
@@ -518,10 +728,43 @@ class _Checker:
                     mine = g
         return mine or best or first
 
+    def _refused_grant(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], s: Snap | None) -> Op | None:
+        """A grant a read shows (s; None: the final read) that no operation which may have happened
+        handed out, made by a refused claim or resume of the owner the read names: that refusal took
+        effect (refused_but_applied).  Only a refusal after the owner's last grant of the item that
+        may have happened, and not the lease_version of a grant handed out ok (a ledger may hand a
+        lease on under a new token), is taken for it."""
+        owner = w.get("owner")
+        if owner is None:
+            return None
+        before = s.t0 if s is not None else INF
+        version = w.get("lease_version")
+        if version is not None and any(g.version == version for g in grants if g.op is not None and g.op.ok):
+            return None
+        after = max((op.t0 for op in it.ops if op.name in self.R.grants and op.maybe
+                     and op.args.get("owner", op.process) == owner and op.t0 < before), default=-INF)
+        if self._refused_by_owner is None:
+            self._refused_by_owner = defaultdict(list)
+            for op in self.claims_refused:
+                self._refused_by_owner[op.args.get("owner", op.process)].append(op)
+        ref: Op | None = None
+        for op in (*(op for op in it.ops if op.name in self.R.grants and op.outcome == "refused"),
+                   *self._refused_by_owner.get(owner, ())):
+            if op.args.get("owner", op.process) == owner and after < op.t0 < before and (ref is None or op.t0 > ref.t0):
+                ref = op
+        if ref is None:
+            return None
+        shown = s.op if s is not None else self.final_excerpt(it.work_id)
+        why = (f"{ref.name} by {ref.process} was refused ({_code(ref, self.h)}), which says it did not happen, yet a "
+               f"later read shows {it.work_id} {w.get('status')} under a lease of {owner} (lease_version {version}) "
+               f"that no operation which may have happened handed out")
+        self.add("refused_but_applied", it.work_id, why, [ref, shown])
+        return ref
+
     def _grant_op(self, it: _Item, owner: Any, before: float) -> Op | None:
         """The indefinite claim or resume by `owner` that may have made a grant seen at `before`."""
         best: Op | None = None
-        cands = [op for op in it.ops if op.name in GRANTS and not op.ok and op.maybe]
+        cands = [op for op in it.ops if op.name in self.R.grants and not op.ok and op.maybe]
         cands += self.open_claims.get(owner, [])
         for op in cands:
             if (owner is None or op.args.get("owner") == owner) and op.t0 < before and (best is None or op.t0 > best.t0):
@@ -577,17 +820,19 @@ class _Checker:
         if any(after_t < t < before_t for t, _i in self.kills.get(a.op.process, ())):
             return True
         ops = [*it.ops, *self.monitor_ops]
-        return any(op.process == OPERATOR and op.maybe and op.t1 > after_t and op.t0 < before_t for op in ops)
+        return any(op.process == OPERATOR and op.maybe and op.t1 > after_t and op.t0 < before_t
+                   and op.name not in self.R.reads for op in ops)
 
     def _monitor_lapsed(self, m: Op, after_t: float, before_t: float, live_until: float) -> bool:
         """A monitor op that may have run between two grants at a ledger time the first had lapsed by."""
         return (m.maybe and m.t1 > after_t and m.t0 < before_t and m.now is not None
-                and m.now > live_until - self.eps and m.name in MONITOR)
+                and m.now > live_until - self.eps and m.name in self.R.monitor)
 
     # -- stale writes accepted
     def stale(self, it: _Item, grants: list[Grant]) -> None:
+        token_writes = self.R.token_writes
         for op in it.ops:
-            if op.name not in TOKEN_WRITES or not op.maybe or op.token is None:
+            if op.name not in token_writes or not op.maybe or op.token is None:
                 continue
             a = self.holder(grants, op.token, op.t0, op.process)
             if a is None or a.op is None or a.op.process != op.process:
@@ -625,36 +870,44 @@ class _Checker:
         held up by a partition) and came back ok.  Either order is a violation: applied before b,
         the grant handed out a finished item; applied after, it was a stale write.  Unless a
         requeue (or recovery) ran in between, which may make a finished item claimable again."""
-        if op.name != "close_out" or not op.ok or op.args.get("status") not in TERMINAL or not b.t_done < op.t1:
+        if op.name not in self.R.close_outs or not op.ok or op.args.get("status") not in self.R.terminal or not b.t_done < op.t1:
             return False
         for r in (*it.ops, *self.requeues):
-            if r.name in REQUEUES and r.maybe and r.t1 > op.t0 and r.t0 < b.t_done:
+            if r.name in self.R.requeues and r.maybe and r.t1 > op.t0 and r.t0 < b.t_done:
                 return False
         return True
 
     def _close_seen(self, it: _Item, op: Op) -> Snap | None:
-        """A later snapshot showing the write of an indefinite close-out or fail, if any."""
-        if op.name != "close_out" or op.now is None:
+        """A later snapshot showing the write of an indefinite (or refused) close-out, if any: its
+        status, time and result, which no other close-out that may have happened would leave."""
+        close_outs = self.R.close_outs
+        if op.name not in close_outs or op.now is None:
             return None
-        want = (op.args.get("status"), op.now, op.args.get("result"))
+        now, t0 = op.now, op.t0
+        want = (op.args.get("status"), now, op.args.get("result"))
+        found = None
+        for s in it.snaps:
+            if s.t0 > t0:
+                w = s.work
+                if w.get("finished_at") == now and (w.get("status"), now, w.get("result")) == want:
+                    found = s
+                    break
+        if found is None:
+            fw = it.final
+            if fw is None or (fw.get("status"), _num(fw.get("finished_at")), fw.get("result")) != want:
+                return None
+            found = Snap(fw, None, INF, INF)
         for other in it.ops:  # another close-out that would leave the same trace makes it ambiguous
-            if other is not op and other.name == "close_out" and other.maybe and \
+            if other is not op and other.name in close_outs and other.maybe and \
                     (other.args.get("status"), other.now, other.args.get("result")) == want:
                 return None
-        snaps = [s for s in it.snaps if s.t0 > op.t0]
-        fw = it.final
-        if fw is not None:
-            snaps.append(Snap(fw, None, INF, INF))
-        for s in snaps:
-            w = s.work
-            if (w.get("status"), _num(w.get("finished_at")), w.get("result")) == want:
-                return s
-        return None
+        return found
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:
+        terminal = self.R.terminal
         for s in it.snaps:
-            if s.work.get("status") in TERMINAL:
+            if s.work.get("status") in terminal:
                 break
         else:
             return  # nothing read terminal before the final read: nothing to change
@@ -666,7 +919,7 @@ class _Checker:
         for s in snaps:
             st = s.work.get("status")
             if first is None:
-                if st in TERMINAL:
+                if st in terminal:
                     first = s
                 continue
             if s.t0 <= first.t1:
@@ -674,7 +927,7 @@ class _Checker:
             if st == first.work.get("status"):
                 continue
             if self._requeued_between(it, first, s):
-                first = s if st in TERMINAL else None
+                first = s if st in terminal else None
                 continue
             was = first.work.get("status")
             why = (f"{it.work_id} was {was} and later {st}, with no operator requeue (or recovery) "
@@ -685,7 +938,7 @@ class _Checker:
 
     def _requeued_between(self, it: _Item, a: Snap, b: Snap) -> bool:
         for op in it.ops:
-            if op.name in REQUEUES and op.maybe and op.t1 > a.t0 and op.t0 < b.t1:
+            if op.name in self.R.requeues and op.maybe and op.t1 > a.t0 and op.t0 < b.t1:
                 return True
         for op in self.requeues:
             if op.work_id is None and op.maybe and op.t1 > a.t0 and op.t0 < b.t1:
@@ -737,12 +990,23 @@ class _Checker:
 
     def _rerun_by_operator(self, it: _Item, t1: float, t2: float) -> bool:
         """Did an operator requeue run between two effects (at real times t1, t2)?"""
-        return any(op.name == "requeue" and op.maybe and op.t1 > t1 and op.t0 < t2 for op in it.ops)
+        return any(op.name in self.R.operator_requeues and op.maybe and op.t1 > t1 and op.t0 < t2 for op in it.ops)
 
-    # -- lost and stuck work
+    # -- lost and stuck work: the end state
     def lost(self, it: _Item, grants: list[Grant], reclaimed: Counter[str]) -> None:
+        """Judge the item as the final read left it.  Terminal: finished.  Missing: lost, if it was
+        created.  Anything else is work left after the quiet period: lost or stuck when the history
+        proves it does not come back, accounted for when the contract lets it wait (a retry or a
+        wait due after the final read), else named in what the history did not reach."""
         if self.final is None:
             return
+        R = self.R
+        w = it.final
+        if w is not None and not it.creates:
+            self.uncreated += 1
+        st = w.get("status") if w is not None else None
+        if st in R.terminal:
+            self.cov["finished"] += 1
         action = self._action_for(it.work_id)
         if action is not None:
             act = str(action.get("op"))
@@ -753,15 +1017,22 @@ class _Checker:
                          [grants[-1].op if grants else None, *it.ops[-2:]])
                 return
             reclaimed[act] += 1
-        w = it.final
-        if w is not None and w.get("status") in CLAIMABLE:
-            self._stranded(it)
-            return
-        if w is not None and w.get("status") not in LEASED:
-            return  # terminal, parked on a wait, or a status this checker does not know
+        if w is not None:
+            if st in R.terminal:
+                return
+            if st in R.claimable:
+                if not self._stranded(it):
+                    self.left["claimable"] += 1
+                return
+            if st in R.parked:
+                self._parked(it, w, st)
+                return
+            if st not in R.leased:
+                self.left[f"status:{st}"] += 1  # a status the contract does not name
+                return
         ack = next((op for op in it.creates if op.ok), None)
         proof: list[Op | Record | None] = [ack]
-        if ack is None and it.creates:  # an indefinite create, seen later
+        if ack is None and it.creates:  # an indefinite or refused create, seen later
             ack = it.creates[0]
             seen = next((s for s in it.snaps if s.op is not None and s.op is not ack), None)
             proof = [ack, seen.op if seen is not None else None]
@@ -770,38 +1041,144 @@ class _Checker:
         if w is None:
             if it.creates:
                 why = f"{it.work_id} was created (acknowledged) but is missing from the final read"
-                self.add("lost_work", it.work_id, why, [*proof, fin], last)
+                cause = self._cause(it, grants)
+                if cause:
+                    why += f" ({self._cause_words(cause)})"
+                self.add("lost_work", it.work_id, why, [*proof, fin], last, cause)
             return
-        st = w.get("status")
         exp = _num(w.get("lease_expires_at"))
-        if exp is None or not (self.final_now > exp + self.grace + self.eps):
-            return  # a holder may still be at work: nothing proves it will not come back
+        if exp is None:
+            self._held(it, grants, w, st)
+            return
+        if not (self.final_now > exp + self.grace + self.eps):
+            self.left["leased_live"] += 1  # a holder may still be at work, or its lease not lapsed yet
+            return
         path = str(self.final.recovery.get("path") or "")
         if self.meta.reclaim == "lease" and path != "operator":
-            self._stuck(it, grants, w, exp, last)
+            if not self._stuck(it, grants, w, exp, last):
+                self.left["leased_lapsed"] += 1
             return
         if self.meta.reclaim == "never" or path in ("operator", "never"):
             why = (f"{it.work_id} is still {st} under a lease that lapsed at {fmt_num(exp + self.grace)} after the "
                    f"{path or 'declared ' + self.meta.reclaim} recovery path ran: it is neither finished nor claimable")
+            cause = self._cause(it, grants)
+            if cause:
+                why += f" ({self._cause_words(cause)})"
             clock = None if _num(self.final.recovery.get("now")) is not None else self.max_now_op
-            self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last])
+            self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last], cause)
+            return
+        self.left["leased_lapsed"] += 1
 
-    def _stranded(self, it: _Item) -> None:
+    def _cause(self, it: _Item, grants: list[Grant]) -> list[Op | Record]:
+        """The fault that explains why an item was lost, when the history has one: the first kill,
+        pause or partition of the process holding its last grant that may have happened, after that
+        grant and before the holder gave it back (with the grant, which ties the fault to the item);
+        else the first reopen after the item was last read."""
+        h = self.h
+        g = next((g for g in reversed(grants) if g.op is not None and g.op.maybe), None)
+        if g is not None:
+            assert g.op is not None
+            p, t0 = g.op.process, g.op.t0
+            for t, row, _fault in self.hits.get(p, ()):
+                if t <= t0:
+                    continue
+                if any(r.ok and r.t1 < t for r in g.releases):
+                    break
+                return [g.op, h.record(row)]
+        last_read = max((s.t1 for s in it.snaps if s.op is not None), default=-INF)
+        k = bisect_right(self.reopens, (last_read, INF))
+        if k < len(self.reopens):
+            return [h.record(self.reopens[k][1])]
+        return []
+
+    @staticmethod
+    def _cause_words(cause: list[Op | Record]) -> str:
+        fault = cause[-1]
+        assert isinstance(fault, Nemesis)
+        if len(cause) == 1:
+            return f"the ledger was reopened at t={fault.t:.4f}, after it was last read"
+        grant = cause[0]
+        assert isinstance(grant, Op)
+        return f"{fault.process}, which held it from its {grant.name}, was {_PAST.get(fault.fault, fault.fault)} at t={fault.t:.4f}"
+
+    def _held(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], st: Any) -> None:
+        """Leased at the end with no lease expiry (a queue: held until released).  Lost when its
+        holder was killed and, under the operator path, the operator's recovery ran after that (under
+        never, nothing is to run), yet it is still held: nothing else brings it back."""
+        tok = w.get("lease_token")
+        g = next((g for g in reversed(grants) if g.op is not None and g.token == tok and g.op.maybe), None)
+        if g is None:
+            self.left["held"] += 1
+            return
+        assert g.op is not None
+        p, t0 = g.op.process, g.op.t0
+        kill = next(((t, row) for t, row in self.kills.get(p, ()) if t > t0), None)
+        if kill is None:
+            self.left["held"] += 1  # its holder was not killed: stopped with the work in hand
+            return
+        path = str(self.final.recovery.get("path") or "") if self.final is not None else ""
+        never = self.meta.reclaim == "never" or path == "never"
+        recovering = self.R.monitor | self.R.requeues
+        ran = [op for op in (*self.operator_ops, *(op for op in it.ops if op.process == OPERATOR))
+               if op.maybe and op.t0 > kill[0] and op.name in recovering]
+        if never:  # nothing is to bring it back: the kill left it held for good
+            why = (f"{it.work_id} is still {st}, held with no lease expiry by {p}, which was killed at "
+                   f"t={kill[0]:.4f}; under reclaim never nothing brings it back: it is neither finished nor claimable")
+            self.add("lost_work", it.work_id, why, [*g.proof(), self.h.record(kill[1]), self.final_excerpt(it.work_id)],
+                     it.ops[-2:])
+            return
+        if not ran or path != "operator":
+            self.left["held_dead"] += 1
+            return
+        op = min(ran, key=attrgetter("t0"))
+        why = (f"{it.work_id} is still {st}, held with no lease expiry by {p}, which was killed at "
+               f"t={kill[0]:.4f}; the operator's {op.name} ran after that and it is still held: it is neither "
+               f"finished nor claimable")
+        self.add("lost_work", it.work_id, why, [*g.proof(), self.h.record(kill[1]), op, self.final_excerpt(it.work_id)],
+                 it.ops[-2:])
+
+    def _parked(self, it: _Item, w: Mapping[str, Any], st: str) -> None:
+        """Left in a status that waits for a time (a retry scheduled, a wait with a deadline): fine
+        while that time is ahead of the final read; stuck when it had come and the monitor operation
+        that moves the item on then (promote_due, expire) ran after it and left it where it was."""
+        fields, movers = self.R.parked[st]
+        dues = [(d, f) for f in fields if (d := _num(w.get(f))) is not None]
+        if not dues:
+            self.left[f"parked_no_due:{st}:{'/'.join(fields)}"] += 1
+            return
+        due, fname = max(dues)
+        if due > self.final_now + self.eps:
+            self.parked_ahead[st] += 1
+            return
+        moved = max((op.t1 for op in it.ops if op.name not in self.R.reads), default=-INF)
+        # a wall-clock ledger reads its own clock: a grace's margin for the difference
+        margin = max(self.eps, self.grace) if self.wall else self.eps
+        mon = next((m for m in self.timed_ops if m.name in movers and m.ok and m.t0 > moved and m.now is not None
+                    and m.now > due + margin), None)
+        if mon is None:
+            self.left[f"parked_due:{st}:{'/'.join(sorted(movers)) or 'none'}"] += 1
+            return
+        why = (f"{it.work_id} is still {st} at the end, due at {fmt_num(due)} ({fname}); the monitor's {mon.name} at "
+               f"{fmt_num(mon.now)}, after it was due, left it there: it does not come back by itself")
+        self.add("stuck_work", it.work_id, why, [mon, self.final_excerpt(it.work_id)],
+                 [op for op in it.ops if op.name not in self.R.reads][-2:])
+
+    def _stranded(self, it: _Item) -> bool:
         """The final read shows the item claimable, yet it is handed to nobody: after the last thing
         that could move it (its own operations, any monitor or requeue, any fault), a read listed it
         claimable, and then claims found nothing to take for longer than a lease's lapse (so no
         late write from before, and no lease the ledger keeps to itself, explains it)."""
         if self._last_global is None:
             self._index_monitor_moves()
-        moves = max((op.t1 for op in it.ops if op.name not in READS), default=-INF)
+        moves = max((op.t1 for op in it.ops if op.name not in self.R.reads), default=-INF)
         mover = self._monitor_moved.get(it.work_id)
         horizon = max(self.last_fault_t, self._last_global, moves, -INF if mover is None else mover.t1)
         if horizon == INF:
-            return  # an operation on it never completed: it may still take effect
+            return False  # an operation on it never completed: it may still take effect
         seen = next((s for s in it.snaps if s.op is not None and s.t0 > horizon
-                     and s.work.get("status") in CLAIMABLE), None)
+                     and s.work.get("status") in self.R.claimable), None)
         if seen is None:
-            return
+            return False
         lapse = self.ttl + self.grace
         first = None
         for c in self.claims_null:
@@ -815,8 +1192,9 @@ class _Checker:
                        f"at the end, yet claims from {fmt_num(first.now)} to {fmt_num(c.now)} (longer than the "
                        f"lease's ttl + grace, {fmt_num(lapse)}s) found nothing to take: it is never handed out")
                 self.add("lost_work", it.work_id, why, [seen.op, first, c, self.final_excerpt(it.work_id)],
-                         [*[op for op in it.ops if op.name not in READS][-2:], mover])
-                return
+                         [*[op for op in it.ops if op.name not in self.R.reads][-2:], mover])
+                return True
+        return False
 
     def _index_monitor_moves(self) -> None:
         """When monitors and global requeues last moved each item.  One that answered with the
@@ -836,14 +1214,14 @@ class _Checker:
                 last = op.t1
         self._last_global = last
 
-    def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op]) -> None:
+    def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op]) -> bool:
         """Declared reclaim=lease, the item is still leased under a lapsed lease at the end: proven stuck
         when, after the lapse, the ledger's monitor ran (if it has one) and then a claim found nothing."""
         lapse = exp + self.grace
         g = next((g for g in grants if g.token == w.get("lease_token")), None)
         if g is None or g.op is None:
             self.counts["leased_lapsed_at_end"] += 1
-            return
+            return False
         after = g.t_done
         mon = None
         if self.monitor_ops:
@@ -851,38 +1229,333 @@ class _Checker:
                         and m.now > lapse + self.eps), None)
             if mon is None:
                 self.counts["leased_lapsed_at_end"] += 1
-                return
+                return False
         start = mon.t1 if mon is not None else after
         # The final read shows the same lease token, so the item was leased under it all along.
         claim = next((c for c in self.claims_null if c.t0 > start and c.now is not None
                       and c.now > lapse + self.eps and not c.args.get("work_id")), None)
         if claim is None:
             self.counts["leased_lapsed_at_end"] += 1
-            return
+            return False
         monitor = f"the monitor's {mon.name} at {fmt_num(mon.now)} and " if mon is not None else ""
         why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {fmt_num(lapse)}; "
                f"{monitor}a claim at {fmt_num(claim.now)} found nothing to take, and at the end it is still "
                f"{w.get('status')} under that lease: it does not come back without an operator action "
                f"(expire/recover, then requeue)")
         self.add("stuck_work", it.work_id, why, [*g.proof(), claim, self.final_excerpt(it.work_id)], [mon, *last])
+        return True
+
+    # -- refusals that took effect
+    def refused_applied(self, it: _Item) -> None:
+        """A definite refusal says the operation did not happen.  A create refused for an item a
+        later read shows (and no create that may have happened made), a close-out refused whose
+        status, time and result a later read shows (and no other close-out would leave): the
+        refusal took effect.  (A refused grant whose lease a read shows: see _refused_grant.)  The
+        item made by a refused create counts as created for every other check."""
+        creates = it.creates
+        if creates and creates[0].outcome == "refused" and all(op.outcome == "refused" for op in creates):
+            first = creates[0]
+            seen = min((s for s in it.snaps if s.op is not None and s.op not in creates and s.t1 > first.t0),
+                       key=_T1, default=None)
+            shown: Op | Record | None = seen.op if seen is not None else (
+                self.final_excerpt(it.work_id) if it.final is not None else None)
+            if shown is not None:
+                a = first.args
+                why = (f"{first.name} of {a.get('source_system')}/{a.get('source_id')} was refused ({_code(first, self.h)}), "
+                       f"which says it did not happen, yet a later read shows it as {it.work_id}, and no create that "
+                       f"may have happened made it")
+                self.add("refused_but_applied", it.work_id, why, [first, shown])
+        for op in it.refused_closes or ():
+            s = self._close_seen(it, op)
+            if s is None:
+                continue
+            why = (f"{op.name} by {op.process} (status {op.args.get('status')}) was refused ({_code(op, self.h)}), "
+                   f"which says it did not happen, yet a later read shows its status, time and result")
+            self.add("refused_but_applied", it.work_id, why,
+                     [op, s.op if s.op is not None else self.final_excerpt(it.work_id)])
+            return
+
+    # -- coverage: what the history exercised
+    def displaced(self, it: _Item, grants: list[Grant]) -> None:
+        """Live holders displaced: a grant of the item to another process while the holder of the
+        grant before it was alive (not killed since) and had not given it back; classified by what
+        made it possible (an operator's action on the item between the two, its lease lapsed by
+        ledger time, a reopen between the two), and the holder's late writes with its old token
+        after the other grant."""
+        for i, (a, b) in enumerate(zip(grants, grants[1:], strict=False)):
+            if a.op is None or b.op is None:
+                continue
+            pa = a.op.process
+            if pa == b.op.process:
+                continue
+            b_t, a_t = b.t_done, a.op.t0
+            if b_t == INF or self._between(self.kills.get(pa), a_t, b_t) is not None:
+                continue
+            if any(r.t0 < b_t for r in a.releases):
+                continue
+            self.cov["holder_displaced"] += 1
+            how = self._displaced_by(it, a, b, a_t, b_t)
+            if how:
+                self.cov[f"displaced_by_{how}"] += 1
+            again = INF
+            for c in grants[i + 2:]:
+                if c.op is not None and c.op.process == pa:
+                    again = c.t_done
+                    break
+            tok = a.token
+            late = 0
+            for op in it.ops:
+                if op.process == pa and b_t < op.t0 < again:
+                    args = op.args
+                    if args.get("token", args.get("lease_token")) == tok and op.name not in self.R.reads \
+                            and op.name not in self.R.grants:
+                        late += 1
+            if late:
+                self.cov["late_write_after_takeover"] += late
+
+    def _displaced_by(self, it: _Item, a: Grant, b: Grant, a_t: float, b_t: float) -> str | None:
+        reads = self.R.reads
+        if any(op.process == OPERATOR and op.name not in reads and op.t1 > a_t and op.t0 < b_t
+               and self._may_move(op, it.work_id) for op in it.ops) or \
+                (self.operator_ops and any(op.name not in reads and self._may_move(op, it.work_id)
+                                           for op in self.timeline("operator").overlapping(a_t, b_t))):
+            return "operator"
+        assert b.op is not None
+        live_until, _ = self.lease_end(a, b.op.t0)
+        if live_until is not None and b.start is not None and (
+                b.start + self.eps >= live_until
+                or any(self._monitor_lapsed(m, a_t, b_t, live_until) for m in self.timeline("monitor").overlapping(a_t, b_t))):
+            return "time"
+        if self._between(self.reopens, a_t, b_t) is not None:
+            return "reopen"
+        return None
+
+    def timeline(self, which: str) -> _Timeline:
+        """The monitor's (any process's expire and recover), the operator's (its operations on no
+        one item) or the recoveries' (both, ok) operations, by invoke time."""
+        tl = self._timelines.get(which)
+        if tl is None:
+            if which == "monitor":
+                ops = self.monitor_ops
+            elif which == "operator":
+                ops = self.operator_ops
+            else:
+                recovering = self.R.monitor | self.R.requeues
+                ops = [m for m in self.monitor_ops if m.ok]  # any process's expire or recover
+                ops += [o for o in self.operator_ops if o.ok and o.name in recovering and o.name not in self.R.monitor]
+            tl = self._timelines[which] = _Timeline(ops)
+        return tl
+
+    @staticmethod
+    def _may_move(op: Op, work_id: str) -> bool:
+        """May this operation (on the item, or on no one item) have moved the item?  One that
+        answered with the items it moved moved only those; a refused one nothing."""
+        if not op.maybe:
+            return False
+        if op.work_id is not None:
+            return op.work_id == work_id
+        r = op.result
+        if op.ok and type(r) is list and all(type(w) is dict and "work_id" in w for w in r):
+            return any(str(w["work_id"]) == work_id for w in r)
+        return True
+
+    def _between(self, seq: list[tuple[float, int]] | None, after: float, before: float) -> tuple[float, int] | None:
+        """The first (t, row) of a sorted list of faults with after < t < before."""
+        if not seq:
+            return None
+        times = self._times.get(id(seq))
+        if times is None:
+            times = self._times[id(seq)] = [t for t, _row in seq]
+        k = bisect_right(times, after)
+        return seq[k] if k < len(seq) and seq[k][0] < before else None
+
+    def refused_takeovers(self, item_grants: Mapping[str, list[Grant]]) -> None:
+        """Takeovers the ledger refused: a holder paused while it held an item, its lease lapsed
+        by ledger time (or, with no lease expiry, an operator's recovery ran), the ledger's own
+        recovery ran past that (its monitor or the operator, when the history has either), and then
+        another worker asked for any work and got none, while the holder was still paused; and
+        nobody was granted the item meanwhile."""
+        pauses = [(t, p) for p, hits in self.hits.items() for t, _row, fault in hits if fault == "pause"]
+        if not pauses:
+            return
+        empty = sorted((*self.claims_null, *self.claims_refused), key=attrgetter("t0"))
+        starts = [c.t0 for c in empty]
+        recoveries = self.timeline("recoveries")
+        recovering = self.R.monitor | self.R.requeues
+        paused = {p for _t, p in pauses}
+        by: dict[str, list[tuple[float, Grant, _Item]]] = defaultdict(list)  # process -> (done at, grant, item)
+        for wid, gs in item_grants.items():
+            it = self.items[wid]
+            for g in gs:
+                if g.op is not None and g.op.process in paused:
+                    by[g.op.process].append((g.t_done, g, it))
+        held = {p: sorted(gs, key=_FIRST) for p, gs in by.items()}
+        held_t = {p: [t for t, _g, _it in gs] for p, gs in held.items()}
+        for t_p, p in pauses:
+            end = INF
+            resumes = self.resumes.get(p, ())
+            k = bisect_right(resumes, t_p)
+            if k < len(resumes):
+                end = resumes[k]
+            kill = self._between(self.kills.get(p), t_p, INF)
+            if kill is not None:
+                end = min(end, kill[0])
+            k = bisect_left(held_t.get(p, ()), t_p)  # the latest grant p had by the pause
+            if not k:
+                continue
+            _t, g, it = held[p][k - 1]
+            grants = item_grants[it.work_id]
+            if any(r.t0 < t_p for r in g.releases) or any(b is not g and g.t_done < b.t_done < t_p for b in grants):
+                continue  # given back, or taken over, before the pause: not held then
+            if any(b.op is not None and b.op.process != p and t_p < b.t_done <= end for b in grants):
+                continue  # displaced: counted as such
+            live_until, _ = self.lease_end(g, t_p)
+            after = t_p
+            if live_until is None:  # no lease expiry: only an operator's recovery can take it back
+                op = next((m for m in (*recoveries.starting(t_p, end), *it.ops) if m.process == OPERATOR and m.ok
+                           and m.name in recovering and t_p < m.t0 and m.t1 < end), None)
+                if op is None:
+                    continue
+                after = op.t1
+            elif recoveries.ops:
+                m = next((m for m in recoveries.starting(t_p, end) if m.t1 < end and m.now is not None
+                          and m.now > live_until + self.eps), None)
+                if m is None:
+                    continue
+                after = m.t1
+            for i in range(bisect_right(starts, after), len(empty)):
+                c = empty[i]
+                if c.t0 >= end:
+                    break
+                if c.process != p and (live_until is None or (c.now is not None and c.now > live_until + self.eps)):
+                    self.cov["takeover_refused"] += 1
+                    break
+
+    def effects_then_kill(self) -> None:
+        """Kills that hit a worker after it submitted an item's effect and before it closed the
+        item out: its last effect before the kill (since its previous kill), and no release of that
+        item by it answered between the two."""
+        releases = self.R.releases
+        for p, kills in self.kills.items():
+            effs = self.effects_by.get(p)
+            if not effs:
+                continue
+            before = -INF
+            for t_k, _row in kills:
+                k = bisect_left(effs, (t_k,))  # the first effect at or after the kill
+                if k and effs[k - 1][0] > before:
+                    t_e, wid = effs[k - 1]
+                    it = self.items.get(wid)
+                    if it is None or not any(op.process == p and op.name in releases and op.comp is not None
+                                             and t_e < op.t0 and op.t1 < t_k for op in it.ops):
+                        self.cov["effect_then_kill"] += 1
+                before = t_k
+
+    def coverage(self) -> tuple[dict[str, int], list[str]]:
+        """What the history reached, and one line per required situation it did not."""
+        cov = {k: self.cov.get(k, 0) for k in SITUATIONS}  # (takeover_refused is not one: see below)
+        for fault in ("kill", "pause", "reopen"):
+            cov[fault] = self.nemesis.get(fault, 0)
+        cov["final_read"] = int(self.final is not None)
+        for point, k in sorted(self.kill_points.items()):
+            cov[f"kill_at:{point}"] = k
+        missing: list[str] = []
+        if self.final is None:
+            missing.append("the history has no final record: it ends before the final read (an interrupted "
+                           "campaign, or one process's part of a history)")
+        if not self.ops:
+            missing.append("the history holds no operation")
+        else:
+            if not cov["claim_ok"]:
+                missing.append("no claim ever completed ok (no item was ever handed out)")
+            if not cov["close_out_ok"]:
+                missing.append("no close-out ever completed ok")
+        if self.final is not None and not cov["finished"]:
+            missing.append("no item was finished (terminal) at the final read")
+        if self.uncreated:
+            missing.append(f"{_plural(self.uncreated, 'item')} of the final read {'was' if self.uncreated == 1 else 'were'} "
+                           f"created by no operation of the history (its records are incomplete: a fragment?)")
+        if not cov["late_write_after_takeover"]:
+            if cov["holder_displaced"]:
+                missing.append(f"no displaced holder wrote with its old token after the takeover "
+                               f"({_plural(cov['holder_displaced'], 'live holder')} displaced)")
+            elif self.cov["takeover_refused"]:
+                k = self.counts["takeovers_refused"] = self.cov["takeover_refused"]
+                self.observations.append(
+                    f"{_plural(k, 'takeover')} tried and refused by the ledger: a holder was paused past its lease, "
+                    f"the ledger's recovery ran, and another worker asking for work got none; no live holder was "
+                    f"displaced, so no late write after a takeover could be tried")
+            else:
+                missing.append("no live holder was displaced (by time, operator or reopen)")
+        missing.extend(self._left_lines())
+        return cov, missing
+
+    def _left_lines(self) -> list[str]:
+        """What the end state leaves that the history does not judge, one line each."""
+        out: list[str] = []
+        for key, n in sorted(self.left.items()):
+            kind, _, rest = key.partition(":")
+            items = _plural(n, "item")
+            was = "was" if n == 1 else "were"
+            if kind == "claimable":
+                out.append(f"{items} {was} still claimable at the final read and handed to nobody; the history "
+                           f"does not show that claims would never take {'it' if n == 1 else 'them'} (no claim found "
+                           f"nothing to take for longer than a lease's ttl + grace after a read listed {'it' if n == 1 else 'them'})")
+            elif kind == "leased_live":
+                out.append(f"{items} {was} still leased under a live lease at the final read: the run ended before "
+                           f"{'its holder' if n == 1 else 'their holders'} finished or the lease lapsed")
+            elif kind == "leased_lapsed":
+                out.append(f"{items} {was} still leased under a lapsed lease at the final read, and no claim after "
+                           f"the lapse (and after the ledger's monitor ran) found nothing to take: the history does "
+                           f"not show whether {'it comes' if n == 1 else 'they come'} back")
+            elif kind == "held":
+                out.append(f"{items} {was} still held (no lease expiry) by a worker that was not killed: the run ended "
+                           f"before {'it was' if n == 1 else 'they were'} finished")
+            elif kind == "held_dead":
+                out.append(f"{items} {was} held (no lease expiry) by killed workers at the end, and no operator "
+                           f"recovery ran after the kill: the history does not show whether "
+                           f"{'it comes' if n == 1 else 'they come'} back")
+            elif kind == "parked_due":
+                status, _, movers = rest.partition(":")
+                out.append(f"{items} {was} still {status} past {'its' if n == 1 else 'their'} due time at the final "
+                           f"read, and no {movers.replace('/', ' or ')} ran after it was due: the history does not "
+                           f"show whether {'it comes' if n == 1 else 'they come'} back")
+            elif kind == "parked_no_due":
+                status, _, fields = rest.partition(":")
+                out.append(f"{items} {was} left {status} with no due time ({fields.replace('/', ', ')}): nothing "
+                           f"shows when, or whether, {'it comes' if n == 1 else 'they come'} back")
+            else:
+                out.append(f"{items} ended in status {rest!r}, which the contract does not name: the checker cannot "
+                           f"judge {'it' if n == 1 else 'them'}")
+        return out
 
     # -- everything
     def run(self) -> Verdict:
         self.index()
         permitted: Counter[int] = Counter()
         reclaimed: Counter[str] = Counter()
+        item_grants: dict[str, list[Grant]] = {}
         for it in self.items.values():
             grants = self.grants(it)
-            if len(grants) > 1:  # both need a second grant
+            if len(grants) > 1:  # these need a second grant
                 self.split(it, grants)
                 self.stale(it, grants)
+                self.displaced(it, grants)
+            if grants:
+                item_grants[it.work_id] = grants
             self.terminal(it)
             if it.effects:
                 self.duplicates(it, permitted)
+            if it.refused_closes or (it.creates and it.creates[0].outcome == "refused"):
+                self.refused_applied(it)
             self.lost(it, grants, reclaimed)
+        if not self.cov["late_write_after_takeover"] and not self.cov["holder_displaced"]:
+            self.refused_takeovers(item_grants)  # only then does it matter (see coverage())
+        self.effects_then_kill()
         self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
         self.observe(permitted, reclaimed)
-        return Verdict(self.anomalies, self.observations, dict(sorted(self.counts.items())))
+        coverage, missing = self.coverage()
+        return Verdict(self.anomalies, self.observations, dict(sorted(self.counts.items())), coverage, missing)
 
     def observe(self, permitted: Counter[int], reclaimed: Counter[str]) -> None:
         n = self.counts
@@ -890,7 +1563,7 @@ class _Checker:
         n["items"] = sum(1 for it in self.items.values() if it.creates)
         for fault, k in self.nemesis.items():
             n[f"nemesis_{fault}"] = k
-        n["retries"] = _retries(self.ops)
+        n["retries"] = _retries(self.ops, self.R.claims)
         if self.final is not None:
             st = Counter(w.get("status") for w in self.final.items.values() if isinstance(w, dict))
             n["items_done"] = st.get("done", 0)
@@ -909,10 +1582,9 @@ class _Checker:
         for act, k in sorted(reclaimed.items()):
             self.observations.append(f"{k} item{'s' if k != 1 else ''} came back through the operator's {act}; "
                                      f"permitted by reclaim={self.meta.reclaim}")
-        if n.get("leased_lapsed_at_end"):
-            k = n["leased_lapsed_at_end"]
-            self.observations.append(f"{k} item{'s' if k != 1 else ''} still leased under a lapsed lease at the end; "
-                                     f"nothing in the history proves they would not come back")
+        for st, k in sorted(self.parked_ahead.items()):
+            self.observations.append(f"{_plural(k, 'item')} left {st} at the end, due after the final read: the "
+                                     f"contract lets {'it' if k == 1 else 'them'} wait until then")
         self._late_writes()
         indef = n.get("op_indefinite", 0)
         if indef:
@@ -940,7 +1612,7 @@ class _Checker:
                 windows[process].append((t0, INF))
         outcome: Counter[str] = Counter()
         for op in self.ops:
-            if op.name in TOKEN_WRITES and any(a <= op.t0 < b for a, b in windows.get(op.process, ())):
+            if op.name in self.R.token_writes and any(a <= op.t0 < b for a, b in windows.get(op.process, ())):
                 outcome[op.outcome] += 1
         total = sum(outcome.values())
         self.counts["late_writes"] = total
@@ -949,6 +1621,15 @@ class _Checker:
         if total:
             parts = ", ".join(f"{outcome[k]} {k}" for k in ("ok", "refused", "indefinite") if outcome[k])
             self.observations.append(f"{_plural(total, 'write')} sent by cut-off workers during a partition: {parts}")
+
+
+def _code(op: Op, h: History) -> str:
+    """The error code of a refused operation, as its completion gives it."""
+    if op.comp is None:
+        return "no answer"
+    err = h.rows[op.comp].error
+    code = err.get("code") if isinstance(err, dict) else None
+    return str(code) if code else "refused"
 
 
 def _plural(n: int, word: str) -> str:
@@ -970,7 +1651,7 @@ def _after(b: Grant, a: Grant) -> bool:
     return a.op is not None and b.op is not None and b.op.t0 > a.op.t0
 
 
-def _retries(ops: list[Op]) -> int:
+def _retries(ops: list[Op], claims: frozenset[str]) -> int:
     """Operations a process tried again right after a try that did not come back ok."""
     last: dict[str, Op] = {}
     before = last.get
@@ -979,7 +1660,7 @@ def _retries(ops: list[Op]) -> int:
         process = op.process
         prev = before(process)
         if prev is not None and prev.outcome != "ok" and prev.name == op.name and \
-                (op.name == "claim" or prev.work_id == op.work_id):
+                (op.name in claims or prev.work_id == op.work_id):
             n += 1
         last[process] = op
     return n
@@ -1000,10 +1681,49 @@ def _with_final(a: Anomaly, fin: Final) -> Anomaly:
     return Anomaly(a.kind, a.work_id, a.explanation, (*a.excerpt, fin), a.context)
 
 
-def check(history: History) -> Verdict:
-    """Every anomaly of the history, with the minimal excerpt proving each, and observations."""
-    with no_gc():
-        return _Checker(history).run()
+def check(history: History, spec: Spec | None = None) -> Verdict:
+    """Every anomaly of the history, with the minimal excerpt proving each, observations, what the
+    history reached (coverage) and what it did not (missing).  `spec`: the contract the campaign ran
+    under (the shipped one by default), which names the statuses and operations."""
+    rules = rules_of(spec)
+    try:
+        with no_gc():
+            return _Checker(history, rules).run()
+    except TypeError:
+        bad = _unhashable_identifier(history)
+        if bad is None:
+            raise
+        raise HistoryError(history.path, *bad) from None
+
+
+_IDENTIFIERS = ("work_id", "token", "lease_token", "owner", "status", "step_id", "key")
+
+
+def _unhashable_identifier(history: History) -> tuple[int | None, str] | None:
+    """The first record whose identifier (a work id, token, owner, status, key) is a list or an
+    object, which no ledger hands out: ``(line, problem)``.  Only looked for when the checker met
+    such a value (the fast path stays as it is)."""
+    def find(v: Any, path: str) -> str | None:
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                if k in _IDENTIFIERS and isinstance(x, list | dict):
+                    return f"{path}{k} is {'a list' if isinstance(x, list) else 'an object'}"
+                if isinstance(x, list | dict):
+                    got = find(x, f"{path}{k}.")
+                    if got:
+                        return got
+        elif isinstance(v, list):
+            for x in v:
+                got = find(x, path)
+                if got:
+                    return got
+        return None
+
+    for rec in history.records:
+        got = find(to_dict(rec), "")
+        if got:
+            return rec.line, f"{got}; identifiers in a history are strings, numbers or null"
+    return None
 
 
 def excerpt_history(history: History, anomaly: Anomaly) -> History:

@@ -12,11 +12,17 @@ import os
 import sys
 from typing import Any
 
-from ledgercheck.reports.text import terminal
+from ledgercheck.reports.text import shown
 from ledgercheck.spec import Spec, SpecError, load_spec
 
 from .points import ChaosError
 from .storms import HARD_MAX_WORKERS, MAX_WORKERS
+
+
+def terminal(text: object) -> str:
+    """What a crash command prints of an adapter's words: escaped, each line cut (reports/text.py)."""
+    return shown(text, max_lines=None)
+
 
 DEFAULT_ADAPTER = "reference"
 
@@ -256,10 +262,18 @@ def cmd_explore(args: argparse.Namespace) -> int:
         spec = _spec(args.spec)
         workload = None
         if args.workload:
-            try:
-                with open(args.workload, encoding="utf-8") as f:
-                    workload = Workload.from_dict(json.load(f), spec)
-            except (OSError, ValueError, WorkloadError) as exc:
+            from ledgercheck.bounded import WORKLOAD, InputError, load_limited
+
+            from .replays import MAX_ITEMS
+
+            try:  # bounded as a replay file's workload is (docs/inputs.md)
+                raw = load_limited(args.workload, WORKLOAD)
+                if isinstance(raw, dict) and isinstance(raw.get("items"), list) and len(raw["items"]) > MAX_ITEMS:
+                    raise WorkloadError(f"{len(raw['items']):,} items, more than {MAX_ITEMS:,}, the bound for a workload")
+                workload = Workload.from_dict(raw, spec)
+            except InputError as exc:
+                raise ChaosError(str(exc)) from None
+            except WorkloadError as exc:
                 raise ChaosError(f"{args.workload}: {exc}") from None
         points = [p.strip() for p in args.points.split(",") if p.strip()] if args.points else None
         windows = explore(args.adapter, spec, seed=args.seed, points=points, workload=workload,

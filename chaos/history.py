@@ -17,7 +17,9 @@ record is one ``O_APPEND`` write), provided each process is given its own ``id_o
 :func:`load_history` refuses malformed input with one line naming ``file:line`` and the
 problem (:class:`HistoryError`): a file or line over the size limits, bad JSON, an unknown
 record type, a missing or mistyped field, a second meta or final, an operation id used twice,
-a ``complete`` with no ``invoke`` (or a second one).  It decodes and validates every line in C
+a ``complete`` with no ``invoke`` (or a second one), a last line cut off mid-record (the history
+ends abruptly).  A history without its final record loads (``History.final`` is None); the
+checker calls its verdict INCONCLUSIVE.  It decodes and validates every line in C
 with msgspec, into one row struct per record (:data:`Row`); record objects (the dataclasses
 below) are built from rows only when asked for.
 """
@@ -39,7 +41,7 @@ import orjson
 
 FORMAT = "ledgercheck-history/1"
 OUTCOMES = ("ok", "refused", "indefinite")
-FAULTS = ("kill", "pause", "resume", "reopen", "partition", "heal")
+FAULTS = ("kill", "pause", "resume", "reopen", "partition", "heal", "takeover")  # nemesis records (docs/safety.md)
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
 MAX_LINE_BYTES = 1 << 26  # 64 MiB: the final record holds every item
 
@@ -429,8 +431,15 @@ def _read(data: bytes, name: str) -> History:
     the same one-line message, naming its line, as ever."""
     try:
         rows = _DECODE_LINES(data)
-    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError too
-        _diagnose(data.split(b"\n"), name)  # raises, naming the line and the problem
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):  # ValidationError is a DecodeError too
+        lines = data.split(b"\n")
+        try:
+            _diagnose(lines, name)  # raises, naming the line and the problem
+        except HistoryError as exc:
+            if exc.line == len(lines) and exc.problem.startswith("not JSON") and not data.endswith(b"\n"):
+                raise HistoryError(name, exc.line, "the last line is cut off mid-record: the history ends abruptly "
+                                                   "(an interrupted campaign's, or copied while it was written)") from None
+            raise
         raise _refusal(data, name) from None  # what only msgspec refuses
     numbers = None  # row i is line i + 1, unless msgspec skipped blank lines
     if len(rows) != data.count(b"\n") + (not data.endswith(b"\n")):
@@ -497,6 +506,8 @@ def _refusal(data: bytes, name: str) -> HistoryError:
             continue
         try:
             decode(raw)
+        except UnicodeDecodeError:  # msgspec checks the UTF-8 of strings as it reads them
+            return HistoryError(name, n, "not UTF-8 text (inside a string)")
         except (msgspec.DecodeError, RecursionError) as exc:
             text = str(exc)
             m = re.search(r" - at `\$\.?([^`]*)`$", text)
@@ -689,7 +700,12 @@ class HistoryWriter:
             line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
         except TypeError:  # what orjson cannot encode (ints over 64 bits, odd types): the slow way
             import json
-            line = (json.dumps(obj, default=str, separators=(",", ":")) + "\n").encode()
+
+            from ledgercheck.reports.text import recordable
+
+            # a lone surrogate in an adapter's string is kept as the text \udXXX, which any JSON
+            # reader reads back (an escaped lone surrogate is refused by the history's reader)
+            line = (json.dumps(recordable(obj, None), default=str, separators=(",", ":")) + "\n").encode()
         if self._buffered:
             self._buf.append(line)
         else:

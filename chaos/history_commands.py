@@ -1,7 +1,9 @@
 """`ledgercheck history check FILE [--json]`: the safety checker on a recorded history.
 
-Exit status: 0 when the history shows no anomaly, 1 when it shows at least one, 2 when the file
-cannot be read as a history (one line naming file:line and the problem).
+Exit status: 0 when the history shows no anomaly and reached every situation a verdict needs, 1 when
+it shows at least one anomaly, 2 when the file cannot be read as a history (one line naming
+file:line and the problem) or when the verdict is INCONCLUSIVE (no anomaly, but something required
+was not reached: the verdict line names what).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from ledgercheck.reports.text import shown, shown_line
 
 from .anomalies import Anomaly, Verdict, check, fmt_num
 from .history import History, HistoryError, Record, load_history
@@ -25,23 +29,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
     q.add_argument("--max-excerpts", type=int, default=3,
                    help="excerpts printed per anomaly class (default 3; --json has them all)")
+    q.add_argument("--spec", action="append", default=[],
+                   help="contract file the campaign ran under (repeat for overlays; default: the shipped one)")
     q.set_defaults(func=cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from .commands import _spec
+    from .points import ChaosError
+
     try:
+        spec = _spec(args.spec) if args.spec else None
         history = load_history(args.file)
-    except HistoryError as exc:
-        print(f"ledgercheck history: {exc}", file=sys.stderr)
+    except (HistoryError, ChaosError) as exc:
+        print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
         return 2
-    verdict = check(history)
+    try:
+        verdict = check(history, spec)
+    except HistoryError as exc:  # an identifier no ledger hands out (a list, an object)
+        print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
+        return 2
     if args.json:
         out = {"file": args.file, "adapter": history.meta.adapter, "declared": history.meta.declared,
                **verdict.to_json()}
         print(json.dumps(out, indent=2, default=str))
     else:
-        print(render(history, verdict, max_excerpts=args.max_excerpts))
-    return 0 if verdict.ok else 1
+        print(shown(render(history, verdict, max_excerpts=args.max_excerpts), max_lines=None))  # a history holds adapter text
+    return EXIT[verdict.verdict]
+
+
+EXIT = {"no anomaly": 0, "anomalies": 1, "inconclusive": 2}
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -69,15 +86,57 @@ def render(history: History, verdict: Verdict, *, max_excerpts: int = 3) -> str:
         lines.append("")
         lines.append("observations:")
         lines.extend(f"  - {o}" for o in verdict.observations)
+    if verdict.coverage:
+        lines.append("")
+        lines.append("exercised:")
+        lines.extend(f"  {x}" for x in exercised(verdict.coverage, c))
     lines.append("")
-    n = len(verdict.anomalies)
-    lines.append(f"verdict: {n} anomal{'y' if n == 1 else 'ies'}" if n else "verdict: no anomaly")
+    lines.append(verdict_line(verdict))
     return "\n".join(lines)
+
+
+def verdict_line(verdict: Verdict) -> str:
+    """``verdict: N anomalies`` (and what was not reached, if anything), ``verdict: INCONCLUSIVE:
+    <what was not reached>``, or ``verdict: no anomaly``."""
+    n = len(verdict.anomalies)
+    if n:
+        line = f"verdict: {n} anomal{'y' if n == 1 else 'ies'}"
+        return line + (f" (not reached: {'; '.join(verdict.missing)})" if verdict.missing else "")
+    if verdict.missing:
+        return f"verdict: INCONCLUSIVE: {'; '.join(verdict.missing)}"
+    return "verdict: no anomaly"
+
+
+def exercised(cov: Mapping[str, int], counts: Mapping[str, int]) -> list[str]:
+    """The coverage in three short lines: the work done, the faults, the takeovers."""
+    def n(k: str) -> int:
+        return int(cov.get(k, 0))
+
+    items = counts.get("items", 0)
+    final = "final read present" if n("final_read") else "NO final read"
+    points = {k.partition(":")[2]: v for k, v in cov.items() if k.startswith("kill_at:")}
+    at = f" ({sum(points.values())} at named points: {', '.join(f'{p} {k}' for p, k in points.items())})" if points else ""
+    k = counts.get("takeovers_refused", 0)
+    refused = f"; {_count(k, 'takeover')} refused by the ledger (the item handed to nobody)" if k else ""
+    return [
+        f"work: {_count(n('claim_ok'), 'claim')} ok, {_count(n('close_out_ok'), 'close-out')} ok, "
+        f"{n('finished')} of {_items(items)} finished; {final}",
+        f"faults: {_count(n('kill'), 'kill')}{at}, {_count(n('pause'), 'pause')}, {_count(n('reopen'), 'reopen')}; "
+        f"{_count(n('effect_then_kill'), 'effect')} then killed before the close-out",
+        f"takeovers: {_count(n('holder_displaced'), 'live holder')} displaced (time {n('displaced_by_time')}, "
+        f"operator {n('displaced_by_operator')}, reopen {n('displaced_by_reopen')}), "
+        f"{_count(n('late_write_after_takeover'), 'late write')} with the old token after a takeover{refused}",
+    ]
+
+
+def _count(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
 
 
 def render_anomaly(a: Anomaly) -> list[str]:
     out = [f"{a.kind} {a.work_id}: {a.explanation}"]
-    out.extend(f"  {describe(r)}" for r in a.excerpt)
+    cause = {id(r) for r in a.cause}
+    out.extend(f"  {describe(r)}{'  <- cause' if id(r) in cause else ''}" for r in a.excerpt)
     if a.context:
         out.append("  context (not needed for the proof):")
         out.extend(f"    {describe(r)}" for r in a.context)
@@ -113,7 +172,8 @@ def _items(n: int) -> str:
     return f"{n} item{'' if n == 1 else 's'}"
 
 
-_WORK_FIELDS = ("status", "owner", "lease_version", "lease_expires_at", "lease_token", "finished_at", "result")
+_WORK_FIELDS = ("status", "owner", "lease_version", "lease_expires_at", "lease_token", "next_retry_at", "waiting_deadline",
+                "finished_at", "result")
 
 
 def _work(r: Any) -> str:

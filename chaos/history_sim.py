@@ -39,6 +39,7 @@ class ItemState:
     started_at: float | None = None
     finished_at: float | None = None
     queue: bool = False  # shown as a lease-less queue shows it: no owner, no expiry, the id as token
+    next_retry_at: float | None = None
 
     def snapshot(self) -> dict[str, Any]:
         if self.queue:
@@ -51,7 +52,7 @@ class ItemState:
                 "status": self.status, "owner": self.owner, "lease_token": self.token,
                 "lease_version": self.version, "lease_expires_at": self.expires, "attempt": self.attempt,
                 "result": self.result, "created_at": self.created_at, "started_at": self.started_at,
-                "finished_at": self.finished_at}
+                "finished_at": self.finished_at, **({} if self.next_retry_at is None else {"next_retry_at": self.next_retry_at})}
 
 
 class HistoryBuilder:
@@ -59,8 +60,9 @@ class HistoryBuilder:
 
     ``outcome`` is ``ok``, ``refused``, ``indefinite`` (a completion saying so) or ``killed``
     (an invoke with no completion).  The model applies an operation when its outcome is ok, or
-    when ``applied=True`` is passed for an indefinite or killed one; it never decides whether
-    the ledger *should* have allowed it: that is the caller's choice (see :func:`simulate`).
+    when ``applied=True`` is passed for one that is not (a refused one: a broken ledger whose
+    refusal took effect); it never decides whether the ledger *should* have allowed it: that is
+    the caller's choice (see :func:`simulate`).
     """
 
     def __init__(self, *, delivery: str = "at-least-once", reclaim: str = "lease", ttl: float = 45.0,
@@ -112,8 +114,8 @@ class HistoryBuilder:
                              "key": key or f"{work_id}:send", "applied": applied, "count": None, "t": self.tick()})
         return self
 
-    def nemesis(self, fault: str, process: str | None = None) -> HistoryBuilder:
-        self.records.append({"type": "nemesis", "fault": fault, "process": process, "point": None, "t": self.tick()})
+    def nemesis(self, fault: str, process: str | None = None, point: Any = None) -> HistoryBuilder:
+        self.records.append({"type": "nemesis", "fault": fault, "process": process, "point": point, "t": self.tick()})
         return self
 
     # -- ledger operations on the model
@@ -174,6 +176,28 @@ class HistoryBuilder:
         self.call(process, "close_out", {"work_id": work_id, "token": token, "status": status, "result": value,
                                          "now": now}, outcome, snap)
         return self
+
+    def fail(self, process: str, work_id: str, token: str, now: float, retry_in: float = 10.0,
+             outcome: str = "ok") -> HistoryBuilder:
+        """A retryable failure: the item waits in retry_scheduled until ``now + retry_in``."""
+        st = self.items[work_id]
+        snap = None
+        if outcome == "ok":
+            st.status, st.owner, st.token, st.expires = "retry_scheduled", None, None, None
+            snap = {**st.snapshot(), "next_retry_at": now + retry_in, "error_class": "transient"}
+            st.next_retry_at = now + retry_in
+        self.call(process, "fail", {"work_id": work_id, "token": token, "error_class": "transient", "now": now},
+                  outcome, snap)
+        return self
+
+    def promote_due(self, process: str, now: float) -> list[str]:
+        moved = []
+        for st in self.items.values():
+            if st.status == "retry_scheduled" and st.next_retry_at is not None and now >= st.next_retry_at:
+                st.status, st.next_retry_at = "queued", None
+                moved.append({"work_id": st.work_id, "from_status": "retry_scheduled", "to_status": "queued"})
+        self.call(process, "promote_due", {"now": now}, "ok", moved)
+        return [m["work_id"] for m in moved]
 
     def expire(self, process: str, now: float) -> list[str]:
         moved = []
@@ -242,7 +266,9 @@ class HistoryBuilder:
 
 
 def _applies(outcome: str, applied: bool | None) -> bool:
-    return outcome == "ok" or (outcome in ("indefinite", "killed") and bool(applied))
+    """Does the model apply an operation: ok, or ``applied=True`` for one that may have (indefinite,
+    killed) or said it did not (refused: a broken ledger's refusal that took effect)."""
+    return outcome == "ok" or (outcome in ("indefinite", "killed", "refused") and bool(applied))
 
 
 # ------------------------------------------------------------------------------ simulation
@@ -265,8 +291,9 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
     Faults: a kill leaves the worker's current call without a completion (it may or may not have
     taken effect: both are drawn), a pause jumps the clock past the worker's lease before it
     writes.  At the end the clock moves past every lease, the monitor runs and one worker drains
-    the queue; the final read holds every item.  `prefix` goes before every item name and token
-    (so several simulations can be joined into one history, see :func:`interleave`).
+    the queue; the final read holds every item.  `prefix` goes before every item name, token and
+    worker name (so several simulations can be joined into one history, each with its own workers,
+    see :func:`interleave`).
 
     ``queue=True`` simulates a correct lease-less queue (reclaim by the operator): results carry
     no owner, no expiry and the item's id as token; nothing lapses, a pause takes nothing over,
@@ -277,7 +304,7 @@ def simulate(seed: int, *, items: int = 8, workers: int = 3, steps: int = 120, d
                        reclaim="operator" if queue else "lease", queue=queue)
     orphans: set[str] = set()  # queue mode: items whose holder was killed
     now = START
-    ws = [_Worker(f"w{i}") for i in range(workers)]
+    ws = [_Worker(f"{prefix}w{i}") for i in range(workers)]
     applied_keys: set[str] = set()
     created = 0
 

@@ -26,6 +26,7 @@ that moment, chosen with the schedule's own draws).  Every fault is recorded in 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -71,23 +72,35 @@ def parse_faults(text: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def plan(seed: int, faults: Sequence[str], duration: float, *, points: Sequence[str] = (),
-         gap: tuple[float, float] = GAP) -> list[Fault]:
+         gap: tuple[float, float] = GAP, min_each: int = 1) -> list[Fault]:
     """The fault schedule for ``duration`` seconds: faults drawn in turn from ``faults`` at
     uniform random gaps; half the kills at a named crash point (when there are any), at its 1st to
-    3rd passage.  Every listed fault appears at least once when the duration allows two faults."""
+    3rd passage.  The first faults go in ``min_each`` rounds, each listed fault once a round in a
+    shuffled order, so every listed fault appears ``min_each`` times when the duration allows;
+    then at random.  With ``min_each`` above 1, the faults of those rounds aim in turn at a
+    worker whose effect is done and at any holder (``aim``), so both are certain to come."""
     rng = random.Random(f"nemesis/{seed}")
     out: list[Fault] = []
     if not faults:
         return out
     t = rng.uniform(*gap)
-    order: list[str] = list(faults)
-    rng.shuffle(order)
+    order: list[str] = []
+    for _ in range(max(1, min_each)):
+        one = list(faults)
+        rng.shuffle(one)
+        order = one + order  # popped from the end: the first round first
+    seen: dict[str, int] = {}
     while t < duration:
+        rounds = bool(order)
         kind = order.pop() if order else rng.choice(list(faults))
         point, occ = None, 1
         if kind == "kill" and points and rng.random() < 0.5:
             point, occ = rng.choice(list(points)), rng.randint(1, 3)
-        out.append(Fault(round(t, 4), kind, rng.random(), point, occ, rng.random()))
+        pick, aim = rng.random(), rng.random()
+        if rounds and min_each > 1:
+            n = seen[kind] = seen.get(kind, -1) + 1
+            aim = aim / 2 if n % 2 == 0 else 0.5 + aim / 2  # below 0.5: a worker whose effect is done
+        out.append(Fault(round(t, 4), kind, pick, point, occ, aim))
         t += rng.uniform(*gap)
     return out
 
@@ -107,13 +120,27 @@ def kill(pid: int) -> list[int]:
     return kill_tree(pid)
 
 
-def pause(pid: int) -> None:
-    """SIGSTOP a process and its descendants (an exec adapter's subprocess stops with its worker)."""
-    for p in _tree(pid):
+def pause(pid: int, settle: float = 1.0) -> None:
+    """SIGSTOP a process and its descendants (an exec adapter's subprocess stops with its worker),
+    then wait until each has stopped (at most ``settle`` seconds): a signal is delivered
+    asynchronously, and what the caller reads next about the process (which item it holds, whether
+    it is inside its effect) must be what it stopped with."""
+    procs = _tree(pid)
+    for p in procs:
         try:
             p.suspend()
         except psutil.NoSuchProcess:
             pass
+    end = time.monotonic() + settle
+    for p in procs:
+        while time.monotonic() < end:
+            try:
+                if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
+                                  psutil.STATUS_DEAD):
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.0005)
 
 
 def resume(pid: int) -> None:

@@ -154,6 +154,15 @@ def _common_problem(doc: Mapping[str, Any]) -> str | None:
         return f"'contract' holds more than {MAX_VALUES:,} values, the limit for a contract"
     if doc.get("worker") is not None and not isinstance(doc["worker"], str):
         return "'worker' must be null or a worker variant's module:Class"
+    rec = doc.get("recorded")
+    if rec is not None:  # what the failing run saw, compared with the replay's outcome
+        if not isinstance(rec, Mapping):
+            return "'recorded' must be an object (the recorded verdict, clauses and message)"
+        if rec.get("verdict") is not None and not isinstance(rec["verdict"], str):
+            return "'recorded.verdict' must be a string"
+        cl = rec.get("clauses")
+        if cl is not None and not (isinstance(cl, list) and all(isinstance(c, str) for c in cl)):
+            return "'recorded.clauses' must be a list of clause ids"
     wl = doc.get("workload")
     if wl is not None:
         if not isinstance(wl, Mapping) or not isinstance(wl.get("items"), list):

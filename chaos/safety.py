@@ -43,6 +43,8 @@ writing anything (for the benchmark).
 
 from __future__ import annotations
 
+import hashlib
+import math
 import mmap
 import os
 import random
@@ -80,14 +82,63 @@ MONITOR_OPS = ("expire", "recover", "promote_due")
 IDLE = 0.003  # seconds an idle process waits for a message before it looks again
 BUSY_RETRIES = 40
 HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
+MAX_NOTES = 30
+NO_GRANT = "no worker ever got an item"  # the campaign's line when no claim handed out an item
+_GONE = object()  # the worker's lease was gone when it came to the effect
+
+# The shared map (one file, mapped by every campaign process), slot = a process's number:
+#   state     1 byte a slot: what the nemesis may see of a worker (FREE, HOLDING, IN_EFFECT, EFFECT_DONE)
+#   ops       8 bytes a slot: the process's operation counter
+#   held      KEY_BYTES a slot: the key of the item the worker holds (length byte, then the bytes)
+#   claims    16 bytes a slot: claims asked, claims that handed the worker an item
+#   watches   WATCHES entries: a paused holder's item the controller waits to see taken over: the
+#             slot + 1 of the worker whose claim got it (int32, 0: not yet), then the item's key
+#   calls     1 byte a slot: 1 while the worker is inside a call to the adapter
+#   expiry    8 bytes a slot: the lease_expires_at (ledger time) of the item the worker holds, NaN if none
 FLAG_SLOTS = 4096
 FREE, HOLDING, IN_EFFECT, EFFECT_DONE = 0, 1, 2, 3  # a worker's byte in the shared map
-_GONE = object()  # the worker's lease was gone when it came to the effect
-FLAG_BYTES = FLAG_SLOTS * 9  # a "holds work" byte per worker, then an operation counter per process
-MAX_NOTES = 30
+KEY_BYTES = 128
+WATCHES = 64
+WATCH_BYTES = 4 + KEY_BYTES
+OPS0 = FLAG_SLOTS
+HELD0 = OPS0 + FLAG_SLOTS * 8
+CLAIMS0 = HELD0 + FLAG_SLOTS * KEY_BYTES
+WATCH0 = CLAIMS0 + FLAG_SLOTS * 16
+CALL0 = WATCH0 + WATCHES * WATCH_BYTES
+EXP0 = CALL0 + FLAG_SLOTS
+FLAG_BYTES = EXP0 + FLAG_SLOTS * 8
 
 _PART = re.compile(r"history\.(nemesis|producer|monitor|operator|census|w\d+)\.jsonl")  # one process's part of a history
 Progress = Callable[[int, int | None, dict[str, Any]], None]
+
+
+# ------------------------------------------------------------------------------- the shared map
+def item_key(work_id: str) -> bytes:
+    """An item's key in the shared map: a length byte, then its id (a digest of a long id)."""
+    raw = work_id.encode("utf-8", "surrogatepass")
+    if len(raw) > KEY_BYTES - 1:
+        raw = b"#" + hashlib.blake2b(raw, digest_size=24).hexdigest().encode()
+    return bytes((len(raw),)) + raw
+
+
+def key_text(key: bytes) -> str:
+    """The item id a key stands for (a digest of a long id is shown as ``#<hex>``)."""
+    return key[1:1 + key[0]].decode("utf-8", "surrogatepass") if key else ""
+
+
+def held_key(flags: Any, slot: int) -> bytes:
+    off = HELD0 + slot * KEY_BYTES
+    n = flags[off]
+    return bytes(flags[off:off + 1 + n]) if n else b""
+
+
+def claim_counts(flags: Any, slots: int) -> tuple[int, int]:
+    """Claims asked and claims that handed out an item, over slots 0..slots."""
+    asked = granted = 0
+    for i in range(slots + 1):
+        a, g = struct.unpack_from("<QQ", flags, CLAIMS0 + 16 * i)
+        asked, granted = asked + a, granted + g
+    return asked, granted
 
 
 # ------------------------------------------------------------------------------- declarations
@@ -125,6 +176,7 @@ class SafetyParams:
     items: int = 40
     seed: int = 0
     faults: tuple[str, ...] = nemesis.FAULTS
+    min_each: int = 1  # every fault at least this many times (nemesis.plan), when the duration allows
     duration: float | None = None  # the nemesis phase, seconds (default: from the item count)
     time_limit: float = 120.0  # the whole campaign, seconds
     lapse: float = 0.8  # real seconds a lease takes to lapse (ttl + grace) under an injected clock
@@ -181,6 +233,13 @@ class SafetyResult:
     observations: dict[str, Any] = field(default_factory=dict)
     checked: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    # what was reached (the checker's coverage, from the history) and what was not: the checker's
+    # lines and the campaign's own (no item ever handed out, a takeover that never happened, work
+    # left after the quiet period); verdict "pass", "fail" or "inconclusive" once checked
+    coverage: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    verdict: str | None = None
+    takeovers: dict[str, int] = field(default_factory=dict)  # planned, by path (operator, time), missed
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,10 +253,11 @@ class SafetyResult:
 class _Recorder:
     """One actor's ledger calls, each recorded as invoke + complete (when recording)."""
 
-    def __init__(self, ctx: _Ctx, name: str) -> None:
+    def __init__(self, ctx: _Ctx, name: str, slot: int = -1) -> None:
         self.ctx = ctx
         self.name = name
         self.w = HistoryWriter(process_path(ctx.out, name), name, t0=ctx.tb.t0) if ctx.record else None
+        self.in_call = CALL0 + slot if 0 <= slot < FLAG_SLOTS else -1  # a worker's "inside a call" byte
 
     def call(self, op: str, **args: Any) -> Outcome:
         ctx = self.ctx
@@ -206,8 +266,14 @@ class _Recorder:
         args = {k: v for k, v in args.items() if v is not None}
         for attempt in range(BUSY_RETRIES):
             w = self.w
-            i = w.invoke(op, args) if w is not None else 0
-            out = ctx.client.call(op, **args)
+            if self.in_call >= 0:  # set before the invoke is recorded: a pause after it sees the call
+                ctx.flags[self.in_call] = 1
+            try:
+                i = w.invoke(op, args) if w is not None else 0
+                out = ctx.client.call(op, **args)
+            finally:
+                if self.in_call >= 0:
+                    ctx.flags[self.in_call] = 0
             ctx.ops += 1
             struct.pack_into("<Q", ctx.flags, ctx.counter, ctx.ops)
             if w is not None:
@@ -260,11 +326,12 @@ class _Ctx:
         self.retryable = next((c for c, r in spec.error_classes.items() if r), None)
         self.unsupported: set[str] = set()
         self.census: _Recorder | None = None  # the quiet period's recorded reads (counts())
+        self.operator_rec: _Recorder | None = None  # the operator's recorded calls (operator())
         self.ops = 0
         self.stopping = False
         self.started = 0.0
         self.n_spawned = 0
-        self.counter = FLAG_SLOTS + 8 * int(cfg["slot"])  # where this process counts its operations
+        self.counter = OPS0 + 8 * int(cfg["slot"])  # where this process counts its operations
         fd = os.open(cfg["flags"], os.O_RDWR)
         try:
             self.flags = mmap.mmap(fd, FLAG_BYTES)
@@ -278,6 +345,33 @@ class _Ctx:
         """FREE, HOLDING or IN_EFFECT: what the nemesis may see of this worker."""
         if 0 <= slot < FLAG_SLOTS:
             self.flags[slot] = state
+
+    def expires(self, slot: int, value: Any) -> None:
+        """The lease expiry of the item this worker holds, as the ledger said it (claim, renew)."""
+        if 0 <= slot < FLAG_SLOTS:
+            struct.pack_into("<d", self.flags, EXP0 + 8 * slot,
+                             float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan)
+
+    def claimed(self, slot: int, work_id: str | None) -> None:
+        """After a claim (recorded): count it; for one that handed out an item, note which item
+        this worker holds, and mark every watch on that item as taken by this worker (the
+        controller waits for that to let a paused holder go on)."""
+        if not 0 <= slot < FLAG_SLOTS:
+            return
+        f = self.flags
+        off = CLAIMS0 + 16 * slot
+        asked, granted = struct.unpack_from("<QQ", f, off)
+        struct.pack_into("<QQ", f, off, asked + 1, granted + (work_id is not None))
+        if work_id is None:
+            return
+        key = item_key(work_id)
+        held = HELD0 + slot * KEY_BYTES
+        f[held:held + len(key)] = key
+        n = len(key)
+        for i in range(WATCHES):
+            w = WATCH0 + i * WATCH_BYTES + 4
+            if f[w] == key[0] and f[w:w + n] == key:
+                struct.pack_into("<i", f, w - 4, slot + 1)
 
     def sink_row(self, seq: int) -> tuple[bool, int]:
         r = self.sink.conn.execute(
@@ -294,7 +388,7 @@ class _Ctx:
     def worker(self, name: str, slot: int, seed: int) -> _Actor:
         from .worker import Worker
 
-        rec = _Recorder(self, name)
+        rec = _Recorder(self, name, slot)
         hooks = Worker(self.client, self.spec, name, self.conn)  # crash points: arm, hit, announce
         gen = self._work(rec, hooks, slot, random.Random(seed))
         return _Actor(name, "worker", gen, rec, slot, hooks)
@@ -303,8 +397,11 @@ class _Ctx:
         while not self.stopping:
             out = rec.call("claim", owner=rec.name, now=self.now())
             if not out.ok or not isinstance(out.value, Mapping) or not out.value.get("work_id"):
+                self.claimed(slot, None)
                 yield False
                 continue
+            self.claimed(slot, str(out.value["work_id"]))
+            self.expires(slot, out.value.get("lease_expires_at"))
             self.hold(slot, HOLDING)
             try:
                 yield from self._item(rec, hooks, rng, out.value, slot)
@@ -332,6 +429,7 @@ class _Ctx:
                 return  # the lease is gone (or nobody can tell): leave the item to recovery
             if out.ok and isinstance(out.value, Mapping):
                 lease["expires"] = out.value.get("lease_expires_at")
+                self.expires(slot, lease["expires"])
             hooks.mark(wid, None, 0, "renewed")
             hooks.hit("during_renew")
         if self.journal and "effect_begin" not in self.unsupported:
@@ -363,6 +461,7 @@ class _Ctx:
                     self.hold(slot, HOLDING)
                     return _GONE
                 lease["expires"] = out.value.get("lease_expires_at")
+                self.expires(slot, lease["expires"])
             result = self.sink.lookup(key) if lookup else None
             result = result if result is not None else self._apply(rec, wid, key, token)
             self.hold(slot, EFFECT_DONE)
@@ -440,30 +539,44 @@ class _Ctx:
             yield from self.idle_for(period)
 
     # -- commands from the controller ----------------------------------------------------------
-    def operator(self) -> list[dict[str, Any]]:
+    def operator(self) -> list[dict[str, Any]] | None:
         """The operator path: recover if offered, else expire then requeue every timed-out item.
-        Each action names the items it brought back."""
-        rec = _Recorder(self, "operator")
-        try:
-            now = self.now()
-            out = rec.call("recover", now=now)
-            if out.ok:
-                ids = [str(v.get("work_id")) for v in out.value or [] if isinstance(v, Mapping)]
-                return [{"op": "recover", "now": now, "work_ids": ids}]
-            actions: list[dict[str, Any]] = []
-            out = rec.call("expire", now=now)
-            if out.ok:
-                ids = [str(v.get("work_id")) for v in out.value or [] if isinstance(v, Mapping)]
-                actions.append({"op": "expire", "now": now, "work_ids": ids})
-            listed = self.client.call("list", status="timeout")
-            back = []
-            for w in listed.value or [] if listed.ok else []:
-                if rec.call("requeue", work_id=w["work_id"], reason="operator takes the work back", now=self.now()).ok:
-                    back.append(str(w["work_id"]))
-            actions.append({"op": "requeue", "now": now, "work_ids": back})
-            return actions
-        finally:
-            rec.close()
+        Each action names the items it moved; None when the adapter offers neither recover nor
+        expire (there is no operator path).  Recorded as process ``operator``."""
+        if self.operator_rec is None:
+            self.operator_rec = _Recorder(self, "operator")
+        rec = self.operator_rec
+        now = self.now()
+        out = rec.call("recover", now=now)
+        if out.ok:
+            return [{"op": "recover", "now": now, "work_ids": _moved(out.value)}]
+        actions: list[dict[str, Any]] = []
+        out = rec.call("expire", now=now)
+        if out.ok:
+            actions.append({"op": "expire", "now": now, "work_ids": _moved(out.value)})
+        elif out.code == "unsupported" and "recover" in self.unsupported:
+            return None
+        listed = rec.call("list", status="timeout")
+        back = []
+        for w in listed.value or [] if listed.ok and isinstance(listed.value, list) else []:
+            if isinstance(w, Mapping) and w.get("work_id") is not None and \
+                    rec.call("requeue", work_id=w["work_id"], reason="operator takes the work back", now=self.now()).ok:
+                back.append(str(w["work_id"]))
+        actions.append({"op": "requeue", "now": now, "work_ids": back})
+        return actions
+
+    def takeover(self, recover: bool, ids: Sequence[str]) -> dict[str, Any]:
+        """For paused holders' items: the operator's recovery (when ``recover``), then a read of
+        each item (recorded as the operator's), so the controller sees one that was finished
+        meanwhile and can no longer be taken over."""
+        actions = self.operator() if recover else []
+        if self.operator_rec is None:
+            self.operator_rec = _Recorder(self, "operator")
+        status: dict[str, Any] = {}
+        for wid in ids:
+            out = self.operator_rec.call("get", work_id=wid)
+            status[wid] = out.value.get("status") if out.ok and isinstance(out.value, Mapping) else None
+        return {"actions": actions, "status": status}
 
     def counts(self) -> dict[str, int]:
         """What is left, by status: the quiet period's census.  The read is recorded (process
@@ -488,6 +601,11 @@ class _Ctx:
         return items
 
 
+def _moved(value: Any) -> list[str]:
+    """The items a monitor operation's answer names (a list of snapshots or moves)."""
+    return [str(v.get("work_id")) for v in value or [] if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
 def process_main(conn: Any, cfg: dict[str, Any]) -> None:
     """Entry point of one campaign process (forked by the fork server)."""
     from .worker import _spec_from
@@ -502,6 +620,9 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
             enter(str(cfg["netns"]))
         spec = _spec_from(cfg)
         client = connect(cfg["address"], spec, timeout=float(cfg["op_timeout"]))
+        if cfg.get("reopen"):
+            _reopen_when_told(conn, client, cfg)
+            return
         out = client.reset(cfg["reset"])
         if not out.ok:
             conn.send({"event": "error", "message": f"reset on the shared ledger failed: {out.code}: {out.message}"})
@@ -521,8 +642,28 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
     finally:
         for a in actors:
             a.rec.close()
-        if ctx.census is not None:
-            ctx.census.close()
+        for r in (ctx.census, ctx.operator_rec):
+            if r is not None:
+                r.close()
+        client.close()
+
+
+def _reopen_when_told(conn: Any, client: Client, cfg: Mapping[str, Any]) -> None:
+    """A reopen: the adapter is loaded and waiting; on ``open`` it opens the ledger (a reset with
+    the campaign's ``dir``) and says how that went.  Told when, the nemesis lands the reopen while
+    workers hold work, not whenever a new process happens to have started."""
+    try:
+        conn.send({"event": "ready", "pid": os.getpid()})
+        while True:
+            msg = conn.recv()
+            if msg.get("cmd") == "open":
+                out = client.reset(cfg["reset"])
+                conn.send({"event": "opened", "ok": out.ok, "message": "" if out.ok else f"{out.code}: {out.message}"})
+            elif msg.get("cmd") == "exit":
+                return
+    except (EOFError, OSError):
+        return
+    finally:
         client.close()
 
 
@@ -592,8 +733,14 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
         conn.send({"reply": "count", "counts": ctx.counts()})
     elif cmd == "operator":
         conn.send({"reply": "operator", "actions": ctx.operator()})
+    elif cmd == "takeover":
+        conn.send({"reply": "takeover", **ctx.takeover(bool(msg.get("recover")), msg.get("ids") or [])})
     elif cmd == "final":
         conn.send({"reply": "final", "items": ctx.final(msg.get("ids") or []), "now": ctx.now()})
+    elif cmd == "resume_actor":
+        for a in live:
+            if a.name == msg.get("name"):
+                a.paused_until = 0.0
     elif cmd in ("kill_actor", "pause_actor"):  # logical faults (one-process mode)
         workers = [a for a in live if a.role == "worker" and a.paused_until <= time.monotonic()]
         if not workers:
@@ -602,9 +749,11 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
         holding = [a for a in workers if ctx.flags[a.slot]]
         pool = holding or workers
         victim = pool[min(len(pool) - 1, int(float(msg.get("pick") or 0) * len(pool)))]
-        if cmd == "pause_actor":
+        if cmd == "pause_actor":  # until the controller sends resume_actor (or the seconds run out)
             victim.paused_until = time.monotonic() + float(msg["seconds"])
-            conn.send({"event": "paused", "process": victim.name, "holding": bool(ctx.flags[victim.slot])})
+            holding = ctx.flags[victim.slot] in (HOLDING, EFFECT_DONE)
+            conn.send({"event": "paused", "process": victim.name, "holding": holding, "slot": victim.slot,
+                       "key": held_key(ctx.flags, victim.slot).hex() if holding else None})
             return
         victim.gen.close()  # the worker stops wherever it is: its item is left as a crash leaves it
         ctx.hold(victim.slot, FREE)
@@ -628,8 +777,33 @@ class _Proc:
     paused: bool = False
     armed: tuple[str, int, float] | None = None  # point, occurrence, disarm at
     stopped: bool = False
-    starting: bool = False  # spawned, not ready yet: only _ready reads its messages
+    starting: bool = False  # spawned, not ready yet
+    start_by: float = 0.0  # when a process still starting is given up on
+    on_ready: str | None = None  # what it is told once ready: "go" (a replacement)
+    opened: bool = False  # a reopen process told to open the ledger
     replies: dict[str, Any] = field(default_factory=dict)
+    spared_until: float = 0.0  # a holder let go after a takeover: no fault until it has written late
+
+
+@dataclass
+class _Takeover:
+    """A paused holder whose item another worker is to take over before it goes on."""
+
+    victim: _Proc | str  # the paused process (a logical worker's name in one-process mode)
+    name: str
+    key: bytes  # the item it holds (item_key)
+    path: str  # "operator": the operator's recovery moves the item; "time": its lease lapsing does
+    paused_at: float
+    lapsed_at: float  # real time by which the holder's lease has lapsed (ttl + grace after the pause)
+    deadline: float  # the safety net: let the holder go even if nobody took the item by then
+    watch: int  # its entry among the shared map's watches
+    seq: int = 0  # its number among the campaign's takeovers
+    moved_by: str | None = None  # the operator action that named the item, once one did
+    next_op: float = 0.0  # when the operator acts again (until an action names the item)
+
+    @property
+    def work_id(self) -> str:
+        return key_text(self.key)
 
 
 class _Campaign:
@@ -651,7 +825,14 @@ class _Campaign:
         self.created: dict[str, str] = {}  # work_id -> source id
         self.produced = False
         self.notes: list[str] = []
-        self.counts = {"kill": 0, "kill_at_point": 0, "pause": 0, "resume": 0, "reopen": 0, "replaced": 0}
+        self.counts = {"kill": 0, "kill_at_point": 0, "pause": 0, "resume": 0, "reopen": 0, "replaced": 0,
+                       "takeover": 0, "takeover_missed": 0, "takeover_void": 0}
+        self.missing: list[str] = []  # what the campaign itself knows it did not reach
+        self.takeovers: list[_Takeover] = []  # paused holders waiting for another worker to take their item
+        self.takeover_paths: dict[str, int] = {}  # how the takeovers that happened came about
+        self.n_takeovers = 0  # takeovers planned
+        self.operator_offered: bool | None = None  # None: not asked yet
+        self.operating: tuple[float, bool, set[int]] | None = None  # the operator's visit awaiting its answer
         if self.p.hosts is not None:
             self.counts.update(cut=0, partition=0)  # hosts cut off; workers cut off with them
         self.schedule: list[dict[str, Any]] = []
@@ -661,7 +842,7 @@ class _Campaign:
         self.writer: HistoryWriter | None = None
         self.recovery: dict[str, Any] = {}
         self.ops_done = 0
-        self.logical_paused: list[str] = []
+        self.slot_names: dict[int, str] = {}  # worker slot -> its name
         self.resumes: list[tuple[float, _Proc | str]] = []  # (when, whom) a pause ends
         self.heals: list[tuple[float, Any]] = []  # (when, which host) a partition ends
         self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
@@ -696,6 +877,12 @@ class _Campaign:
         else:
             self.lapse_real = self.p.lapse
             speedup = (lt.ttl + lt.grace) / self.p.lapse
+        self.pause_s = self.lapse_real * 1.4 + 0.2  # a pause of a worker that holds nothing
+        # how long a paused holder may wait for another worker to take its item: a generous safety
+        # net (a library's own clock may be coarse, its recovery slow); a takeover ends as soon as
+        # the other worker's claim got the item
+        # (a wall clock's library may keep whole seconds and round its lease up: rq)
+        self.takeover_net = 4 * self.lapse_real if not self.wall else max(4 * self.lapse_real, self.lapse_real + 3.0)
         self.t0 = time.monotonic()
         self.tb = TimeBase(self.wall, self.t0, speedup)
         self.wall0 = time.time() - (time.monotonic() - self.t0)  # time.time() at t0
@@ -763,7 +950,9 @@ class _Campaign:
 
     def _worker_actor(self) -> dict[str, Any]:
         self.n_slots += 1
-        return {"role": "worker", "name": self._name("w"), "slot": self.n_slots, "seed": self.rng.randrange(2**31)}
+        name = self._name("w")
+        self.slot_names[self.n_slots] = name
+        return {"role": "worker", "name": name, "slot": self.n_slots, "seed": self.rng.randrange(2**31)}
 
     def _producer_actor(self) -> dict[str, Any]:
         rng = random.Random(f"producer/{self.p.seed}")
@@ -790,43 +979,52 @@ class _Campaign:
             pid, conn = fork_server().spawn()
         except ForkServerError as exc:
             raise ChaosError(str(exc)) from None
-        cfg: dict[str, Any] = {**self.base_cfg, "actors": actors, "process": name, "slot": slot}
+        cfg: dict[str, Any] = {**self.base_cfg, "actors": actors, "process": name, "slot": slot,
+                               "reopen": role == "reopen"}
         if self.p.hosts is not None and role == "worker":
             cfg["netns"] = self.p.hosts.host_of(slot).path
             self.placed[name] = self.p.hosts.host_of(slot).netns
         conn.send(cfg)
-        proc = _Proc(name, role, pid, conn, slot)
+        proc = _Proc(name, role, pid, conn, slot, starting=True, start_by=time.monotonic() + 60.0)
         self.procs.append(proc)
         return proc
 
     def _ready(self, procs: Sequence[_Proc], timeout: float = 60.0) -> None:
+        """Wait until every one of ``procs`` has started (its "ready" is handled by _event)."""
         end = time.monotonic() + timeout
-        for proc in procs:  # until it is ready, a process's messages are read here and nowhere else
-            proc.starting = True
-        for proc in procs:
-            while True:
-                left = end - time.monotonic()
-                if left <= 0:
-                    nemesis.kill(proc.pid)
-                    raise ChaosError(f"campaign process {proc.name} did not start within {timeout:g}s")
-                if not proc.conn.poll(min(left, 0.05)):
-                    # a paused worker may hold a lock the newcomer's open waits for: its pause ends on
-                    # time; a worker stopped at a crash point inside a transaction holds the write lock
-                    # until it is killed, so the others' messages are handled meanwhile too
-                    self._resume_due(time.monotonic())
-                    self._heal_due(time.monotonic())
-                    self._pump(0)
-                    continue
-                try:
-                    msg = proc.conn.recv()
-                except (EOFError, OSError):
-                    raise ChaosError(f"campaign process {proc.name} died while starting") from None
-                if msg.get("event") == "ready":
-                    proc.starting = False
-                    break
-                if msg.get("event") == "error":
-                    raise ChaosError(f"{proc.name}: {msg.get('message')}")
-                self._event(proc, msg)
+        while any(p.starting and not p.dead for p in procs):
+            if time.monotonic() > end:
+                slow = next(p for p in procs if p.starting and not p.dead)
+                nemesis.kill(slow.pid)
+                raise ChaosError(f"campaign process {slow.name} did not start within {timeout:g}s")
+            # a paused worker may hold a lock the newcomer's open waits for: its pause ends on
+            # time; a worker stopped at a crash point inside a transaction holds the write lock
+            # until it is killed, so the others' messages are handled meanwhile too
+            now = time.monotonic()
+            self._resume_due(now)
+            self._takeovers_due(now, act=False)
+            self._heal_due(now)
+            self._pump(0.05)
+
+    def _started(self, proc: _Proc) -> None:
+        proc.starting = False
+        if proc.on_ready == "go":
+            proc.conn.send({"cmd": "go"})
+
+    def _start_failed(self, proc: _Proc, why: str) -> None:
+        """A process that could not start: a reopen is a note; any other ends the campaign."""
+        proc.dead = True
+        if proc.role == "reopen":
+            nemesis.kill(proc.pid)
+            self.notes.append(f"reopen: {why}")
+            return
+        raise ChaosError(why)
+
+    def _starting_due(self, now: float) -> None:
+        for proc in self.procs:
+            if proc.starting and not proc.dead and now > proc.start_by:
+                nemesis.kill(proc.pid)
+                self._start_failed(proc, f"campaign process {proc.name} did not start in time")
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> SafetyResult:
@@ -837,6 +1035,7 @@ class _Campaign:
         if not self.durable and "reopen" in p.faults:
             self.notes.append("reopen not run: the adapter is not durable (a new process would see a fresh ledger)")
         plan = nemesis.plan(p.seed, [f for f in p.faults if self.durable or f != "reopen"], active, points=self.points,
+                            min_each=p.min_each,
                             gap=(nemesis.GAP[0] * max(1.0, self.lapse_real), nemesis.GAP[1] * max(1.0, self.lapse_real)))
         self.schedule = [f.as_dict() for f in plan]
         self._meta()
@@ -845,7 +1044,9 @@ class _Campaign:
             main = [self._spawn("producer", "producer", [self._producer_actor()]),
                     self._spawn("monitor", "monitor", [self._monitor_actor()])]
             self.monitor = main[1]
-            self._ready(workers + main)
+            if "reopen" in p.faults:
+                self._spare_reopen()
+            self._ready(workers + main + [x for x in self.procs if x.role == "reopen"])
         else:
             actors = [self._worker_actor() for _ in range(p.workers)] + [self._producer_actor(), self._monitor_actor()]
             self.monitor = self._spawn("solo", "solo", actors)
@@ -868,6 +1069,7 @@ class _Campaign:
         final = self._final()
         elapsed = time.monotonic() - started
         history = self._finish_history()
+        self._unreached()
         work_s = t_active + t_quiet
         result = SafetyResult(
             address=self.address, adapter={"name": self.hs.get("name"), "version": self.hs.get("version"),
@@ -877,8 +1079,23 @@ class _Campaign:
             out_dir=self.out if p.record else None, elapsed=round(elapsed, 3), ops=self.ops_done,
             ops_per_s=round(self.ops_done / work_s, 1) if work_s > 0 else 0.0, created=len(self.created),
             nemesis=dict(self.counts), schedule=self.schedule, final=final, notes=self.notes[:MAX_NOTES],
-            timings={"setup_s": round(t_setup, 3), "active_s": round(t_active, 3), "quiet_s": round(t_quiet, 3)})
+            timings={"setup_s": round(t_setup, 3), "active_s": round(t_active, 3), "quiet_s": round(t_quiet, 3)},
+            missing=list(self.missing), takeovers={"planned": self.n_takeovers, **self.takeover_paths,
+                                                   "missed": self.counts["takeover_missed"],
+                                                   "void": self.counts["takeover_void"]})
         return result
+
+    def _unreached(self) -> None:
+        """What the campaign itself knows it did not reach (the checker finds more in the history)."""
+        asked, granted = claim_counts(self.flags, self.n_slots)
+        if not self.created:
+            self.missing.insert(0, "no item was created: every create was refused or had no answer")
+        elif not granted:
+            self.missing.insert(0, f"{NO_GRANT}: {asked} claim{'s' if asked != 1 else ''} asked, none handed one out")
+        n = self.n_takeovers - self.counts["takeover_void"]
+        if n and not self.counts["takeover"]:
+            self.missing.append(f"none of the {n} planned takeover{'s' if n != 1 else ''} happened: no other worker "
+                                f"took a paused holder's item within {self.takeover_net:.1f}s of its pause")
 
     def _heal_due(self, now: float) -> None:
         for item in [h for h in self.heals if h[0] <= now]:
@@ -898,14 +1115,16 @@ class _Campaign:
         todo = list(plan)
         resumes = self.resumes
         active = self.p.active_s()
-        pause_s = self.lapse_real * 1.4 + 0.2
+        pause_s = self.pause_s
         last_progress = 0.0
         while True:
             now = time.monotonic()
             el = now - a0
             # the phase ends once its time is up, every planned fault was done (one that waited for
-            # a holder may come late) and every pause has lasted its full length
-            if el >= active and ((self.produced and not todo and not resumes and not self.heals) or el >= active * 3):
+            # a holder may come late), every pause has lasted its full length and every takeover
+            # happened (or its safety net ran out)
+            if el >= active and ((self.produced and not todo and not resumes and not self.heals and not self.takeovers)
+                                 or el >= active * 3):
                 if not self.produced:
                     self.notes.append("the producer had not created every item when the nemesis stopped")
                 if todo:
@@ -914,23 +1133,31 @@ class _Campaign:
             if now - started > self.p.time_limit * 0.7:
                 self.notes.append(f"time limit: the nemesis stopped after {el:.1f}s")
                 break
+            # a takeover waits for another worker's claim: look at the shared map often
+            watching = [now + 0.005] if self.takeovers else []
             nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes]
-                      + [t for t, _ in self.heals] + [now + 0.05])
+                      + [t for t, _ in self.heals] + watching + [now + 0.05])
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
+            self._starting_due(now)
+            self._takeovers_due(now)
             self._resume_due(now)
             self._heal_due(now)
             self._disarm_due(now)
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
                 late = now - (a0 + f.at)
-                if not self._fault(f, pause_s, resumes, may_wait=late < HOLDER_WAIT):
+                # a pause and a reopen wait longer for a holder: it is what they take from
+                wait = max(HOLDER_WAIT, 2 * self.lapse_real) if f.fault in ("pause", "reopen") else HOLDER_WAIT
+                if not self._fault(f, pause_s, resumes, may_wait=late < wait):
                     break  # nobody holds work yet: this fault waits a little for a holder
                 todo.pop(0)
             if self.progress is not None and now - last_progress > 0.25:
                 last_progress = now
                 self.progress(len(plan) - len(todo), len(plan), {"phase": "nemesis", "created": len(self.created),
                                                                   **self.counts})
+        for t in list(self.takeovers):
+            self._no_takeover(t, "the nemesis phase ended first")
         for _, who in list(resumes):
             self._resume(who)
         resumes.clear()
@@ -956,15 +1183,20 @@ class _Campaign:
         if not self.durable:
             self._logical_fault(f, pause_s, resumes)
             return True
-        cands = [p for p in self._workers() if not p.paused and p.armed is None]
+        now = time.monotonic()
+        cands = [p for p in self._workers() if not p.paused and p.armed is None and not p.starting
+                 and p.spared_until <= now]
         holders = [p for p in cands if self.flags[p.slot]]
+        if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
+            holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
         if may_wait and not holders and not (f.fault == "kill" and f.point):
             return False
         if f.fault == "reopen":
-            self._reopen()
-            return True
+            return self._reopen()
         if f.fault == "partition":
             return self._partition(f, holders, may_wait)
+        if f.fault == "pause" and len(cands) < 2 and may_wait:
+            return False  # another worker must be free to take the item over: wait for a pause to end
         if not cands or (f.fault == "pause" and len(cands) < 2):
             self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
             return True
@@ -983,13 +1215,154 @@ class _Campaign:
             self._kill(victim, None)
         elif f.fault == "pause":
             nemesis.pause(victim.pid)
-            if self.flags[victim.slot] == IN_EFFECT:  # stopped inside the effect section: let go, try again
+            state = self.flags[victim.slot]
+            # stopped inside the effect section, or holding work inside a call to the adapter
+            # (which may hold a lock the takeover would wait on): let go, try again
+            if state == IN_EFFECT or (state in (HOLDING, EFFECT_DONE) and self.flags[CALL0 + victim.slot]):
                 nemesis.resume(victim.pid)
                 return False
             victim.paused = True
             self._record("pause", victim.name)
-            resumes.append((time.monotonic() + pause_s, victim))
+            key = held_key(self.flags, victim.slot) if state in (HOLDING, EFFECT_DONE) else b""
+            if not (key and self._plan_takeover(victim, victim.name, key, victim.slot)):
+                resumes.append((time.monotonic() + pause_s, victim))
         return True
+
+    # -- takeovers: a paused holder's item goes to another worker before the holder goes on
+    def _plan_takeover(self, victim: _Proc | str, name: str, key: bytes, slot: int) -> bool:
+        """Watch the paused holder's item; the holder stays paused until another worker's claim
+        got it (or the safety net runs out).  Which path moves the item: see _takeover_path."""
+        f = self.flags
+        watch = next((i for i in range(WATCHES) if not f[WATCH0 + i * WATCH_BYTES + 4]), None)
+        if watch is None:
+            return False
+        off = WATCH0 + watch * WATCH_BYTES
+        struct.pack_into("<i", f, off, 0)
+        f[off + 5:off + 4 + len(key)] = key[1:]
+        f[off + 4] = key[0]  # the length byte last: a worker never matches a half-written key
+        now = time.monotonic()
+        self.n_takeovers += 1
+        lapsed = now + self._lapses_in(slot)
+        self.takeovers.append(_Takeover(victim, name, key, self._takeover_path(), now, lapsed,
+                                        now + self.takeover_net, watch, seq=self.n_takeovers, next_op=lapsed))
+        return True
+
+    def _lapses_in(self, slot: int) -> float:
+        """Real seconds until the lease of the item a paused worker holds has lapsed (its expiry
+        + grace, by the ledger's time), and a little more; at most ttl + grace from now (it was
+        last extended before the pause), the same when the ledger gave no expiry."""
+        most = self.lapse_real * 1.05 + 0.02
+        exp = struct.unpack_from("<d", self.flags, EXP0 + 8 * slot)[0] if 0 <= slot < FLAG_SLOTS else math.nan
+        if math.isnan(exp):
+            return most
+        grace = self.grace * (self.p.wall_scale if self.wall else 1.0)
+        left = (exp + grace - self.tb.now()) / self.tb.speedup
+        return min(most, max(0.0, left) + self.lapse_real * 0.02 + 0.005)
+
+    def _takeover_path(self) -> str:
+        """The declared reclaim chooses the path, never whether a holder is displaced: under
+        ``operator`` and ``never`` the operator's recovery moves the item (recover if offered,
+        else expire + requeue); under ``lease`` the lease's lapse does (the monitor's operations
+        and the claims), and every other takeover the operator's recovery when the adapter has
+        one.  An adapter with no operator recovery leaves every item to time."""
+        if self.operator_offered is False:
+            return "time"
+        if self.declared.reclaim != "lease":
+            return "operator"
+        return "operator" if self.n_takeovers % 2 == 0 else "time"
+
+    def _takeovers_due(self, now: float, act: bool = True) -> None:
+        if self.operating is not None and "takeover" in self.monitor.replies:
+            self._operated(self.monitor.replies.pop("takeover"))
+        if not self.takeovers:
+            return
+        for t in list(self.takeovers):
+            taker = struct.unpack_from("<i", self.flags, WATCH0 + t.watch * WATCH_BYTES)[0]
+            if taker and (self.operating is None or not self.operating[1] or now >= t.deadline):
+                self._took_over(t, taker - 1)
+            elif taker:
+                continue  # the operator's answer is on its way: it says whether its recovery moved the item
+            elif now >= t.deadline:
+                self._no_takeover(t, f"no other worker took it within {self.takeover_net:.1f}s of the pause")
+        if act and self.operating is None and any(now >= t.next_op for t in self.takeovers):
+            self._operate(now)
+
+    def _operate(self, now: float) -> None:
+        """Send the operator to the paused holders due a visit: its recovery, when one waits on it
+        (operator path, item not moved yet), then a read of every due item (an item finished
+        meanwhile, by a write a broken ledger let through, can no longer be taken over).  The
+        answer is awaited in the loop, never here: the operator's call may wait on a lock the
+        paused holder keeps (a ledger that locks an item while it is worked on), and only the
+        safety net, letting the holder go, ends that wait."""
+        due = [t for t in self.takeovers if now >= t.next_op]
+        recover = any(t.path == "operator" and t.moved_by is None for t in due)
+        self.monitor.replies.pop("takeover", None)
+        self.monitor.conn.send({"cmd": "takeover", "recover": recover, "ids": sorted({t.work_id for t in due})})
+        self.operating = (now, recover, {t.seq for t in due})
+
+    def _operated(self, reply: Mapping[str, Any]) -> None:
+        assert self.operating is not None
+        _sent, recover, visited = self.operating
+        self.operating = None
+        actions, status = reply.get("actions"), reply.get("status") or {}
+        if actions is None:
+            self.operator_offered = False
+            self.notes.append("the adapter offers no operator recovery (neither recover nor expire): paused "
+                              "holders' items were left to their leases' lapse")
+            for t in self.takeovers:
+                t.path = "time"
+            actions = []
+        elif recover:
+            self.operator_offered = True
+        named: dict[bytes, list[str]] = {}
+        for a in actions:
+            for wid in a.get("work_ids") or []:
+                named.setdefault(item_key(wid), []).append(str(a.get("op")))
+        terminal = set(self.spec.terminal_statuses)
+        later = time.monotonic()
+        for t in list(self.takeovers):
+            if t.path == "operator" and t.moved_by is None and t.key in named:
+                t.moved_by = " + ".join(dict.fromkeys(named[t.key]))
+            if t.seq not in visited:
+                continue
+            if status.get(t.work_id) in terminal:
+                self._void_takeover(t, str(status[t.work_id]))
+                continue
+            # the operator comes back until its recovery names the item (the ledger's own clock
+            # may not have let the lease lapse yet); on the time path it only looks now and then
+            waiting = t.path == "operator" and t.moved_by is None
+            t.next_op = later + (max(0.02, self.lapse_real / 8) if waiting else max(0.1, self.lapse_real / 2))
+
+    def _took_over(self, t: _Takeover, slot: int) -> None:
+        path = "operator" if t.moved_by else "time"
+        by = self.slot_names.get(slot, f"slot {slot}")
+        point: dict[str, Any] = {"work_id": t.work_id, "by": by, "path": path}
+        if t.moved_by:
+            point["action"] = t.moved_by
+        self._record("takeover", t.name, point)
+        self.takeover_paths[path] = self.takeover_paths.get(path, 0) + 1
+        self._end_takeover(t)
+
+    def _void_takeover(self, t: _Takeover, status: str) -> None:
+        """The paused holder's item was finished by another write while it was paused: there is
+        nothing left to take over (the holder's late writes still reach the ledger)."""
+        self.counts["takeover_void"] += 1
+        self.notes.append(f"takeover of {t.work_id} from {t.name} not possible: the item was already {status} "
+                          "(another write finished it while its holder was paused)")
+        self._end_takeover(t)
+
+    def _no_takeover(self, t: _Takeover, why: str) -> None:
+        self.counts["takeover_missed"] += 1
+        moved = f"; the operator's {t.moved_by} had moved it" if t.moved_by else ""
+        self.notes.append(f"takeover of {t.work_id} from {t.name} did not happen ({t.path} path{moved}): {why}")
+        self._end_takeover(t)
+
+    def _end_takeover(self, t: _Takeover) -> None:
+        self.flags[WATCH0 + t.watch * WATCH_BYTES + 4] = 0
+        self.takeovers.remove(t)
+        self._resume(t.victim)
+        if isinstance(t.victim, _Proc):  # its late writes come next: no fault takes it before they do
+            t.victim.spared_until = time.monotonic() + max(0.3, self.lapse_real / 2)
 
     def _partition(self, f: nemesis.Fault, holders: list[_Proc], may_wait: bool) -> bool:
         """Cut off the host of a worker that holds work, preferring one whose effect is done (its
@@ -1019,9 +1392,8 @@ class _Campaign:
         solo = self.monitor
         if f.fault == "kill":
             solo.conn.send({"cmd": "kill_actor", "pick": f.pick, "replacement": self._worker_actor()})
-        elif f.fault == "pause":
-            solo.conn.send({"cmd": "pause_actor", "pick": f.pick, "seconds": pause_s})
-            resumes.append((time.monotonic() + pause_s, "?"))
+        elif f.fault == "pause":  # the controller ends it (see the "paused" event); the seconds are a backstop
+            solo.conn.send({"cmd": "pause_actor", "pick": f.pick, "seconds": pause_s + self.takeover_net + 5.0})
 
     def _kill(self, victim: _Proc, point: str | None) -> None:
         nemesis.kill(victim.pid)
@@ -1046,14 +1418,15 @@ class _Campaign:
                     break
                 self.n_slots += 1
                 a["slot"] = self.n_slots
+        self.slot_names[a["slot"]] = a["name"]
         proc = self._spawn(a["name"], "worker", [a], a["slot"])
-        self._ready([proc])
-        proc.conn.send({"cmd": "go"})
+        proc.on_ready = "go"  # the campaign goes on meanwhile: a newcomer's start may take a second
         self.counts["replaced"] += 1
 
     def _resume(self, who: _Proc | str) -> None:
-        if isinstance(who, str):  # a logical pause ends by itself; record when it does
-            self._record("resume", self.logical_paused.pop(0) if self.logical_paused else None)
+        if isinstance(who, str):  # a logical worker in the one process
+            self.monitor.conn.send({"cmd": "resume_actor", "name": who})
+            self._record("resume", who)
             return
         if who.dead:
             return
@@ -1061,16 +1434,25 @@ class _Campaign:
         who.paused = False
         self._record("resume", who.name)
 
-    def _reopen(self) -> None:
+    def _spare_reopen(self) -> None:
+        """Start the process the next reopen uses: loaded and waiting, so the reopen lands when due."""
         name = self._name("reopen")
-        self._record("reopen", name)
         proc = self._spawn(name, "reopen", [], slot=0)  # slot 0: it makes no counted operation
-        try:
-            self._ready([proc], timeout=30.0)
-        except ChaosError as exc:
-            self.notes.append(f"reopen: {exc}")
-        proc.conn.send({"cmd": "exit"})
-        proc.dead = True
+        proc.start_by = time.monotonic() + 30.0
+
+    def _reopen(self) -> bool:
+        """A new process opens the ledger now (False: its process is still starting; try again)."""
+        spare = next((p for p in self.procs if p.role == "reopen" and not p.dead and not p.opened), None)
+        if spare is None:
+            self._spare_reopen()
+            return False
+        if spare.starting:
+            return False
+        spare.opened = True
+        spare.conn.send({"cmd": "open"})
+        self._record("reopen", spare.name)
+        self._spare_reopen()  # the next one, loaded meanwhile
+        return True
 
     def _disarm(self, proc: _Proc) -> None:
         proc.armed = None
@@ -1085,7 +1467,7 @@ class _Campaign:
                 self._disarm(proc)
 
     def _pump(self, timeout: float) -> None:
-        live = [p for p in self.procs if not p.dead and not p.starting]
+        live = [p for p in self.procs if not p.dead]
         by_conn = {id(p.conn): p for p in live}
         try:
             ready = wait_conns([p.conn for p in live], timeout)
@@ -1093,17 +1475,26 @@ class _Campaign:
             ready = []
         for c in ready:
             proc = by_conn.get(id(c))
-            if proc is None or proc.dead or proc.starting:
+            if proc is None or proc.dead:
                 continue
             try:
-                # handling an earlier message may have read this one already (a kill starts a
-                # newcomer, and _ready reads the others' messages while it waits): never block here
+                # handling an earlier message may have read this one already: never block here
                 if not c.poll():
                     continue
                 msg = c.recv()
             except (EOFError, OSError):
-                self._died(proc)
+                if proc.starting:
+                    self._start_failed(proc, f"campaign process {proc.name} died while starting")
+                else:
+                    self._died(proc)
                 continue
+            if proc.starting:
+                if msg.get("event") == "ready":
+                    self._started(proc)
+                    continue
+                if msg.get("event") == "error":
+                    self._start_failed(proc, f"{proc.name}: {msg.get('message')}")
+                    continue
             self._event(proc, msg)
 
     def _died(self, proc: _Proc) -> None:
@@ -1130,12 +1521,20 @@ class _Campaign:
             self.notes.append(f"{proc.name}: {msg.get('message')}")
         elif ev == "stopped":
             proc.stopped = True
+        elif ev == "opened":  # a reopen process opened the ledger: it leaves
+            if not msg.get("ok"):
+                self.notes.append(f"reopen: {proc.name}: reset on the shared ledger failed: {msg.get('message')}")
+            proc.conn.send({"cmd": "exit"})
+            proc.dead = True
         elif ev == "killed":
             self._record("kill", msg.get("process"))
             self.counts["replaced"] += 1
         elif ev == "paused":
-            self._record("pause", msg.get("process"))
-            self.logical_paused.append(str(msg.get("process")))
+            name = str(msg.get("process"))
+            self._record("pause", name)
+            key = bytes.fromhex(msg["key"]) if msg.get("key") else b""
+            if not (key and self._plan_takeover(name, name, key, int(msg.get("slot", -1)))):
+                self.resumes.append((time.monotonic() + self.pause_s, name))
         elif ev == "fault_skipped":
             self.notes.append(f"{msg.get('fault')} skipped: no worker to do it to")
         elif "reply" in msg:
@@ -1151,10 +1550,11 @@ class _Campaign:
             self._pump(0.05)
         return proc.replies.pop(cmd)
 
-    def _left(self) -> int:
+    def _left(self) -> dict[str, int]:
+        """The census: items by status that are neither terminal nor quarantined."""
         counts = self._ask(self.monitor, "count")["counts"]
         terminal = set(self.spec.terminal_statuses) | {"quarantined"}
-        return sum(n for k, n in counts.items() if k not in terminal)
+        return {k: n for k, n in sorted(counts.items()) if k not in terminal and n}
 
     def _quiet(self, started: float) -> None:
         q0 = time.monotonic()
@@ -1164,23 +1564,37 @@ class _Campaign:
         self.recovery = {"path": self.declared.reclaim, "actions": [],
                          "monitor": self.monitor_ops if self.declared.reclaim == "lease" else []}
         last = 0.0
+        left: dict[str, int] | None = None
         while True:
             self._pump(0.05)
             el = time.monotonic() - q0
             if not operator_done and el >= self.lapse_real * 1.2:
-                self.recovery["actions"] = list(self._ask(self.monitor, "operator")["actions"])
+                self.recovery["actions"] = list(self._ask(self.monitor, "operator")["actions"] or [])
                 operator_done = True
             if el >= max_q or time.monotonic() - started > self.p.time_limit:
-                self.notes.append(f"quiet period ended after {el:.1f}s with work left")
+                left = self._left() if left is None or el >= max_q else left
+                if not left:
+                    return
+                what = ", ".join(f"{k} {n}" for k, n in left.items())
+                n = sum(left.values())
+                self.notes.append(f"quiet period ended after {el:.1f}s with work left ({what})")
+                self.missing.append(f"the quiet period ended after {el:.1f}s with {n} item{'s' if n != 1 else ''} "
+                                    f"not finished ({what}): the run did not reach its end state")
                 return
             if operator_done and el >= min_q and time.monotonic() - last > 0.15:
                 last = time.monotonic()
-                if self._left() == 0:
+                left = self._left()
+                if not left:
                     return
             if self.progress is not None:
                 self.progress(0, None, {"phase": "quiet", "created": len(self.created), **self.counts})
 
     def _stop(self) -> None:
+        self._ready([p for p in self.procs if p.starting and not p.dead])  # a late newcomer: told to go first
+        for p in self.procs:
+            if p.role == "reopen" and not p.dead:  # a spare that was not needed (or one opening still)
+                p.conn.send({"cmd": "exit"})
+                p.dead = True
         order = [p for p in self.procs if not p.dead and p is not self.monitor] + [self.monitor]
         for proc in order:
             proc.conn.send({"cmd": "stop"})
@@ -1194,7 +1608,7 @@ class _Campaign:
                         p.dead = True
                 break
             self._pump(0.05)
-        self.ops_done = sum(struct.unpack_from("<Q", self.flags, FLAG_SLOTS + 8 * i)[0] for i in range(self.n_slots + 1))
+        self.ops_done = sum(struct.unpack_from("<Q", self.flags, OPS0 + 8 * i)[0] for i in range(self.n_slots + 1))
 
     def _final(self) -> dict[str, int]:
         reply = self._ask(self.monitor, "final", ids=sorted(self.created))
@@ -1314,18 +1728,31 @@ def _resolved(address: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ checking
-def check_history(path: str) -> Any:
-    """Run the offline checker (chaos/anomalies.py) on a history file; its Verdict."""
+def check_history(path: str, spec: Spec | None = None) -> Any:
+    """Run the offline checker (chaos/anomalies.py) on a history file under the contract the
+    campaign ran with (its statuses and operation roles); its Verdict."""
     from .anomalies import check
     from .history import load_history
 
-    return check(load_history(path))
+    return check(load_history(path), spec)
 
 
 def attach_verdict(result: SafetyResult, verdict: Any) -> SafetyResult:
-    """Put the checker's anomalies and observations into a campaign result."""
+    """Put the checker's anomalies, observations and coverage into a campaign result.  What the
+    campaign itself knows it did not reach (``result.missing`` before this call) joins the
+    checker's ``missing``, in the result and in ``verdict`` itself (so a rendering of the verdict
+    says it too).  The result's verdict: "fail" with any anomaly, else "inconclusive" when
+    anything is missing, else "pass"."""
     result.anomalies = _anomaly_dicts(verdict)
     result.observations = _observations(verdict)
+    result.coverage = dict(verdict.coverage)
+    # the campaign's own lines, but for what the checker's coverage already says (it counts the
+    # claims that completed ok; the campaign, how many were asked, when none handed out an item)
+    own = [m for m in result.missing if m not in verdict.missing
+           and not (m.startswith(NO_GRANT) and verdict.coverage.get("claim_ok") == 0)]
+    verdict.missing.extend(own)
+    result.missing = list(verdict.missing)
+    result.verdict = "fail" if result.anomalies else "inconclusive" if result.missing else "pass"
     result.checked = True
     return result
 
@@ -1344,12 +1771,13 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
                  time_limit: float = 120.0, duration: float | None = None, lapse: float = 0.8,
                  wall_scale: float = 0.01, record: bool = True, check: bool = True,
                  latency: tuple[float, float] = (0.01, 0.08), renew_p: float = 0.3, fail_p: float = 0.1,
-                 op_timeout: float = 30.0, progress: Progress | None = None,
+                 op_timeout: float = 30.0, progress: Progress | None = None, min_each: int = 1,
                  tmp_root: str | None = None, hosts: Any = None,
                  reset: Mapping[str, Any] | None = None) -> SafetyResult:
     """Run one safety campaign against ``address`` and return its result.
 
-    ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"); ``partition``
+    ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"), each done at
+    least ``min_each`` times when the duration allows; ``partition``
     needs ``hosts``, a created :class:`~ledgercheck.chaos.hosts.HostNet` whose namespaces the workers
     run in (round robin); ``reset`` adds keys to every process's ``reset`` (a ``server_dsn`` the
     hosts reach, for a ledger on a database server).  ``out_dir`` receives
@@ -1368,7 +1796,7 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
     if "partition" in fault_set and (hosts is None or not hosts.hosts):
         raise ChaosError("the partition fault needs workers on hosts (network namespaces): pass hosts, "
                          "or leave partition out of the faults")
-    params = SafetyParams(workers=workers, items=items, seed=seed, faults=fault_set,
+    params = SafetyParams(workers=workers, items=items, seed=seed, faults=fault_set, min_each=min_each,
                           duration=duration, time_limit=time_limit, lapse=lapse, wall_scale=wall_scale,
                           latency=latency, renew_p=renew_p, fail_p=fail_p, record=record, op_timeout=op_timeout,
                           hosts=hosts, reset_extra=dict(reset or {}))
@@ -1380,5 +1808,5 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
         if not record:
             shutil.rmtree(camp.out, ignore_errors=True)
     if record and check and result.history:
-        attach_verdict(result, check_history(result.history))
+        attach_verdict(result, check_history(result.history, spec))
     return result

@@ -8,8 +8,12 @@ Where namespaces cannot be made the command says why in one line and exits 2, un
 ``LEDGERCHECK_ALLOW_NO_NETNS=1``: then every worker runs on this host, without the partition fault,
 and a note says so.
 
-Exit status: 0 when the recorded history shows no anomaly, 1 when it shows at least one, 2 for
-bad input (an unknown fault, an unusable adapter or output directory, a bad contract).
+Exit status: 0 when the recorded history shows no anomaly and the run reached what it must (a
+claim handed out and completed, a live holder displaced, the history complete, ...: the checker's
+coverage and the campaign's own), 1 when it shows at least one anomaly, 2 for bad input (an
+unknown fault, an unusable adapter or output directory, a bad contract) and for an INCONCLUSIVE
+run: no anomaly, but something that must be reached was not ("verdict: INCONCLUSIVE: ..." says
+what).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from ledgercheck.reports.text import shown, shown_line
 
 from .commands import Progress, _spec, writable_dir
 from .points import ChaosError
@@ -87,6 +93,26 @@ def _check_out(path: str | None) -> None:
 
 
 def cmd_safety(args: argparse.Namespace) -> int:
+    """The campaign; a folder named with --out is held for the run, so two campaigns never write
+    their processes' history files into one folder (reports/outdirs.py)."""
+    if args.out is None:
+        return _safety(args)
+    from ledgercheck.reports.outdirs import FolderBusy, held
+
+    try:
+        _check_out(args.out)
+        hold = held(args.out, "safety campaign")
+        hold.__enter__()
+    except (ChaosError, FolderBusy) as exc:
+        print(f"ledgercheck safety: {'' if isinstance(exc, ChaosError) else '--out '}{exc}", file=sys.stderr)
+        return 2
+    try:
+        return _safety(args)
+    finally:
+        hold.__exit__(None, None, None)
+
+
+def _safety(args: argparse.Namespace) -> int:
     from .history import load_history
     from .history_commands import render
     from .nemesis import parse_faults
@@ -119,11 +145,11 @@ def cmd_safety(args: argparse.Namespace) -> int:
         progress.close()
         if isinstance(exc, OSError) and not isinstance(exc, ChaosError):
             exc = ChaosError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
-        print(f"ledgercheck safety: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck safety: {exc}"), file=sys.stderr)
         return 2
     progress.close()
     assert result.history is not None
-    verdict = check_history(result.history)
+    verdict = check_history(result.history, spec)
     attach_verdict(result, verdict)
     doc = result.as_dict()
     with open(os.path.join(os.path.dirname(result.history), "safety.json"), "w", encoding="utf-8") as f:
@@ -131,10 +157,35 @@ def cmd_safety(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        print(summary(result))
+        # the adapter's name, version and answers are shown escaped, each line cut (reports/text.py)
+        print(shown(summary(result), max_lines=None))
         print()
-        print(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts))
-    return 1 if result.anomalies else 0
+        print(shown(_with_verdict_line(render(load_history(result.history), verdict, max_excerpts=args.max_excerpts),
+                                       result), max_lines=None))
+    return EXIT[result.verdict or "fail"]
+
+
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 2}
+
+
+def verdict_line(r: Any) -> str:
+    """The campaign's verdict in one line: its anomalies, else what it did not reach, else none."""
+    n = len(r.anomalies or [])
+    if n:
+        line = f"verdict: {n} anomal{'y' if n == 1 else 'ies'}"
+        return line + (f" (and not reached: {'; '.join(r.missing)})" if r.missing else "")
+    if r.missing:
+        return f"verdict: INCONCLUSIVE: {'; '.join(r.missing)}"
+    return "verdict: no anomaly"
+
+
+def _with_verdict_line(text: str, r: Any) -> str:
+    """The checker's rendering ends with its verdict line; the campaign's replaces it (the
+    campaign knows what it did not reach besides what the history shows)."""
+    lines = text.rstrip("\n").split("\n")
+    if lines and lines[-1].startswith("verdict:"):
+        lines.pop()
+    return "\n".join([*lines, verdict_line(r)])
 
 
 @contextmanager
@@ -185,11 +236,23 @@ def summary(r: Any) -> str:
         f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}"
         + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs)" if n.get("cut") else "") + "; "
         f"{_n(n.get('replaced', 0), 'worker')} replaced",
+        f"takeovers: {_takeovers(r)}",
         f"final read: {', '.join(f'{k} {v}' for k, v in r.final.items()) or 'nothing'}",
         f"history: {r.history}",
     ]
     lines += [f"note: {x}" for x in r.notes]
     return "\n".join(lines)
+
+
+def _takeovers(r: Any) -> str:
+    """How many paused holders lost their item to another worker, and by which path."""
+    t = r.takeovers or {}
+    planned = t.get("planned", 0) - t.get("void", 0)
+    done = t.get("operator", 0) + t.get("time", 0)
+    paths = ", ".join(f"{t[k]} by {'the operator' if k == 'operator' else 'lease lapse'}"
+                      for k in ("operator", "time") if t.get(k))
+    line = f"{done} of {planned} planned" + (f" ({paths})" if paths else "")
+    return line + (f"; {t['void']} item(s) finished by another write while the holder was paused" if t.get("void") else "")
 
 
 def _n(k: int, what: str) -> str:

@@ -12,9 +12,10 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
+
+from ledgercheck.reports.text import shown_line
 
 from .budgets import PROFILES
 
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="reference (default), python:MODULE:FACTORY, exec:COMMAND, or an installed adapter name")
     c.add_argument("--profile", default=None, metavar="NAMES", help="comma-separated profiles or profile sets, 'full' for the whole contract (default: every profile the adapter claims)")
     c.add_argument("--spec", action="append", default=[], metavar="FILE", help="contract file (repeat for overlays)")
-    c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: reports/out/<adapter>/<timestamp>)")
+    c.add_argument("--out", default=None, metavar="DIR", help="report directory (default: a new one per run, reports/out/<adapter>/<start time>-<suffix>)")
     c.add_argument("--hypothesis-profile", default="ci", choices=list(PROFILES), help="stateful test budget")
     c.add_argument("--seed", type=int, default=None, help="seed for the stateful tests (default: random, recorded)")
     c.add_argument("-n", "--workers", default=None, metavar="N", help="run on N processes (pytest-xdist), or 'auto'")
@@ -138,8 +139,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     from ledgercheck.transport.reaper import RUN_TAG, scratch_parent, sweep
 
-    if args.breaker < 0:
-        print("ledgercheck certify: --breaker must be 0 (never) or more", file=sys.stderr)
+    from .options import keyword_problem, option_problem
+
+    problem = option_problem(timeout=args.timeout, timeout_scale=args.timeout_scale, wall_scale=args.wall_scale,
+                             seed=args.seed, shard=args.shard, breaker=args.breaker, workers=args.workers) \
+        or keyword_problem(args.keyword) or _paths_problem(args)
+    if problem:
+        print(f"ledgercheck certify: {problem}", file=sys.stderr)
         return EXIT_ERROR
     tag = uuid.uuid4().hex
     old_tag = os.environ.get(RUN_TAG)
@@ -175,8 +181,27 @@ def cmd_certify(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+def _paths_problem(args: argparse.Namespace) -> str | None:
+    """The folders and files certify writes or reads, checked before anything runs."""
+    from ledgercheck.reports.text import terminal
+
+    for option, value in (("--out", args.out), ("--artifacts", args.artifacts)):
+        if value is None:
+            continue
+        if not value.strip():
+            return f"{option}: empty; name a folder"
+        if os.path.exists(value) and not os.path.isdir(value):
+            return f"{option} {terminal(value)}: not a folder"
+    if args.history is not None and os.path.isdir(args.history):
+        return f"--history {terminal(args.history)}: a folder, not a history file"
+    if args.artifact is not None and os.path.exists(args.artifact) and not os.path.isfile(args.artifact) \
+            and not os.path.isdir(args.artifact):  # (a folder: "cannot read", below)
+        # a device or a pipe could be read forever when the run hashes it
+        return f"--artifact {terminal(args.artifact)}: not a regular file"
+    return None
+
+
 def _certify(args: argparse.Namespace, seen: list[str]) -> int:
-    import pytest
     from ledgercheck.spec import SpecError, load_spec
     from ledgercheck.transport.client import AdapterError, connect
 
@@ -187,14 +212,22 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         for p in exc.problems:
             print(p, file=sys.stderr)
         return EXIT_ERROR
+    if args.profile:
+        from ledgercheck.reports.text import terminal
+
+        _, unknown = spec.expand_profiles(p.strip() for p in args.profile.split(",") if p.strip())
+        if unknown:
+            shown = terminal(", ".join(unknown))
+            print(f"ledgercheck certify: --profile: unknown profile(s) {shown[:200]}; the contract has "
+                  f"{', '.join(spec.profiles)}" + (f", and the profile set(s) {', '.join(spec.profile_sets)}"
+                                                   if spec.profile_sets else ""), file=sys.stderr)
+            return EXIT_ERROR
     try:
         probe = connect(args.adapter, spec, timeout=args.timeout * args.timeout_scale, startup_timeout=30 * args.timeout_scale)
         name = probe.handshake.get("name") or "adapter"
         probe.close()
     except AdapterError as exc:  # may carry the adapter's stderr: shown terminal-safe
-        from ledgercheck.reports.text import terminal
-
-        print(terminal(f"ledgercheck certify: {exc}"), file=sys.stderr)
+        print(shown_line(f"ledgercheck certify: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     if args.example_db:
         from .example_db import StoreError, check_store, parse_store
@@ -209,9 +242,26 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         print(f"ledgercheck certify: {problem}", file=sys.stderr)
         return EXIT_ERROR
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else Path("reports") / "out" / _slug(name) / stamp
-    out.mkdir(parents=True, exist_ok=True)
+    from contextlib import ExitStack
+
+    from ledgercheck.reports.outdirs import FolderBusy, held, new_run_folder
+
+    with ExitStack() as stack:
+        # a folder of its own: a new one per run by default, and a named one held for the run, so
+        # two runs never write (and record in the history) each other's files
+        try:
+            out = stack.enter_context(held(args.out if args.out else new_run_folder(Path("reports") / "out" / _slug(name)),
+                                           "certify run"))
+        except FolderBusy as exc:
+            print(f"ledgercheck certify: --out {exc}" if args.out else f"ledgercheck certify: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        return _run_suite(args, seen, out, seed)
+
+
+def _run_suite(args: argparse.Namespace, seen: list[str], out: Path, seed: int) -> int:
+    """The suite, its report in ``out`` (held by this run) and its history row."""
+    import pytest
+
     results = out / "results.json"
     if results.exists():
         results.unlink()
@@ -250,7 +300,13 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
         pyargs += ["-q", "--no-header", "-rN"] if not args.quiet else ["-qq", "--no-header", "-rN", "-p", "no:terminalprogress"]
         if args.json:
             pyargs += ["--capture=sys", "-qq"]
-        rc = pytest.main(pyargs)
+        if args.json:  # stdout carries the JSON summary alone: pytest's own lines go to stderr
+            from contextlib import redirect_stdout
+
+            with redirect_stdout(sys.stderr):
+                rc = pytest.main(pyargs)
+        else:
+            rc = pytest.main(pyargs)
     # the suite is over: an interrupt from here on is ignored, so the report it already decided
     # on (INCOMPLETE if it was stopped) is written whole
     _handle(signal.SIG_IGN)
@@ -274,17 +330,17 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
 
     paths, problem = record_run(history_path(args, out), doc, lambda since: write_bundle(doc, str(out), since=since))
     if problem:
-        print(f"ledgercheck certify: the run is not recorded in the history: {problem}", file=sys.stderr)
+        print(shown_line(f"ledgercheck certify: the run is not recorded in the history: {problem}"), file=sys.stderr)
     line = verdict_line(doc)
     if args.json:
         print(json.dumps({"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
                           "line": line, "files": paths, "seed": seed}, indent=2))
     else:
         print()
-        print(line)
+        print(shown_line(line))  # it may quote what the adapter said
         for key in ("html", "markdown", "junit", "results", "history"):
             if key in paths:
-                print(f"  {key:9} {paths[key]}")
+                print(shown_line(f"  {key:9} {paths[key]}"))
     return int(doc["exit_code"])
 
 
@@ -306,7 +362,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         doc = load_trace(args.trace)
     except TraceError as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     try:
         spec = load_spec(args.spec or None)
@@ -319,21 +375,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
         check_steps(doc, spec, args.trace)
         address = adapter_to_run(doc.get("adapter"), args.adapter, args.trace)
     except TraceError as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     warning = check_spec(doc, spec, args.trace)
     if warning:
-        print(f"ledgercheck replay: warning: {warning}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: warning: {warning}"), file=sys.stderr)
     try:
         client = connect(address, spec, timeout=args.timeout)
     except AdapterError as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     h = replay_harness(client, spec, doc)
     try:
         done = run_replay(h, doc, args.trace, time_limit=args.time_limit, steps_only=args.steps)
     except (TraceError, AdapterFailure) as exc:
-        print(f"ledgercheck replay: {exc}", file=sys.stderr)
+        print(shown_line(f"ledgercheck replay: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     finally:
         h.leave_directory()
@@ -348,12 +404,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     against = address if recorded in (None, address) else f"{address} (recorded against {recorded})"
     if args.json:
         print(json.dumps(summary, indent=2))
-    else:
-        print(done.headline(args.trace, against))
+    else:  # the adapter's answers and the trace's own words are shown escaped and cut
+        print(shown_line(done.headline(args.trace, against)))
         for v in found:
-            print(f"  {v}")
+            print(shown_line(f"  {v}"))
         if done.diverged:
-            print(f"  the replay left the recorded run at {done.diverged}")
+            print(shown_line(f"  the replay left the recorded run at {done.diverged}"))
         if done.inexact:
-            print(f"  {done.inexact}")
+            print(shown_line(f"  {done.inexact}"))
     return EXIT_FAILED if found else EXIT_ERROR if done.stopped else EXIT_CERTIFIED

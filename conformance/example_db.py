@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from ledgercheck.reports.text import terminal, without_secrets
 
 __all__ = ["ExampleStore", "StoreError", "check_store", "example_database", "parse_store"]
 
@@ -37,6 +38,14 @@ class ExampleStore:
     location: str  # the directory, or the redis URL as given
 
 
+MAX_DB = 2**31 - 1  # the largest Redis database index a URL may name
+
+
+def shown(value: str) -> str:
+    """A store as messages show it: its password (if any) as ``***``, control characters escaped."""
+    return terminal(without_secrets(value))
+
+
 def parse_store(value: str) -> ExampleStore:
     """``DIR`` or ``redis://HOST:PORT/DB``; refuses (StoreError) anything else that looks like a URL."""
     text = value.strip()
@@ -45,21 +54,27 @@ def parse_store(value: str) -> ExampleStore:
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
     if not scheme:
         return ExampleStore("directory", text)
+    name = shown(text)
     if scheme not in REDIS_SCHEMES:
-        raise StoreError(f"--ledger-example-db {text!r}: unknown scheme {scheme!r}; give a directory or "
+        raise StoreError(f"--ledger-example-db '{name}': unknown scheme '{terminal(scheme)[:20]}'; give a directory or "
                          "redis://HOST:PORT/DB")
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # "Invalid IPv6 URL" and the like
+        raise StoreError(f"--ledger-example-db '{name}': not a valid URL ({exc}); write redis://HOST:PORT/DB") from None
     try:
         port = parts.port
     except ValueError:
-        raise StoreError(f"--ledger-example-db {text!r}: the port is not a number from 1 to 65535") from None
+        raise StoreError(f"--ledger-example-db '{name}': the port is not a number from 1 to 65535") from None
     if not parts.hostname:
-        raise StoreError(f"--ledger-example-db {text!r}: no host; write redis://HOST:PORT/DB")
+        raise StoreError(f"--ledger-example-db '{name}': no host; write redis://HOST:PORT/DB")
     db = parts.path.strip("/")
-    if db and not db.isdigit():
-        raise StoreError(f"--ledger-example-db {text!r}: the database must be a number (redis://HOST:PORT/0), not {db!r}")
+    if db and not (db.isascii() and db.isdigit() and len(db) <= 10 and int(db) <= MAX_DB):
+        raise StoreError(f"--ledger-example-db '{name}': the database must be a number from 0 to {MAX_DB} "
+                         f"(redis://HOST:PORT/0), not '{terminal(db)[:40]}'")
     if port == 0:
-        raise StoreError(f"--ledger-example-db {text!r}: the port is not a number from 1 to 65535")
+        raise StoreError(f"--ledger-example-db '{name}': the port is not a number from 1 to 65535")
+    _redis_client(ExampleStore("redis", text)).close()  # its query settings (?socket_timeout=...) are checked now
     return ExampleStore("redis", text)
 
 
@@ -67,27 +82,31 @@ def _redis_client(store: ExampleStore):  # type: ignore[no-untyped-def]
     try:
         import redis
     except ImportError:
-        raise StoreError(f"--ledger-example-db {store.location}: a Redis store needs the redis package "
+        raise StoreError(f"--ledger-example-db {shown(store.location)}: a Redis store needs the redis package "
                          "(pip install 'hypothesis[redis]')") from None
-    return redis.Redis.from_url(store.location, socket_connect_timeout=5.0, socket_timeout=30.0)
+    try:
+        return redis.Redis.from_url(store.location, socket_connect_timeout=5.0, socket_timeout=30.0)
+    except (ValueError, TypeError) as exc:  # a setting in the query string it cannot read
+        raise StoreError(f"--ledger-example-db {shown(store.location)}: {terminal(without_secrets(exc))}") from None
 
 
 def check_store(store: ExampleStore) -> None:
     """Fail now, in one line, on a store that cannot be used: a directory that cannot be made, a Redis
-    server that does not answer."""
+    server that does not answer.  The messages never show the store's password."""
     if store.kind == "directory":
         try:
             Path(store.location).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"--ledger-example-db {store.location}: cannot use the directory: "
+            raise StoreError(f"--ledger-example-db {terminal(store.location)}: cannot use the directory: "
                              f"{exc.strerror or exc}") from None
         return
     client = _redis_client(store)
     try:
         client.ping()
     except Exception as exc:  # redis raises its own ConnectionError/ResponseError/AuthenticationError
-        raise StoreError(f"--ledger-example-db {store.location}: the Redis server does not answer: "
-                         f"{' '.join(str(exc).split())}") from None
+        why = " ".join(without_secrets(exc).split())
+        raise StoreError(f"--ledger-example-db {shown(store.location)}: the Redis server does not answer: "
+                         f"{terminal(why)}") from None
     finally:
         client.close()
 

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, rules
 from ledgercheck.spec.args import type_problem
 from ledgercheck.transport.client import Client
 from ledgercheck.transport.clock import (
@@ -151,6 +151,14 @@ class Harness:
         # test went on; it can no longer pass).  The plugin empties it before each test
         self.unoffered_here: list[str] = []
         self.coverage: set[tuple[str, str | None, bool]] = set()  # (operation, item status before, accepted)
+        # what the current test exercised, for the run's coverage (docs/results.md, "Coverage"), kept
+        # across the fresh ledgers of one test and handed to the plugin by take_exercised(): the
+        # transitions the implementation and the model agreed on, the transitions a call would have
+        # made that the implementation answered unsupported, each (status before, operation, accepted)
+        self.moved: set[tuple[str, str, str]] = set()
+        self.moves_unoffered: set[tuple[str, str, str]] = set()
+        self.calls: set[tuple[str | None, str, bool]] = set()
+        self._moves_by: dict[str, tuple[tuple[str, str, str], ...]] = {}  # operation -> its (from, op, to)
         self._selector_args: dict[str, tuple[tuple[str, str], ...]] = {}
         self._claimed: dict[str, bool] = {}  # operation -> claims(op), worked out once
         self._takes_now: dict[str, bool] = {}  # operation -> whether it takes a ``now`` argument
@@ -160,8 +168,9 @@ class Harness:
     # ------------------------------------------------------------------ lifecycle
     def start_case(self, clause: str, seed: int | None = None) -> None:
         """Get ready for one clause test, as the plugin runs it: a fresh ledger, the clause it
-        judges in focus, no operation found not offered yet."""
+        judges in focus, no operation found not offered yet, nothing exercised yet."""
         self.unoffered_here = []
+        self.take_exercised()
         self.fresh(seed=seed)
         self.focus = clause
 
@@ -231,6 +240,24 @@ class Harness:
         if self.record:
             self.trace.append({"op": "reopen", "args": {}, "outcome": outcome_summary(out)})
         self.recent.append(("reopen", None))
+        if not out.ok:
+            raise AdapterFailure("reset", out)
+
+    def reopen_here(self) -> None:
+        """Open the ledger again in the process that holds it: the same connection is reset a
+        second time with the same ``dir`` (docs/protocol.md: the reset sees what was committed
+        there "whether the reset comes to a new process or to this one").  The model and the
+        clock go on; the trace records a ``reopen_here`` step.  An adapter that answers the reset
+        ``unsupported`` or ``invalid_argument`` (it cannot honour the configuration) does not
+        offer it."""
+        if self.directory is None:
+            raise RuntimeError("reopen_here needs a ledger in a directory of its own (fresh(directory=...))")
+        out = self.client.reset(self._reset_config())
+        if self.record:
+            self.trace.append({"op": "reopen_here", "args": {}, "outcome": outcome_summary(out)})
+        self.recent.append(("reopen_here", None))
+        if not out.ok and out.definite and out.code in ("unsupported", "invalid_argument"):
+            raise NotOffered("reset naming the open dir again in the same process", f"{out.code}: {out.message}")
         if not out.ok:
             raise AdapterFailure("reset", out)
 
@@ -330,6 +357,8 @@ class Harness:
             else self.model.expect(op, args)
         form = self.variant(op, args)
         if self.note_unoffered and self.not_offered and variant_label(form) in self.not_offered:
+            if isinstance(exp, Accept):
+                self._note_unoffered_moves(op, before, form)
             return Outcome.error("unsupported", self.not_offered[variant_label(form)])  # asked before: not again
         out = self.client.call(op, **args)
         if op == "claim" and isinstance(args.get("work_id"), str) and not out.ok and out.code == "unsupported":
@@ -344,14 +373,17 @@ class Harness:
             self.trace.append({"op": op, "args": self.symbolize(args), "outcome": outcome_summary(out)})
         self.recent.append((op, args))
         self.coverage.add((op, before, out.ok))
+        self.calls.add((before, op, out.ok))
         if not out.ok and not out.definite:
             raise AdapterFailure(op, out)
         if not out.ok and out.code == "unsupported" and not (isinstance(exp, Refuse) and "unsupported" in exp.codes):
-            return self._unsupported(op, args, exp, form, out)
+            return self._unsupported(op, args, exp, form, out, before)
         self.offered.add(form)
         self.model.slack = max(0.0, self.clock.now() - args["now"]) if self.wall and type(args.get("now")) in (int, float) else 0.0
         found = self.model.settle(op, exp, out)
         self.model.slack = 0.0
+        if out.ok and self.model.touched:
+            self._note_moves(op, agreed=not found)
         if found and self.focus is None and all(v.clause in self._should for v in found):
             self.advisories += found  # the model has applied the answer; the run goes on
             found = []
@@ -369,6 +401,53 @@ class Harness:
             self.verify(*sorted(self.model.touched))
         if self.model.unresolved:
             self._resolve_receipts()
+        return out
+
+    def _note_moves(self, op: str, agreed: bool) -> None:
+        """The transitions ``op`` just made, as the model applied the implementation's answer: each
+        status change in the new events of the items it touched (a recovery that times work out
+        and requeues it makes two).  Where the model found the answer wrong (``agreed`` false: a
+        field, an event, the status itself), an item's moves count only when the implementation
+        holds it in the status they end in (read back once): the transition was made, and what is
+        wrong about it is its clauses' business."""
+        events, before = self.model.events, self.model._events_before
+        for wid in self.model.touched:
+            trail = events.get(wid)
+            if not trail:
+                continue
+            made = [(e.get("from_status"), op, e.get("to_status")) for e in trail[before.get(wid, len(trail)):]]
+            made = [m for m in made if m[0] is not None and m[2] is not None and m[0] != m[2]]
+            if not made:
+                continue
+            if not agreed:
+                try:
+                    got = self.raw("get", work_id=wid)
+                except AdapterFailure:
+                    continue
+                if not got.ok or not isinstance(got.value, dict) or got.value.get("status") != made[-1][2]:
+                    continue
+            self.moved.update(made)
+
+    def _note_unoffered_moves(self, op: str, before: str | None, form: tuple[str, frozenset[tuple[str, Any]]]) -> None:
+        """A call the contract expected to succeed was answered ``unsupported``: the transitions it
+        could have made (from the item's status, through ``op``; those whose target the variant
+        names, when it names one) are not offered."""
+        moves = self._moves_by.get(op)
+        if moves is None:
+            moves = self._moves_by[op] = tuple(m for m in rules.moves(self.spec) if m[1] == op)
+        cands = [m for m in moves if before is None or m[0] == before]
+        named = {v for _k, v in form[1]}
+        narrowed = [m for m in cands if m[2] in named or self.spec.statuses[m[2]].waiting_kind in named]
+        self.moves_unoffered.update(narrowed or cands)
+
+    def take_exercised(self) -> dict[str, list[str]]:
+        """What the harness exercised since the last call (the plugin's ``ledger_coverage``), and
+        start counting afresh: transitions as ``"from operation to"``, calls as ``"status
+        operation accepted|refused"`` (``-`` for a call that names no item)."""
+        out = {"transitions": [" ".join(m) for m in sorted(self.moved)],
+               "not_offered": [" ".join(m) for m in sorted(self.moves_unoffered - self.moved)],
+               "calls": sorted(f"{s or '-'} {op} {'accepted' if ok else 'refused'}" for s, op, ok in self.calls)}
+        self.moved, self.moves_unoffered, self.calls = set(), set(), set()
         return out
 
     def expected(self, op: str, args: Mapping[str, Any]) -> Any:
@@ -407,7 +486,7 @@ class Harness:
         return any(o == op and sel <= s for o, s in self.offered)
 
     def _unsupported(self, op: str, args: dict[str, Any], exp: Any, form: tuple[str, frozenset[tuple[str, Any]]],
-                     out: Outcome) -> Outcome:
+                     out: Outcome, before: str | None = None) -> Outcome:
         """An ``unsupported`` answer (docs/results.md, "Not offered"): the variant is not offered.
 
         * Where the contract demands a refusal of a variant this ledger has already answered
@@ -423,6 +502,8 @@ class Harness:
           :class:`NotOffered`.
         * A stateful run (``note_unoffered``) notes the variant and goes on with the answer."""
         label = variant_label(form)
+        if isinstance(exp, Accept):
+            self._note_unoffered_moves(op, before, form)
         if isinstance(exp, Refuse) and "unsupported" not in exp.codes and self._offers(form):
             found = self.model.keep([Violation(exp.clause, f"refused with 'unsupported' but the contract says "
                                                f"{'/'.join(sorted(exp.codes))} ({exp.why}); the implementation offers "

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.reports.text import terminal
+from ledgercheck.reports.text import shown_line, terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
 from ledgercheck.transport.client import AdapterError, Client, connect
 from ledgercheck.transport.clock import plain, scaled_document, scaled_spec
@@ -80,7 +80,7 @@ class LedgerSession:
             names, unknown = self.spec.expand_profiles(p.strip() for p in req.split(",") if p.strip())
             if unknown:
                 sets = "".join(f"; profile set {n} names {', '.join(s.profiles)}" for n, s in self.spec.profile_sets.items())
-                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {', '.join(unknown)}; the contract has "
+                raise pytest.UsageError(f"ledgercheck: unknown profile(s) {terminal(', '.join(unknown))[:200]}; the contract has "
                                         f"{', '.join(self.spec.profiles)}{sets}")
             self.requested = list(self.spec.profile_closure(names))
         else:
@@ -130,8 +130,13 @@ def pytest_configure(config: pytest.Config) -> None:
         if given:  # nothing would be tested: never a silent pass
             raise pytest.UsageError(f"ledgercheck: {', '.join(given)} given without --ledger-adapter ADDRESS (the adapter to test)")
         return
-    if int(_opt(config, "ledger_breaker")) < 0:
-        raise pytest.UsageError("ledgercheck: --ledger-breaker must be 0 (never) or more")
+    from .options import option_problem
+
+    problem = option_problem(timeout=_opt(config, "ledger_timeout"), timeout_scale=_opt(config, "ledger_timeout_scale"),
+                             wall_scale=_opt(config, "ledger_wall_scale"), seed=_opt(config, "ledger_seed"),
+                             shard=_opt(config, "ledger_shard"), breaker=_opt(config, "ledger_breaker"), prefix="--ledger-")
+    if problem:
+        raise pytest.UsageError(f"ledgercheck: {problem}")
     stop = config._ledger_stop = RunStop(breaker_after=int(_opt(config, "ledger_breaker")))  # type: ignore[attr-defined]
     stop.install(config)
     config._ledger_example_store = _example_store(config)  # type: ignore[attr-defined]
@@ -366,10 +371,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         new.append(SafetyItem.from_parent(root, name="safety::campaign"))
     shard = _opt(config, "ledger_shard")
     if shard:
-        m = re.fullmatch(r"(\d+)/(\d+)", shard)
-        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-            raise pytest.UsageError(f"ledgercheck: --ledger-shard must be K/N with 1 <= K <= N, not {shard!r}")
-        k, n = int(m.group(1)), int(m.group(2))
+        from .options import shard_of
+
+        k, n = shard_of(shard) or (1, 1)  # checked at configure time
         new = [it for it in new if int(hashlib.sha256(it.nodeid.encode()).hexdigest(), 16) % n == k - 1]
     known = sess.client.known_bugs if sess.client else {}
     for it in new:
@@ -430,6 +434,7 @@ class ClauseItem(LedgerItem):
             raise
         finally:
             self._note_side_findings(h)
+            self.user_properties.append(("ledger_coverage", h.take_exercised()))  # the run's coverage
         if h.unoffered_here:  # refusals answered unsupported: judged as far as they could be, no further
             self._not_offered(h.unoffered_here, "")
 
@@ -541,6 +546,7 @@ class StatefulItem(LedgerItem):
                 raise
         finally:
             self._note_advisories(h)
+            self.user_properties.append(("ledger_coverage", h.take_exercised()))  # the run's coverage
             if h.not_offered:
                 self.user_properties.append(("ledger_not_offered", sorted(h.not_offered)))
 
@@ -670,9 +676,47 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if isinstance(item, LedgerItem):
         rep = outcome.get_result()
         rep.user_properties = list(item.user_properties)
+        _terminal_safe(rep)
         stop: RunStop | None = getattr(item.config, "_ledger_stop", None)
         if stop is not None:
             stop.note(item, rep, call)
+
+
+def _terminal_safe(rep: pytest.TestReport) -> None:
+    """What a ledger test's report shows carries adapter text (error messages, captured output of
+    an in-process adapter, skip and known-bug reasons): escaped and cut (reports/text.py, ``shown``)
+    before pytest prints it, here and, under pytest-xdist, before the report leaves the worker."""
+    from ledgercheck.reports.text import recordable, shown, shown_line
+
+    # the properties travel to the results (and, under pytest-xdist, through execnet, which
+    # cannot carry a lone surrogate): each text fit for UTF-8 and cut (reports/text.py)
+    rep.user_properties = [(k, recordable(v)) for k, v in rep.user_properties]
+    lr = rep.longrepr
+    if isinstance(lr, tuple) and len(lr) == 3:  # a skip: (file, line, reason)
+        rep.longrepr = (lr[0], lr[1], shown_line(lr[2]))
+    elif lr is not None:
+        rep.longrepr = shown(str(lr))
+    rep.sections = [(title, shown(content)) for title, content in rep.sections]
+    if isinstance(getattr(rep, "wasxfail", None), str):
+        rep.wasxfail = shown_line(rep.wasxfail)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_warning_recorded(warning_message: Any, when: str, nodeid: str, location: Any) -> None:
+    """A warning raised while a ledger test ran (an in-process adapter's, a library's) is shown
+    escaped and cut in pytest's warnings summary, like the rest of the adapter's text."""
+    from ledgercheck.reports.text import LINE_LIMIT, shown
+
+    if not nodeid.startswith("ledgercheck::"):
+        return
+    msg = warning_message.message
+    text = str(msg)
+    safe = shown(text, limit=LINE_LIMIT // 2, max_lines=20)  # pytest prefixes a line with where it was raised
+    if safe != text:
+        try:
+            warning_message.message = type(msg)(safe) if isinstance(msg, Warning) else safe
+        except Exception:  # noqa: BLE001 - a warning class that does not take one string
+            warning_message.message = UserWarning(safe)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -681,7 +725,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     hs = sess.client.handshake
     return [
-        f"ledgercheck: adapter {sess.address} = {hs.get('name')} {hs.get('version')} ({sess.client.kind}, clock {sess.client.clock})",
+        terminal(f"ledgercheck: adapter {sess.address} = {_short(str(hs.get('name')), 80)} {_short(str(hs.get('version')), 40)} "
+                 f"({sess.client.kind}, clock {sess.client.clock})"),
         f"ledgercheck: contract {sess.spec.name} {sess.spec.version} sha256 {sess.spec.digest[:16]}; "
         f"claimed {', '.join(sess.claimed) or 'nothing'}; testing {', '.join(sess.requested) or 'nothing'}",
     ]
@@ -717,7 +762,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("ledgercheck: violations seen while testing other clauses")
     for nodeid, f in found:
         tag = f"known bug ({f['known_bug']})" if f.get("known_bug") else "FAILED"
-        terminalreporter.write_line(terminal(f"{tag} {f['clause']} (seen in {nodeid}): {f['messages'][0]}"))
+        terminalreporter.write_line(shown_line(f"{tag} {f['clause']} (seen in {nodeid}): {f['messages'][0]}"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -729,7 +774,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     config._ledger_incomplete = incomplete = incompleteness(config, session)  # type: ignore[attr-defined]
     if incomplete is not None:
-        print(f"ledgercheck: INCOMPLETE: {incomplete['message']}", file=sys.stderr, flush=True)
+        print(shown_line(f"ledgercheck: INCOMPLETE: {incomplete['message']}"), file=sys.stderr, flush=True)
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = pytest.ExitCode.INTERRUPTED
     path = _opt(config, "ledger_results")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledgercheck.reports.text import MESSAGE_LIMIT, recordable
 
 
 def _iso(t: float) -> str:
@@ -41,6 +42,8 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         e["replay"] = props.get("ledger_replay", e["replay"])
         e["counterexample"] = props.get("ledger_counterexample", e["counterexample"])
         e["not_offered"] = sorted(set(e["not_offered"]) | set(props.get("ledger_not_offered") or []))
+        if props.get("ledger_coverage"):  # what the test exercised through the harness (the run's coverage)
+            e["exercised"] = props["ledger_coverage"]
         xfail = hasattr(rep, "wasxfail")
         if rep.skipped and props.get("ledger_not_offered") and not xfail:
             # the implementation does not offer an operation the test needs (docs/results.md)
@@ -55,10 +58,10 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         elif rep.failed:
             if props.get("ledger_error") is not None or rep.when != "call":
                 e["outcome"] = "error"
-                e["message"] = str(props.get("ledger_error") or _longrepr(rep))[:4000]
+                e["message"] = recordable(str(props.get("ledger_error") or _longrepr(rep)), MESSAGE_LIMIT)
             else:
                 e["outcome"] = "failed"
-                e["message"] = _longrepr(rep)[:4000]
+                e["message"] = recordable(_longrepr(rep), MESSAGE_LIMIT)
         elif rep.passed and rep.when == "call":
             e["outcome"] = "xpassed" if xfail else "passed"
             if xfail:
@@ -97,8 +100,12 @@ def run_info(config: pytest.Config, started: float, kind: str = "conformance") -
     if shard:
         k, n = shard.split("/")
         shard_doc = {"index": int(k), "count": int(n)}
-    argv = ["pytest", *[str(a) for a in config.invocation_params.args]]
-    command = config.getoption("ledger_reproduce") or " ".join(shlex.quote(a) for a in argv)
+    from ledgercheck.reports.text import without_secrets
+
+    # a password in a store's or a database's URL (--ledger-example-db redis://:PW@host) is not
+    # written into the results: shown as ***
+    argv = ["pytest", *[without_secrets(a) for a in config.invocation_params.args]]
+    command = without_secrets(config.getoption("ledger_reproduce") or " ".join(shlex.quote(a) for a in argv))
     return {
         "id": uuid.uuid4().hex,
         "kind": kind,
@@ -142,15 +149,19 @@ def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_win
     tests = test_entries(reports)
     if crash_windows is None:
         crash_windows = [w for _, props in reports for w in (props.get("ledger_crash_windows") or [])]
+    # what the adapter said (its name and version, its known bugs, messages, counterexamples, the
+    # results its operations gave) is recorded with lone surrogates escaped and each text cut to
+    # RECORDED_LIMIT characters: results.json is UTF-8, and reports are read by people
     return build_results(
-        run=run_info(config, sess.started, kind),
+        run=recordable(run_info(config, sess.started, kind)),
         spec=sess.base_spec,
-        adapter=adapter_info(sess),
+        adapter=recordable(adapter_info(sess)),
         environment=environment_info(str(sess.artifacts.resolve().parent)),
-        tests=tests,
-        crash_windows=list(crash_windows),
+        tests=recordable(tests),
+        crash_windows=recordable(list(crash_windows)),
         requested_profiles=list(sess.requested),
-        safety=[props["ledger_safety"] for _, props in reports if props.get("ledger_safety")],
+        safety=recordable([props["ledger_safety"] for _, props in reports if props.get("ledger_safety")]),
+        record_coverage=True,
     )
 
 

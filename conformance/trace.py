@@ -23,11 +23,12 @@ has it, so it fails the clause the test failed and not an earlier, incidental on
 it was (``"case"``, ``"lease.fencing[close_out]"``) and whether the failure was found by the
 model or by the test's own check of the answers (``"judged_by"``: ``"model"`` or ``"check"``).
 
-One step is the harness's own (version 3): ``{"op": "reopen", "args": {}}`` closes the ledger and
-opens it again from its directory in a new process (the old one's connection is closed, a new
-one is started and reset with the same ``dir``, docs/protocol.md).  A trace with a reopen step is
-replayed on a ledger in a new, empty directory of its own, opened by a new process from the
-first step, as the recorded run's was.
+Two steps are the harness's own (version 3): ``{"op": "reopen", "args": {}}`` closes the ledger
+and opens it again from its directory in a new process (the old one's connection is closed, a
+new one is started and reset with the same ``dir``, docs/protocol.md); ``{"op": "reopen_here",
+"args": {}}`` resets the process that holds the ledger a second time with the same ``dir``.  A
+trace with either step is replayed on a ledger in a new, empty directory of its own, opened by a
+new process from the first step, as the recorded run's was.
 
 :func:`run_replay` is what ``ledgercheck replay`` runs: the case itself when the trace names a
 case this ledgercheck has (its program is the recorded steps, and its own checks judge the
@@ -59,7 +60,7 @@ from ledgercheck.transport.client import Client
 from ledgercheck import bounded
 from ledgercheck.bounded import TRACE, InputError, load_limited
 
-from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, outcome_summary
+from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, NotOffered, outcome_summary
 from .model import Outcome, Violation
 
 FORMAT = "ledgercheck-trace"
@@ -100,7 +101,7 @@ def dump_trace(h: Harness, path: str | Path, violations: list[Violation], adapte
 MAX_STEPS = 100_000  # a virtual-clock run records a few hundred; a wall-clock one that waits out a budget, ten thousand and more
 MAX_SECONDS = 1e9  # how far from the run's start a "$t" instant may be (about 31 years)
 HARNESS_OPS = ("hello", "reset")  # sent by the harness itself; a trace step may not name them
-HARNESS_STEPS = ("reopen",)
+HARNESS_STEPS = ("reopen", "reopen_here")
 WALL_SCALE = 0.01  # the contract's timings under a wall clock, when a trace does not record its run's (--ledger-wall-scale)
 MAX_WALL_SCALE = 100.0  # steps the harness performs itself (version 3), not operations of the contract
 
@@ -174,6 +175,9 @@ def _header_problem(doc: dict[str, Any]) -> str | None:
     scale = doc.get("wall_scale")
     if scale is not None and not (_is_number(scale) and 0 < scale <= MAX_WALL_SCALE):
         return f"wall_scale must be a number in (0, {MAX_WALL_SCALE:g}], not {_brief(scale)}"
+    vs = doc.get("violations")
+    if vs is not None and not (isinstance(vs, list) and all(isinstance(v, dict) for v in vs)):
+        return "violations must be a list of {clause, message} objects"
     if doc.get("judged_by", "model") not in JUDGES:
         return f"judged_by must be one of {', '.join(JUDGES)}, not {_brief(doc.get('judged_by'))}"
     return None
@@ -302,7 +306,7 @@ def _first_clause(doc: dict[str, Any]) -> str | None:
 
 
 def reopens(doc: dict[str, Any]) -> bool:
-    return any(step["op"] == "reopen" for step in doc["steps"])
+    return any(step["op"] in HARNESS_STEPS for step in doc["steps"])
 
 
 @contextmanager
@@ -368,6 +372,12 @@ def _replay_steps(h: Harness, doc: dict[str, Any], source: str, time_limit: floa
 def _perform(h: Harness, step: dict[str, Any], where: str, epoch: float | None, diverged: str | None) -> Outcome:
     if step["op"] == "reopen":
         h.reopen()
+        return Outcome.success(None)
+    if step["op"] == "reopen_here":
+        try:
+            h.reopen_here()
+        except NotOffered as exc:
+            raise TraceError(f"{where}: {exc}") from None
         return Outcome.success(None)
     if step["op"] not in h.spec.operations:
         raise TraceError(f"{where}: unknown operation")
@@ -470,7 +480,7 @@ def run_replay(h: Harness, doc: dict[str, Any], source: str = "trace", time_limi
 
 def _replay_case(h: Harness, case: Any, doc: dict[str, Any], source: str) -> list[Violation]:
     from .clauses import NoCheck
-    from .harness import DriveBlocked, NotOffered
+    from .harness import DriveBlocked
 
     h.start_case(case.clause, seed=doc.get("seed", 0))
     try:

@@ -30,6 +30,7 @@ class Limits:
 TRACE = Limits("trace", 64 << 20)
 REPLAY = Limits("crash replay file", 64 << 20)
 RESULTS = Limits("results file", 64 << 20)
+WORKLOAD = Limits("workload file", 64 << 20)  # crash explore --workload
 
 
 class InputError(ValueError):

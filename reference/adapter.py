@@ -189,9 +189,31 @@ class PgReferenceAdapter(ReferenceAdapter):
         super().__init__(spec, synchronous)
         self._scratch_schemas: dict[str, tuple[str, str]] = {}  # contract digest -> (dsn, schema)
         self._dsn: str | None = None
+        self._reached = False
+        # the scratch schemas are dropped when the adapter goes away or, at the latest, when the
+        # interpreter exits (while it can still import and connect: a __del__ at shutdown cannot)
+        self._drop_at_exit = weakref.finalize(self, _drop_schemas, self._scratch_schemas, os.getpid())
 
     def hello(self, protocol: str = PROTOCOL_VERSION) -> Handshake:
+        if not self._reached:
+            self._check_server()
         return {**super().hello(protocol), "name": self.name}
+
+    def _check_server(self) -> None:
+        """Connect to the database once, at the handshake, before any test runs: a server that is
+        not there or refuses the credentials is one line naming host:port/database (never the
+        password), not a failure of every test that follows."""
+        from .pg import LedgerOpenError as _Open
+        from .pg import require_driver, server_problem
+
+        try:
+            require_driver()
+        except _Open as exc:
+            raise LedgerError("internal", str(exc)) from None
+        problem = server_problem(self._server_dsn({}))
+        if problem:
+            raise LedgerError("internal", problem)
+        self._reached = True
 
     def _server_dsn(self, config: dict[str, Any]) -> str:
         import os
@@ -283,16 +305,23 @@ class PgReferenceAdapter(ReferenceAdapter):
 
     def drop_scratch(self) -> None:
         """Drop the scratch schemas this adapter made."""
+        self.close()
+        _drop_schemas(self._scratch_schemas, os.getpid())
+
+
+def _drop_schemas(schemas: dict[str, tuple[str, str]], owner: int) -> None:
+    """Drop scratch schemas (dsn, schema), in the process that made them only (a forked child
+    inherits the finalizer, not the schemas); a server already gone is no error."""
+    if os.getpid() != owner or not schemas:
+        return
+    try:
         from .pg import drop_ledger
 
-        self.close()
-        for dsn, schema in self._scratch_schemas.values():
+        for dsn, schema in list(schemas.values()):
             try:
                 drop_ledger(dsn, schema)
             except Exception:  # noqa: BLE001 - the server may be gone already (interpreter exit)
                 pass
-        self._scratch_schemas.clear()
-
-    def __del__(self) -> None:
-        if self.__dict__.get("_scratch_schemas"):
-            self.drop_scratch()
+    except Exception:  # noqa: BLE001 - an interpreter too far into its exit to import the driver
+        pass
+    schemas.clear()

@@ -243,10 +243,13 @@ def cmd_events(args: argparse.Namespace, ledger: Ledger) -> int:
 def cmd_close_out(args: argparse.Namespace, ledger: Ledger) -> int:
     result = None
     if args.result is not None:
-        try:
-            result = json.loads(args.result)
-        except ValueError as exc:
-            raise Failed(2, f"--result is not JSON: {exc}") from None
+        from ledgercheck.bounded import InputError, Limits, loads_limited
+
+        try:  # within the bounds of a results file: size, nesting, values, no NaN, digits
+            result = loads_limited(args.result.encode("utf-8", "surrogateescape"), "--result",
+                                   Limits("result", 1 << 20))
+        except InputError as exc:
+            raise Failed(2, str(exc)) from None
     w = ledger.close_out(work_id=args.work_id, token=_token(ledger, args), status=args.status, result=result,
                          reason=args.reason, now=_now(args))
     _emit(args, w, f"{w['work_id']}: closed out as {w['status']}")

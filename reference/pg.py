@@ -41,6 +41,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ledgercheck.reports.text import without_secrets
 from ledgercheck.spec import Spec
 
 from .ledger import Ledger, LedgerOpenError
@@ -751,6 +752,20 @@ def _first_line(exc: BaseException) -> str:
     diag = getattr(exc, "diag", None)
     text = (getattr(diag, "message_primary", None) if diag is not None else None) or str(exc)
     return " ".join(text.split()) or type(exc).__name__
+
+
+def server_problem(dsn: str, connect_timeout: float = 10.0) -> str | None:
+    """Why the database ``dsn`` names cannot be used (not reachable, credentials refused, a
+    malformed DSN), in one line naming host:port/database and never the password; None when a
+    connection opens and answers."""
+    psycopg = require_driver()
+    try:
+        with psycopg.connect(dsn, autocommit=True, application_name=APPLICATION,
+                             connect_timeout=max(1, int(connect_timeout))) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"{_where(dsn)}: cannot connect: {without_secrets(_first_line(exc))}"
+    return None
 
 
 def drop_ledger(dsn: str, schema: str) -> None:

@@ -17,7 +17,7 @@ of errors): the *previous run* of an adapter is its latest whole run before this
 *regressed* when it passed then and does not now, was *fixed* when it did not pass and now does;
 a clause is *flaky* when runs of one build (adapter name, version, artifact digest) against one
 contract gave it different outcomes.  Outcomes that judge nothing (``not_claimed``,
-``not_requested``) take part in none of these.  ``not_offered`` (an operation the clause needs is
+``not_requested``, ``not_run``: no case of the clause ran) take part in none of these.  ``not_offered`` (an operation the clause needs is
 not offered) is an outcome like the others: pass -> not_offered regressed, not_offered -> pass was
 fixed, fail <-> not_offered is a change, neither; a "fail" stored by a run older than that outcome
 whose message says the operation was unsupported is read as ``not_offered`` (see ``judged``).
@@ -26,7 +26,9 @@ whose message says the operation was unsupported is read as ``not_offered`` (see
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,9 +49,15 @@ FORMAT = "ledgercheck-history"
 VERSION = 1
 FILE_NAME = "history.db"
 DEFAULT_PATH = Path("reports") / "out" / FILE_NAME
-NOT_JUDGED = frozenset({"not_claimed", "not_requested"})
+NOT_JUDGED = frozenset({"not_claimed", "not_requested", "not_run"})
 PASS = "pass"
 TREND = 20  # runs shown per adapter by default
+# Concurrent runs share one history: a writer waits for the others' transactions (SQLite's busy
+# timeout, then again while the file stays locked) and gives up, with one line, only after
+# LOCK_PATIENCE seconds of finding it locked; a run's row is never dropped because another run
+# was writing at the same moment.
+BUSY_TIMEOUT = 30.0
+LOCK_PATIENCE = 600.0
 
 TABLES: dict[str, dict[str, Any]] = {
     "meta": {"columns": {"key": str, "value": str}, "pk": "key", "not_null": ["value"]},
@@ -147,12 +155,13 @@ class History:
     # ---- writing -------------------------------------------------------------------------------
 
     def append(self, doc: Mapping[str, Any], results_path: str | None = None) -> int | None:
-        """Record one results document; returns its row id, or None when the very same document
-        (by content hash) is already recorded."""
+        """Record one results document, in one transaction that waits while another process writes
+        (see LOCK_PATIENCE); returns its row id, or None when the very same document (by content
+        hash) is already recorded."""
         try:
-            return self._append(doc, results_path)
+            return _patiently(lambda: self._append(doc, results_path))
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self.path}: cannot record the run: {exc}") from None
+            raise HistoryError(f"{self.path}: cannot record the run: {_sqlite_text(exc)}") from None
 
     def _append(self, doc: Mapping[str, Any], results_path: str | None) -> int | None:
         sha = (doc.get("integrity") or {}).get("sha256") or content_sha256(doc)
@@ -198,9 +207,9 @@ class History:
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         try:
-            return list(self.db.query(sql, params))
+            return _patiently(lambda: list(self.db.query(sql, params)))
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self.path}: cannot read the history: {exc}") from None
+            raise HistoryError(f"{self.path}: cannot read the history: {_sqlite_text(exc)}") from None
 
     def adapters(self) -> list[str]:
         return [r["adapter"] for r in self._rows("SELECT DISTINCT adapter FROM runs ORDER BY adapter")]
@@ -266,6 +275,33 @@ def _anomalies(safety: Any) -> list[Any]:
     return out
 
 
+def _locked(exc: BaseException) -> bool:
+    """SQLite could not take its lock (another connection holds the file) within the busy timeout."""
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        w in str(exc).lower() for w in ("database is locked", "database table is locked", "database is busy"))
+
+
+def _sqlite_text(exc: BaseException) -> str:
+    if _locked(exc):
+        return f"{exc} (another process kept it locked for {LOCK_PATIENCE:.0f} s)"
+    return str(exc)
+
+
+def _patiently(fn: Callable[[], Any], patience: float | None = None) -> Any:
+    """``fn()``, tried again as long as it fails only because the file is locked, for up to
+    ``patience`` seconds (LOCK_PATIENCE) of such failures; each attempt already waited the busy
+    timeout inside SQLite.  Any other error, or a lock that outlasts the patience, is raised."""
+    limit = LOCK_PATIENCE if patience is None else patience
+    start = time.monotonic()
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc) or time.monotonic() - start >= limit:
+                raise
+        time.sleep(random.uniform(0.01, 0.1))  # writers that collided do not retry in lockstep
+
+
 @contextmanager
 def _immediate(db: sqlite_utils.Database) -> Iterator[None]:
     """One write transaction, taken at once (BEGIN IMMEDIATE) so concurrent writers queue."""
@@ -273,11 +309,11 @@ def _immediate(db: sqlite_utils.Database) -> Iterator[None]:
     try:
         with db.atomic():  # nested: a savepoint; sqlite-utils' own inserts nest the same way
             yield
-    except BaseException:
+        db.execute("COMMIT")  # may find the file locked by readers: then nothing is kept, and the
+    except BaseException:     # whole transaction is tried again (_patiently)
         if db.conn.in_transaction:
             db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
 
 
 # ---- opening ---------------------------------------------------------------------------------------
@@ -286,11 +322,11 @@ def _immediate(db: sqlite_utils.Database) -> Iterator[None]:
 def _connect(path: Path, create: bool) -> sqlite3.Connection:
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT, isolation_level=None)
     else:
         if not path.is_file():
             raise HistoryError(f"{path}: no history there (certify and report merge write one; see --history)")
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0, isolation_level=None)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
@@ -307,6 +343,8 @@ def _check(db: sqlite_utils.Database, path: Path) -> bool:
         meta = {r["key"]: r["value"] for r in db.query("SELECT key, value FROM meta")}
         bad = db.execute("PRAGMA quick_check").fetchone()[0]
     except sqlite3.Error as exc:
+        if _locked(exc):  # another process is writing: waited for by the caller (_patiently)
+            raise
         raise HistoryError(f"{path}: not a readable SQLite history ({exc})") from None
     except (KeyError, TypeError):
         raise HistoryError(f"{path}: not a ledgercheck history (its meta table is not ours)") from None
@@ -348,14 +386,17 @@ def open_history(path: str | Path, *, create: bool = True) -> History:
         raise HistoryError(f"{p}: cannot open: {exc.strerror or exc}") from None
     db = sqlite_utils.Database(conn)
     try:
-        if not _check(db, p):
+        if not _patiently(lambda: _check(db, p)):
             if not create:
                 raise HistoryError(f"{p}: the history is empty")
             try:
-                _create(db)
+                _patiently(lambda: _create(db))
             except sqlite3.Error as exc:
-                raise HistoryError(f"{p}: cannot create the history: {exc}") from None
-            _check(db, p)
+                raise HistoryError(f"{p}: cannot create the history: {_sqlite_text(exc)}") from None
+            _patiently(lambda: _check(db, p))
+    except sqlite3.Error as exc:  # still locked after LOCK_PATIENCE
+        conn.close()
+        raise HistoryError(f"{p}: cannot open: {_sqlite_text(exc)}") from None
     except BaseException:
         conn.close()
         raise

@@ -19,26 +19,33 @@ from .diagram import render_state_svg
 from .summary import (
     adapter_label,
     blocking_clauses,
+    coverage_totals,
     error_clauses,
     fmt_seconds,
     in_scope,
     not_offered_clauses,
+    safety_situations,
     verdict_parts,
     warning_clauses,
 )
 from .text import h, one_line
-from .verdicts import unattributed_failures, window_nodeid
+from .verdicts import IMPACT_WORDS, WINDOW_OK, move_label, unattributed_failures, window_nodeid
 
 OUTCOME_LABEL = {"pass": "pass", "fail": "fail", "error": "error", "xfail": "expected failure", "not_offered": "not offered",
-                 "not_claimed": "not claimed", "not_requested": "not requested"}
+                 "not_run": "not run", "not_claimed": "not claimed", "not_requested": "not requested"}
 TEST_LABEL = {"passed": "passed", "failed": "failed", "error": "error", "skipped": "skipped",
-              "xfailed": "expected failure", "xpassed": "unexpectedly passed", "not_offered": "not offered"}
+              "xfailed": "expected failure", "xpassed": "unexpectedly passed", "not_offered": "not offered",
+              "permitted": "permitted"}  # permitted: a crash window's (docs/chaos.md)
 TEST_CLASS = {"passed": "o-pass", "failed": "o-fail", "error": "o-error", "skipped": "o-skipped",
-              "xfailed": "o-xfail", "xpassed": "o-fail", "not_offered": "o-not_offered"}
-VERDICT_LABEL = {"certified": "certified", "failed": "failed", "not_offered": "not offered", "error": "error",
-                 "not_claimed": "not claimed",
-                 "not_requested": "not requested"}
-BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error", "INCOMPLETE": "v-incomplete"}
+              "xfailed": "o-xfail", "xpassed": "o-fail", "not_offered": "o-not_offered", "permitted": "o-permitted"}
+WINDOW_OUTCOME = {"pass": "passed", "permitted": "permitted", "fail": "failed", "error": "error"}
+VERDICT_LABEL = {"certified": "certified", "failed": "failed", "not_offered": "not offered", "inconclusive": "inconclusive",
+                 "error": "error", "not_claimed": "not claimed", "not_requested": "not requested"}
+BANNER = {"CERTIFIED": "v-certified", "NOT CERTIFIED": "v-not-certified", "ERROR": "v-error", "INCOMPLETE": "v-incomplete",
+          "INCONCLUSIVE": "v-inconclusive"}
+MOVE_LABEL = {"reached": "reached", "missing": "never reached", "not_offered": "not offered", "out_of_scope": "out of scope"}
+MOVE_CLASS = {"reached": "o-pass", "missing": "o-error", "not_offered": "o-not_offered", "out_of_scope": "o-not_claimed"}
+SAFETY_LABEL = {"pass": ("no anomaly", "o-pass"), "fail": ("anomalies", "o-fail"), "inconclusive": ("inconclusive", "o-error")}
 
 
 @cache
@@ -95,7 +102,10 @@ def _banner(doc: Mapping[str, Any]) -> str:
 
 def _nav(doc: Mapping[str, Any], since: Mapping[str, Any] | None = None) -> str:
     links = [("profiles", "Profiles")] + ([("since", "Since the previous run")] if since is not None else [])
-    links += [("reproduce", "Reproduce"), ("problems", "Problems"), ("clauses", "Clauses")]
+    links += [("reproduce", "Reproduce"), ("problems", "Problems")]
+    if doc.get("coverage") or doc.get("safety"):
+        links.append(("coverage", "Coverage"))
+    links.append(("clauses", "Clauses"))
     if doc["crash_windows"]:
         links.append(("crash-windows", "Crash windows"))
     links += [("state-machine", "State machine"), ("identity", "Contract, adapter, environment"), ("timings", "Timings")]
@@ -110,7 +120,7 @@ def _profiles(doc: Mapping[str, Any]) -> str:
         v = doc["profiles"]["verdicts"][p]
         parts = [f"{v['clauses']} clauses", f"{v['passed']} pass"]
         for key, label in (("failed", "fail"), ("errors", "error"), ("xfailed", "known bug"),
-                           ("not_offered", "not offered"), ("not_claimed", "not claimed")):
+                           ("not_offered", "not offered"), ("not_run", "not run"), ("not_claimed", "not claimed")):
             if v.get(key):
                 parts.append(f"{v[key]} {label}")
         if v.get("lacks"):
@@ -203,7 +213,7 @@ def _evidence(doc: Mapping[str, Any], clause_id: str) -> list[dict[str, Any]]:
                         "counterexample": t["counterexample"], "replay": t["replay"], "file": None,
                         "seconds": t["duration_s"], "seed": t.get("seed")})
     for w in doc["crash_windows"]:
-        if clause_id in w["clauses"] and w["verdict"] != "pass":
+        if clause_id in w["clauses"] and w["verdict"] not in WINDOW_OK:
             out.append({"who": window_nodeid(w), "outcome": "failed" if w["verdict"] == "fail" else "error",
                         "message": w["message"], "counterexample": None, "replay": w["replay"],
                         "file": w["replay_file"], "seconds": w["duration_s"], "seed": w.get("seed")})
@@ -213,10 +223,15 @@ def _evidence(doc: Mapping[str, Any], clause_id: str) -> list[dict[str, Any]]:
 def _problem(doc: Mapping[str, Any], c: Mapping[str, Any]) -> str:
     known = doc["adapter"]["known_bugs"].get(c["id"])
     level = '<span class="should">SHOULD</span>' if c["level"] != "MUST" else "MUST"
-    out = [f'<article class="problem p-{c["outcome"]}" id="f-{h(c["id"])}" data-clause="{h(c["id"])}">',
+    impact = c.get("impact")
+    data_impact = f' data-impact="{h(impact)}"' if impact else ""
+    out = [f'<article class="problem p-{c["outcome"]}" id="f-{h(c["id"])}" data-clause="{h(c["id"])}"{data_impact}>',
            f'<h3>{_badge(OUTCOME_LABEL[c["outcome"]], "o-" + c["outcome"])} {_code(c["id"])}'
-           f'<span class="meta">{level} · {h(c["profile"])} · source {h(c["source"])}</span></h3>',
-           f'<p class="stmt">{h(c["statement"])}</p>']
+           f'<span class="meta">{level} · {h(c["profile"])}'
+           f'{" · " + h(IMPACT_WORDS.get(impact, impact)) if impact else ""} · source {h(c["source"])}</span></h3>']
+    if c.get("headline") and c["outcome"] in ("fail", "xfail"):
+        out.append(f'<p class="headline">{h(c["headline"])}</p>')
+    out.append(f'<p class="stmt">{h(c["statement"])}</p>')
     if known:
         out.append(f'<p class="known">Declared by the adapter as a known bug: {h(known)}</p>')
     evs = _evidence(doc, c["id"])
@@ -269,9 +284,92 @@ def _problems(doc: Mapping[str, Any]) -> str:
         if clauses:
             body.append(f"<h3>{h(title)} ({len(clauses)})</h3>")
             body += [_problem(doc, c) for c in clauses]
+        if title.startswith("Not offered"):  # what the run did not reach comes after what is not offered
+            gaps = [f for f in doc.get("findings") or [] if f["severity"] == "not_reached"]
+            if gaps:
+                items = "".join(f'<li data-gap="{h(f["what"])}">{h(f["words"])}'
+                                f'{": " + h(f["message"]) if f["message"] and f["what"] != "safety" else ""}</li>'
+                                for f in gaps)
+                body.append(f'<h3>Not reached: the run did not exercise these (the verdict cannot pass) ({len(gaps)})</h3>'
+                            f'<ul class="gaps">{items}</ul><p>The <a href="#coverage">coverage</a> section has the '
+                            "details.</p>")
     if not body:
         body.append("<p>No clause in the certified profiles failed, errored or is a declared known bug.</p>")
     return f'<section id="problems"><h2>Problems</h2>{"".join(body)}</section>'
+
+
+def _list_or_dash(items: Sequence[str], code: bool = False) -> str:
+    if not items:
+        return '<span class="none">–</span>'
+    return ", ".join(_code(i) if code else h(i) for i in items)
+
+
+def _coverage(doc: Mapping[str, Any]) -> str:
+    """What the run exercised: per profile the transitions reached, not offered and never reached
+    and the clauses with a case run; the crash points hit; each safety campaign's situations."""
+    cov = doc.get("coverage")
+    camps = doc.get("safety") or []
+    if not cov and not camps:
+        return ""
+    body = []
+    if cov:
+        tot = coverage_totals(doc)
+        assert tot is not None
+        rows = []
+        for p in [p for p in doc["profiles"]["defined"] if p in cov["profiles"]]:  # (on disk: keys sorted)
+            g = cov["profiles"][p]
+            gaps = len(g["missing"]) + len(g["not_run"])
+            rows.append(f'<tr data-profile="{h(p)}" data-gaps="{gaps}"><td>{h(p)}</td>'
+                        f'<td class="num">{g["reached"]} / {g["transitions"]}</td><td class="num">{g["not_offered"]}</td>'
+                        f'<td>{_list_or_dash(g["missing"], code=True)}</td>'
+                        f'<td class="num">{g["clauses_run"]} / {g["clauses"]}</td>'
+                        f'<td>{_list_or_dash(g["not_run"], code=True)}</td></tr>')
+        unoffered = f', {tot["not_offered"]} not offered' if tot["not_offered"] else ""
+        body.append(
+            f'<p>Transitions: {tot["reached"]} of {tot["transitions"]} reached{unoffered}; clauses: {tot["clauses_run"]} of '
+            f'{tot["clauses"]} with a case run. A profile certifies only when every transition of its own through '
+            "offered operations was reached and every clause of it ran at least one case.</p>"
+            '<div class="scroll"><table class="coverage" id="coverage-profiles"><thead><tr><th>profile</th>'
+            '<th class="num">transitions reached</th><th class="num">not offered</th><th>never reached</th>'
+            '<th class="num">clauses with a case run</th><th>no case run</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+        moves = "".join(f'<tr data-move="{h(move_label(r["from"], r["operation"], r["to"]))}" data-state="{h(r["state"])}">'
+                        f'<td>{_code(r["from"])}</td><td>{_code(r["operation"])}</td><td>{_code(r["to"])}</td>'
+                        f'<td>{h(r["profile"])}</td><td>{_badge(MOVE_LABEL[r["state"]], MOVE_CLASS[r["state"]])}</td>'
+                        f'<td class="num">{r["tests"]}</td></tr>' for r in cov["transitions"])
+        body.append('<details class="all-moves"><summary>Every transition of the contract</summary><div class="scroll">'
+                    '<table><thead><tr><th>from</th><th>operation</th><th>to</th><th>profile</th><th>state</th>'
+                    f'<th class="num">tests</th></tr></thead><tbody>{moves}</tbody></table></div></details>')
+        points = "".join(f'<tr data-point="{h(p["point"])}"><td>{_code(p["point"])}</td><td class="num">{p["kill"]}</td>'
+                         f'<td class="num">{p["takeover"]}</td><td class="num">{p["scan-kill"]}</td>'
+                         f'<td class="num">{p.get("permitted", 0)}</td><td class="num">{p["failed"]}</td></tr>'
+                         for p in cov["crash_points"])
+        body.append(f'<h3>Crash points ({tot["points_hit"]} of {tot["points"]} hit, {tot["windows"]} windows)</h3>'
+                    '<div class="scroll"><table id="coverage-points"><thead><tr><th>point</th><th class="num">kill</th>'
+                    '<th class="num">takeover</th><th class="num">scan-kill</th><th class="num">permitted</th>'
+                    '<th class="num">failed</th></tr></thead>'
+                    f'<tbody>{points}</tbody></table></div>')
+        calls = "".join(f'<tr><td>{_opt(s["status"], _code)}</td><td>{_code(s["operation"])}</td>'
+                        f'<td class="num">{s["accepted"]}</td><td class="num">{s["refused"]}</td></tr>'
+                        for s in cov["states_operations"])
+        body.append('<details><summary>Statuses × operations called (tests that made each call)</summary>'
+                    '<div class="scroll"><table><thead><tr><th>status before</th><th>operation</th>'
+                    f'<th class="num">accepted</th><th class="num">refused</th></tr></thead><tbody>{calls}</tbody>'
+                    '</table></div></details>')
+    for camp in camps:
+        label, cls = SAFETY_LABEL.get(str(camp.get("verdict")), (str(camp.get("verdict")), "o-error"))
+        seen = safety_situations(camp)
+        rows = "".join(f'<tr data-situation="{h(k)}" class="{"" if n else "mismatch"}"><td>{_code(k)}</td>'
+                       f'<td class="num">{n}</td></tr>' for k, n in seen)
+        table = ('<div class="scroll"><table class="situations"><thead><tr><th>situation</th><th class="num">times</th>'
+                 f'</tr></thead><tbody>{rows}</tbody></table></div>') if rows else             '<p class="none">The campaign recorded no situations (made before the checker counted them).</p>'
+        missing = [str(m) for m in camp.get("missing") or []]
+        miss = (f'<p>Not reached: </p><ul class="gaps">{"".join(f"<li>{h(m)}</li>" for m in missing)}</ul>'
+                if missing else "")
+        body.append(f'<div class="panel safety-coverage" data-seed="{h(camp.get("seed"))}" '
+                    f'data-verdict="{h(camp.get("verdict"))}"><h3>Safety campaign, seed {h(camp.get("seed"))} '
+                    f'{_badge(label, cls)}</h3>{miss}{table}</div>')
+    return f'<section id="coverage"><h2>Coverage</h2>{"".join(body)}</section>'
 
 
 def _clause_row(doc: Mapping[str, Any], c: Mapping[str, Any], tests: Sequence[tuple[str, str, float]]) -> str:
@@ -305,11 +403,11 @@ def _matrix(doc: Mapping[str, Any]) -> str:
         tests.setdefault(t["clause"], []).append((t["nodeid"], t["outcome"], t["duration_s"]))
     for w in doc["crash_windows"]:
         for cid in w["clauses"]:
-            outcome = {"pass": "passed", "fail": "failed", "error": "error"}[w["verdict"]]
+            outcome = WINDOW_OUTCOME[w["verdict"]]
             tests.setdefault(cid, []).append((window_nodeid(w), outcome, w["duration_s"]))
     options = "".join(f'<option value="{v}">{h(label)}</option>' for v, label in (
         ("all", "all outcomes"), ("problems", "problems only"), ("pass", "pass"), ("fail", "fail"), ("error", "error"),
-        ("xfail", "expected failure"), ("not_offered", "not offered"), ("not_claimed", "not claimed"),
+        ("xfail", "expected failure"), ("not_offered", "not offered"), ("not_run", "not run"), ("not_claimed", "not claimed"),
         ("not_requested", "not requested")))
     controls = ('<div class="controls" id="matrix-controls" hidden>'
                 f'<label>Show <select id="filter-outcome">{options}</select></label>'
@@ -347,21 +445,24 @@ def _breakable(name: str) -> str:
 def _window_rows(ws: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for w in ws:
-        dec_ok = w["decision_observed"] == w["decision_expected"]
+        # a window with no expectation (a lease campaign's: no recovery scan decides) shows none
+        dec_ok = w["decision_expected"] is None or w["decision_observed"] == w["decision_expected"]
         n, lo, hi = w["effects_observed"], w["effects_min"], w["effects_max"]
-        eff_ok = n is not None and n >= lo and (hi is None or n <= hi)
-        allowed = f"{w['effects_expected']} ({lo}..{'∞' if hi is None else hi})"
-        verdict_cls = {"pass": "o-pass", "fail": "o-fail", "error": "o-error"}[w["verdict"]]
+        eff_ok = lo is None or (n is not None and n >= lo and (hi is None or n <= hi))
+        allowed = "–" if w["effects_expected"] is None else f"{w['effects_expected']} ({lo}..{'∞' if hi is None else hi})"
+        verdict_cls = TEST_CLASS[WINDOW_OUTCOME[w["verdict"]]]
         observed_dec = f'<span class="{"" if dec_ok else "mismatch"}">{_opt(w["decision_observed"])}</span>'
         observed_eff = f'<span class="{"" if eff_ok else "mismatch"}">{_opt(n)}</span>'
         rows.append(
             f'<tr class="w-{w["verdict"]}" data-window="{h(window_nodeid(w))}" data-verdict="{w["verdict"]}">'
             f'<td>{_code(w["point"])}</td><td>{_code(w["step_class"])}</td><td class="num">{h(w["occurrence"])}</td>'
-            f'<td>{h(w["decision_expected"])} → {observed_dec}</td><td>{h(allowed)} → {observed_eff}</td>'
+            f'<td>{_opt(w["decision_expected"]) if w["decision_expected"] is not None else "–"} → {observed_dec}</td><td>{h(allowed)} → {observed_eff}</td>'
             f'<td>{_opt(w["final_status"])}</td><td>{_badge(w["verdict"], verdict_cls)}</td></tr>')
         if w["verdict"] != "pass":
             seed = f' · seed {_code(w["seed"])}' if w.get("seed") is not None else ""
-            extra = f'<p class="who">counts against {", ".join(_code(c) for c in w["clauses"])}{seed}</p>'
+            counts = ("permitted by the adapter's declaration; fails none of" if w["verdict"] == "permitted"
+                      else "counts against")
+            extra = f'<p class="who">{counts} {", ".join(_code(c) for c in w["clauses"])}{seed}</p>'
             extra += f'<pre class="message">{h(w["message"])}</pre>' if w["message"] else ""
             extra += _cmd(w["replay"]) if w["replay"] else ""
             extra += f'<p class="who">replay file {_code(w["replay_file"])}</p>' if w["replay_file"] else ""
@@ -388,16 +489,25 @@ def _windows(doc: Mapping[str, Any]) -> str:
                 continue
             bad = [w for w in mine if w["verdict"] == "fail"]
             err = [w for w in mine if w["verdict"] == "error"]
-            ok = len(mine) - len(bad) - len(err)
-            kind = "some-fail" if bad else "some-error" if err else "all-pass"
-            text = f"{ok}/{len(mine)} pass" if (bad or err) else f"{ok} pass"
+            allowed = [w for w in mine if w["verdict"] == "permitted"]
+            ok = len(mine) - len(bad) - len(err) - len(allowed)
+            kind = "some-fail" if bad else "some-error" if err else "some-permitted" if allowed else "all-pass"
+            text = f"{ok}/{len(mine)} pass" if (bad or err or allowed) else f"{ok} pass"
+            text += f", {len(allowed)} permitted" if allowed else ""
             cells.append(f'<td class="cell {kind}" title="{h(cls)} × {h(p)}">{h(text)}</td>')
         grid_rows.append(f"<tr><th>{h(cls)}</th>{''.join(cells)}</tr>")
-    bad = [w for w in ws if w["verdict"] != "pass"]
+    bad = [w for w in ws if w["verdict"] not in WINDOW_OK]
+    allowed = [w for w in ws if w["verdict"] == "permitted"]
+    passed = len(ws) - len(bad) - len(allowed)
     named = list(dict.fromkeys(c for w in ws for c in w["clauses"]))
     failing = f"<h3>Failed or errored ({len(bad)})</h3>{_window_rows(bad)}" if bad else ""
+    failing += (f"<h3>Permitted by the adapter's declaration ({len(allowed)})</h3><p>Not what the contract asks for, but "
+                "what the adapter declares (an effect run again under <code>delivery: at-least-once</code>, an item "
+                "brought back only by an operator's call under <code>reclaim: operator</code>): these fail no clause "
+                f"and are not passes.</p>{_window_rows(allowed)}") if allowed else ""
     return (f'<section id="crash-windows"><h2>Crash windows ({len(ws)})</h2>'
-            f'<p>{len(ws) - len(bad)} of {len(ws)} windows recovered as the contract\'s matrix requires. Each window '
+            f'<p>{passed} of {len(ws)} windows recovered as the contract requires'
+            f'{f", {len(allowed)} as the adapter declares it may" if allowed else ""}. Each window '
             f'counts as a test of the clauses it names ({", ".join(_code(c) for c in named)}).</p>'
             f'<div class="scroll"><table class="grid"><thead><tr><th>step class \\ crash point</th>{head}</tr></thead>'
             f'<tbody>{"".join(grid_rows)}</tbody></table></div>{failing}'
@@ -477,7 +587,7 @@ def render_html(doc: Mapping[str, Any], results_sha256: str | None = None,
     title = f"ledgercheck: {doc['verdict']} — {one_line(name, 80)} {one_line(version, 40)}"
     body = "".join([
         _banner(doc), _nav(doc, since), '<main class="wrap">', _profiles(doc), _since(since), _reproduce(doc, sha), _problems(doc),
-        _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
+        _coverage(doc), _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
         f'<footer><div class="wrap">Made by {h(doc["harness"]["name"])} {h(doc["harness"]["version"])} from results '
         f'{_code(sha)} (format {h(doc["format"])} v{h(doc["format_version"])}). Self-contained: this page loads '
         "nothing from the network.</div></footer>",

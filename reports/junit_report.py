@@ -7,7 +7,10 @@ shows green for a run whose verdict is ERROR.  A run that did not finish (INCOMP
 testsuite ``run`` whose one testcase is an ``error`` naming the tests left without an outcome.
 A test that met an operation the implementation does not offer is ``skipped`` (never a failure)
 with a message naming the operation and a property ``ledger_outcome=not_offered``; each suite's
-properties carry the findings by severity and what its profile lacks.
+properties carry the run's verdict (``run.verdict``: CERTIFIED, INCONCLUSIVE, ...), the findings by
+severity and what its profile lacks and did not reach.  A run that did not reach what its verdict
+needs (INCONCLUSIVE, or a failing run with gaps besides) gets a testsuite ``coverage`` with one
+``error`` of type ``not_reached`` per gap, so CI never shows green for an INCONCLUSIVE run.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ def _severity_properties(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:
         return [f for f in found if f["severity"] == sev]
     return [("findings.unsafe", ", ".join(f"{f['what']}={f['count']}" for f in of("unsafe"))),
             ("findings.violations", ", ".join(f["what"] for f in of("violation"))),
-            ("findings.not_offered", ", ".join(f["what"] for f in of("not_offered")))]
+            ("findings.not_offered", ", ".join(f["what"] for f in of("not_offered"))),
+            ("findings.not_reached", "; ".join(f["words"] for f in of("not_reached")))]
 
 
 def _totals(suite: ET.Element, totals: dict[str, Any]) -> None:
@@ -114,7 +118,10 @@ def render_junit(doc: Mapping[str, Any]) -> str:
         suite = ET.SubElement(root, "testsuite", name=profile, timestamp=r["started_at"])
         props = ET.SubElement(suite, "properties")
         lacks = ", ".join(pv.get("lacks") or [])
-        for k, v in (("profile.verdict", pv["verdict"]), ("profile.lacks", lacks), ("verdict", verdict_line(doc)),
+        gap = ((doc.get("coverage") or {}).get("profiles") or {}).get(profile) or {}
+        unreached = ", ".join([*gap.get("missing", []), *gap.get("not_run", [])])
+        for k, v in (("profile.verdict", pv["verdict"]), ("profile.lacks", lacks), ("profile.not_reached", unreached),
+                     ("run.verdict", doc["verdict"]), ("verdict", verdict_line(doc)),
                      *_severity_properties(doc), ("spec.name", s["name"]),
                      ("spec.version", s["version"]), ("spec.digest", s["digest"]), ("adapter.name", name),
                      ("adapter.version", version), ("adapter.address", a["address"]),
@@ -133,7 +140,9 @@ def render_junit(doc: Mapping[str, Any]) -> str:
                 if cid not in ids:
                     continue
                 case = _case(suite, cid, window_nodeid(w), w["duration_s"])
-                if w["verdict"] != "pass":
+                if w["verdict"] == "permitted":  # passes, and says what the declaration allowed
+                    ET.SubElement(case, "system-out").text = visible(w["message"] or "permitted")
+                elif w["verdict"] != "pass":
                     tag = "failure" if w["verdict"] == "fail" else "error"
                     text = _detail(w["message"], None, w["replay"])
                     _mark(case, tag, f"crash_window_{w['verdict']}", w["message"] or w["verdict"], text)
@@ -145,6 +154,17 @@ def render_junit(doc: Mapping[str, Any]) -> str:
             elif o in ("not_requested", "not_claimed") and c["tests"] == 0:
                 why = "profile not requested" if o == "not_requested" else "profile not claimed by the adapter"
                 _mark(_case(suite, c["id"], f"ledgercheck.{o}", 0.0), "skipped", o, why)
+        _totals(suite, totals)
+    gaps = [f for f in doc.get("findings") or [] if f["severity"] == "not_reached"]
+    if gaps:  # what the run did not reach: never green (INCONCLUSIVE, or said beside a failure)
+        suite = ET.SubElement(root, "testsuite", name="coverage", timestamp=r["started_at"])
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="run.verdict", value=visible(doc["verdict"]))
+        ET.SubElement(props, "property", name="verdict", value=visible(verdict_line(doc)))
+        for f in gaps:
+            detail = "\n".join(x for x in (f["message"], ", ".join(f["clauses"])) if x)
+            _mark(_case(suite, f"coverage.{f['what']}", "ledgercheck.coverage", 0.0), "error", "not_reached",
+                  f["words"], visible(detail))
         _totals(suite, totals)
     loose = [t for t in doc["tests"] if t["clause"] is None]
     if loose:  # tests that name no clause (a stateful run that found nothing, or failed without saying what)

@@ -12,6 +12,7 @@ from typing import Any
 from .summary import (
     adapter_label,
     blocking_clauses,
+    coverage_line,
     error_clauses,
     first_problem,
     fmt_seconds,
@@ -19,23 +20,25 @@ from .summary import (
     warning_clauses,
 )
 from .text import md_code, md_text
-from .verdicts import unattributed_failures
+from .verdicts import IMPACT_WORDS, WINDOW_OK, unattributed_failures
 
-ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️", "INCOMPLETE": "⏹️"}
-PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "not_offered": "🚫 not offered", "error": "⚠️ error",
-                "not_claimed": "➖ not claimed", "not_requested": "➖ not requested"}
+ICON = {"CERTIFIED": "✅", "NOT CERTIFIED": "❌", "ERROR": "⚠️", "INCOMPLETE": "⏹️", "INCONCLUSIVE": "❔"}
+PROFILE_ICON = {"certified": "✅ certified", "failed": "❌ failed", "not_offered": "🚫 not offered",
+                "inconclusive": "❔ inconclusive", "error": "⚠️ error", "not_claimed": "➖ not claimed",
+                "not_requested": "➖ not requested"}
 MAX_ROWS = 25
 
 
 def _clause_table(doc: Mapping[str, Any], clauses: list[dict[str, Any]]) -> list[str]:
-    rows = ["| Clause | Level | Outcome | Why | Replay |", "|---|---|---|---|---|"]
+    rows = ["| Clause | Level | Impact | Outcome | Why | Replay |", "|---|---|---|---|---|---|"]
     for c in clauses[:MAX_ROWS]:
         p = first_problem(doc, c["id"])
         replay = md_code(p["replay"], table=True, limit=200) if p and p["replay"] else "–"
         text = p["message"] if p and p["message"] and c["outcome"] != "xfail" else c["message"]
         why = md_code(text, table=True, limit=160) if text else "–"
         outcome = "known bug" if c["outcome"] == "xfail" else c["outcome"]
-        rows.append(f"| {md_code(c['id'], table=True)} | {c['level']} | {md_text(outcome)} | {why} | {replay} |")
+        impact = md_text(IMPACT_WORDS.get(c.get("impact") or "", c.get("impact") or "–"))
+        rows.append(f"| {md_code(c['id'], table=True)} | {c['level']} | {impact} | {md_text(outcome)} | {why} | {replay} |")
     if len(clauses) > MAX_ROWS:
         rows.append(f"\n…and {len(clauses) - MAX_ROWS} more in the HTML report.")
     return rows
@@ -99,6 +102,9 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
         lacks = f" (lacks {md_code(', '.join(v['lacks']), table=True)})" if v.get("lacks") else ""
         out.append(f"| {md_text(p)} | {PROFILE_ICON[v['verdict']]}{lacks} | {v['passed']} | {v['failed']} | {v['errors']} "
                    f"| {v['xfailed']} | {v.get('not_offered', 0)} | {v['not_claimed']} |")
+    covered = coverage_line(doc)
+    if covered:
+        out += ["", f"Coverage: {md_text(covered)}"]
     if since is not None:
         out += _since(since)
     found = doc.get("findings") or []
@@ -117,6 +123,12 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
                 "| Operation | Clauses not judged |", "|---|---|"]
         out += [f"| {md_code(f['what'], table=True)} | {', '.join(md_code(c, table=True) for c in f['clauses'][:MAX_ROWS])} |"
                 for f in lacking[:MAX_ROWS]]
+    gaps = [f for f in found if f["severity"] == "not_reached"]
+    if gaps:  # what the run did not exercise: the verdict cannot pass
+        out += ["", f"**Not reached** ({len(gaps)}; the verdict cannot pass until they are)", ""]
+        for f in gaps[:MAX_ROWS]:
+            named = [*(f["message"].split("; ") if f["message"] and f["what"] != "safety" else []), *f["clauses"]]
+            out.append(f"- {md_text(f['words'])}" + (f": {', '.join(md_code(x) for x in named[:MAX_ROWS])}" if named else ""))
     clauses = warning_clauses(doc)
     if clauses:
         out += ["", f"**SHOULD clauses not met (not blocking)** ({len(clauses)})", "", *_clause_table(doc, clauses)]
@@ -130,7 +142,10 @@ def render_markdown(doc: Mapping[str, Any], results_sha256: str | None = None,
             out.append(f"| {md_code(t['nodeid'], table=True, limit=120)} | {md_text(t['outcome'])} | {why} | {replay} |")
     windows = doc["crash_windows"]
     if windows:
-        bad = sum(1 for w in windows if w["verdict"] != "pass")
-        out += ["", f"Crash windows: {len(windows)} run, {len(windows) - bad} passed, {bad} failed or errored."]
+        bad = sum(1 for w in windows if w["verdict"] not in WINDOW_OK)
+        allowed = sum(1 for w in windows if w["verdict"] == "permitted")
+        out += ["", f"Crash windows: {len(windows)} run, {len(windows) - bad - allowed} passed, "
+                + (f"{allowed} permitted by the adapter's declaration (not passes), " if allowed else "")
+                + f"{bad} failed or errored."]
     out += ["", f"Reproduce: {md_code(r['command'], limit=400)}", ""]
     return "\n".join(out)

@@ -201,6 +201,10 @@ def _tests(tests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# the effect counts each declared delivery guarantee allows (docs/protocol.md, "Safety declarations")
+DELIVERY_BOUNDS = {"at-most-once": (0, 1), "at-least-once": (1, None), "effectively-once": (1, 1)}
+
+
 def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec, adapter_points: Iterable[str] = ()) -> list[dict[str, Any]]:
     adapter_points = set(adapter_points)
     out = []
@@ -216,7 +220,16 @@ def _windows(windows: Iterable[Mapping[str, Any]], spec: Spec, adapter_points: I
         if cls is not None and cls not in spec.step_classes:
             raise ResultsError(f"{where}: unknown step class {cls!r}")
         row = spec.matrix[cls] if cls is not None else {}
-        if cls is None:
+        delivery = rec.get("delivery")
+        if delivery is not None:
+            # a lease campaign's effect window: no recovery scan decides, and the effect count is
+            # judged by the declared delivery guarantee, not by the matrix (docs/chaos.md)
+            if delivery not in DELIVERY_BOUNDS:
+                raise ResultsError(f"{where}: delivery {delivery!r} is not one of {', '.join(DELIVERY_BOUNDS)}")
+            decisions = set(spec.decisions) | {"none"}
+            effects = {name for name, a in spec.allowances.items() if (a.min, a.max) == DELIVERY_BOUNDS[delivery]}
+            default_decision, default_effects = None, next(iter(sorted(effects)), None)
+        elif cls is None:
             # the kill did not land inside a step (between items, say): no matrix cell applies
             decisions = {d for d in spec.decisions} | set(spec.scanner.values()) - {"by_class"}
             effects = set(spec.allowances)
@@ -262,16 +275,32 @@ def _profiles(names: Iterable[str] | None, defined: Sequence[str], what: str) ->
     return [p for p in defined if p in names]
 
 
+def coverage_plan(spec: Spec) -> dict[str, Any]:
+    """What a run's coverage is measured against, read from the contract: the profile of each
+    operation the transition table names (and of each operation that makes a guard hold), the
+    operations that make each guard hold, and the contract's crash points (docs/results.md,
+    "Coverage")."""
+    from ledgercheck.spec import rules
+
+    guards = {t.guard: list(rules.guard_setters(spec, t.guard)) for t in spec.transitions if t.guard}
+    ops = list(dict.fromkeys([op for _src, op, _dst in rules.moves(spec)] + [op for s in guards.values() for op in s]))
+    return {"operations": {op: spec.operations[op].profile for op in ops}, "guards": guards,
+            "crash_points": list(spec.crash_points)}
+
+
 def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, Any], environment: Mapping[str, Any],
                   tests: Iterable[Mapping[str, Any]], crash_windows: Iterable[Mapping[str, Any]] = (),
                   requested_profiles: Iterable[str] | None = None,
-                  safety: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                  safety: Iterable[Mapping[str, Any]] = (), record_coverage: bool = False) -> dict[str, Any]:
     """Assemble a complete, checked results document (with its integrity hash).
 
     ``requested_profiles`` of None means every profile of the contract: profiles the adapter
     does not claim then show as "not claimed".  Missing optional fields get their defaults
     (docs/results.md); crash windows may leave ``decision_expected``/``effects_expected`` out, and
-    get them from the contract's matrix.  Raises :class:`ResultsError` on anything inconsistent.
+    get them from the contract's matrix.  ``record_coverage``: the tests carry what they exercised
+    (``exercised``, as the conformance plugin records it), so the document gets a ``coverage``
+    section and the verdict takes it into account (a profile whose transitions or clause cases
+    were not all reached is inconclusive).  Raises :class:`ResultsError` on anything inconsistent.
     """
     r = _run(run)
     a = _adapter(adapter)
@@ -291,8 +320,8 @@ def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, A
             "claimed": _profiles(a["profiles"], defined, "adapter profiles"),
             "verdicts": {},
         },
-        "clauses": [{"id": c.id, "profile": c.profile, "level": c.level, "statement": c.statement, "source": c.source}
-                    for c in spec.clauses],
+        "clauses": [{"id": c.id, "profile": c.profile, "level": c.level, "impact": c.impact, "headline": c.headline,
+                     "statement": c.statement, "source": c.source} for c in spec.clauses],
         "tests": _tests(tests),
         "crash_windows": _windows(crash_windows, spec, a.get("crash_points") or ()),
     }
@@ -301,6 +330,8 @@ def build_results(*, run: Mapping[str, Any], spec: Spec, adapter: Mapping[str, A
     campaigns = [copy.deepcopy(dict(c)) for c in safety]
     if campaigns:  # the safety campaigns' records, as evidence beside the tests that carried them
         doc["safety"] = campaigns
+    if record_coverage:
+        doc["coverage"] = {"plan": coverage_plan(spec)}
     _check_part(r, "run", "run")
     _check_part(a, "adapter", "adapter")
     for i, t in enumerate(doc["tests"]):
@@ -368,6 +399,19 @@ def _check_facts(doc: Mapping[str, Any], source: str) -> None:
         if k in keys:
             raise ResultsError(f"{where} appears twice")
         keys.add(k)
+        # a window judged by the declared delivery: a pass ran the effect at most once and within
+        # what the declaration allows; "permitted" is a repeat that at-least-once allows, or an
+        # item brought back only by an operator under a declaration that says so, never else
+        n = w.get("effects_observed")
+        if w["verdict"] == "pass" and w.get("delivery") is not None and isinstance(n, int) and n > 1:
+            raise ResultsError(f"{where}: verdict pass, but the effect ran {n} times: a repeat is never a pass")
+        if w["verdict"] == "permitted":
+            repeat = w.get("delivery") == "at-least-once" and isinstance(n, int) and n > 1
+            operator = w.get("reclaim") in ("operator", "never") and bool(w.get("came_back_by"))
+            if not (repeat or operator):
+                raise ResultsError(f"{where}: verdict permitted, but the window records no declaration that permits "
+                                   "what happened (delivery at-least-once with a repeated effect, or reclaim operator/never "
+                                   "with what brought the item back)")
         # a passing kill window must show what its verdict claims; takeover windows judge fencing
         # (the stale worker's own effects are accounted apart), so only kill and scan-kill windows
         # are re-checked
@@ -407,6 +451,11 @@ def _compare_derived(doc: Mapping[str, Any], source: str) -> None:
                                f"({want[key]!r})")
     if doc["timings"] != want["timings"]:
         raise ResultsError(f"{source}: recorded timings do not follow from the test durations")
+    if want["coverage"] is not None:
+        got_cov = {k: v for k, v in doc["coverage"].items() if k != "plan"}
+        if got_cov != want["coverage"]:
+            field = next((k for k in want["coverage"] if got_cov.get(k) != want["coverage"][k]), "coverage")
+            raise ResultsError(f"{source}: recorded coverage.{field} does not follow from the tests and the plan")
 
 
 def validate_results(doc: Any, source: str = "results") -> None:
@@ -693,12 +742,19 @@ def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                      "requested": [p for p in defined if p in requested],
                      "claimed": list(first["profiles"]["claimed"]), "verdicts": {},
                      **({"sets": copy.deepcopy(first["profiles"]["sets"])} if "sets" in first["profiles"] else {})},
-        "clauses": [{k: c[k] for k in ("id", "profile", "level", "statement", "source")} for c in first["clauses"]],
+        "clauses": [{k: c[k] for k in verdicts.CLAUSE_FACTS if k in c} for c in first["clauses"]],
         "tests": [copy.deepcopy(t) for d in docs for t in d["tests"]],
         "crash_windows": [copy.deepcopy(w) for d in docs for w in d["crash_windows"]],
     }
     if any(d.get("safety") for d in docs):
         doc["safety"] = [copy.deepcopy(c) for d in docs for c in d.get("safety") or []]
+    plans = [(i, d["coverage"]["plan"]) for i, d in enumerate(docs, 1) if verdicts.coverage_recorded(d)]
+    if plans:  # parts that recorded no coverage add tests and nothing else to it
+        i, plan = plans[0]
+        other = next((j for j, p in plans if p != plan), None)
+        if other is not None:
+            raise ResultsError(f"cannot merge: parts {i} and {other} measured their coverage against different plans")
+        doc["coverage"] = {"plan": copy.deepcopy(plan)}
     _check_facts(doc, "merged results")
     doc = _sealed(verdicts.apply(doc), "merged results")
     validate_results(doc, "merged results")

@@ -8,6 +8,8 @@ from typing import Any
 from .summary import (
     adapter_label,
     blocking_clauses,
+    coverage_line,
+    coverage_totals,
     error_clauses,
     first_problem,
     fmt_seconds,
@@ -16,7 +18,7 @@ from .summary import (
     warning_clauses,
 )
 from .text import one_line, terminal
-from .verdicts import unattributed_failures
+from .verdicts import WINDOW_OK, unattributed_failures
 
 
 def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, Any]:
@@ -46,6 +48,8 @@ def summary_json(doc: Mapping[str, Any], path: str, sha256: str) -> dict[str, An
         "warnings": [brief(c) for c in warning_clauses(doc)],
         "crash_windows": {"total": len(windows), "failed": sum(1 for w in windows if w["verdict"] == "fail"),
                           "errors": sum(1 for w in windows if w["verdict"] == "error")},
+        "coverage": coverage_totals(doc),
+        "not_reached": [f for f in doc.get("findings") or [] if f["severity"] == "not_reached"],
     }
 
 
@@ -93,6 +97,13 @@ def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
         lines += ["", f"not offered ({len(lacking)} operation(s), {len(not_offered_clauses(doc))} clause(s) not judged):"]
         for f in lacking:
             lines.append(f"  {t(f['what']):<34} {t(one_line(', '.join(f['clauses']), 110))}")
+    gaps = [f for f in doc.get("findings") or [] if f["severity"] == "not_reached"]
+    if gaps:  # what the run did not exercise: the verdict cannot pass
+        lines += ["", f"not reached ({len(gaps)}):"]
+        for f in gaps:
+            lines.append(f"  {t(one_line(f['words'], 150))}")
+            if f["message"] and f["what"] != "safety":
+                lines.append(f"    {t(one_line(f['message'], 150))}")
     lines += _clause_lines(doc, "SHOULD not met (not blocking)", warning_clauses(doc))
     loose = unattributed_failures(doc)
     if loose:
@@ -101,7 +112,12 @@ def summary_text(doc: Mapping[str, Any], path: str, sha256: str) -> str:
             lines.append(f"  {t(one_line(x['nodeid'], 60))}  {x['outcome']}  {t(one_line(x['message'] or '', 100))}")
     windows = doc["crash_windows"]
     if windows:
-        bad = sum(1 for w in windows if w["verdict"] != "pass")
-        lines += ["", f"crash windows: {len(windows)} run, {len(windows) - bad} passed, {bad} failed or errored"]
+        bad = sum(1 for w in windows if w["verdict"] not in WINDOW_OK)
+        allowed = sum(1 for w in windows if w["verdict"] == "permitted")
+        lines += ["", f"crash windows: {len(windows)} run, {len(windows) - bad - allowed} passed, "
+                  + (f"{allowed} permitted by the adapter's declaration, " if allowed else "") + f"{bad} failed or errored"]
+    covered = coverage_line(doc)
+    if covered:
+        lines += ["", f"coverage: {t(covered)}"]
     lines += ["", f"reproduce: {t(r['command'])}"]
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 
 # C0 controls except tab/newline/carriage return, DEL, C1 controls, surrogates and the two noncharacters
 # XML 1.0 forbids.  Tab, newline and carriage return are allowed by XML and handled per output.
@@ -36,6 +37,65 @@ def terminal(text: object) -> str:
     ANSI sequence, NUL, BEL, C1 control, carriage return or bidi override from an adapter or a
     ledger reaches the screen); each is shown as ``\\xNN`` or ``\\uNNNN``."""
     return _TERMINAL.sub(_show, "" if text is None else str(text))
+
+
+# ---- how much of it is shown ------------------------------------------------------------------------
+# Adapter text on a terminal: every line at most LINE_LIMIT characters once escaped, a block of it
+# (a test's failure, captured output) at most BLOCK_LINES lines; what is cut off is counted in a
+# marker at the cut.  In results.json (and so in every report) a recorded text is at most
+# RECORDED_LIMIT characters, a test's message at most MESSAGE_LIMIT (docs/inputs.md).
+LINE_LIMIT = 1000
+BLOCK_LINES = 400
+RECORDED_LIMIT = 20_000
+MESSAGE_LIMIT = 4000
+_ESCAPE_AT_END = re.compile(r"\\(?:x[0-9a-f]?|u[0-9a-f]{0,3})?$")  # the start of an escape, cut short
+
+
+def _cut(s: str, limit: int, marker: str) -> str:
+    """``s`` (already escaped) cut to at most ``limit`` characters, ``marker`` (formatted with the
+    number of characters cut) included; an escape sequence is never cut in two."""
+    if len(s) <= limit:
+        return s
+    keep = max(0, limit - len(marker.format(n=len(s))))
+    head = s[:keep]
+    m = _ESCAPE_AT_END.search(head[-6:])
+    if m:
+        head = head[: len(head) - (len(head[-6:]) - m.start())]
+    return head + marker.format(n=len(s) - len(head))
+
+
+def shown_line(text: object, limit: int = LINE_LIMIT) -> str:
+    """Adapter text as one line of a terminal: escaped (see :func:`terminal`), its line breaks and
+    tabs made spaces, and cut to ``limit`` characters."""
+    s = terminal(text).replace("\n", " ").replace("\t", " ")
+    return _cut(s, limit, "… [{n:,} more characters]")
+
+
+def shown(text: object, limit: int = LINE_LIMIT, max_lines: int | None = BLOCK_LINES) -> str:
+    """Adapter text for a terminal, escaped (:func:`terminal`), each line cut to ``limit``
+    characters and, with ``max_lines``, the whole cut to that many lines."""
+    lines = terminal(text).split("\n")
+    out = [_cut(ln, limit, "… [{n:,} more characters]") for ln in (lines if max_lines is None else lines[:max_lines])]
+    if max_lines is not None and len(lines) > max_lines:
+        out.append(f"… [{len(lines) - max_lines:,} more lines]")
+    return "\n".join(out)
+
+
+def recordable(value: Any, limit: int | None = RECORDED_LIMIT) -> Any:
+    """``value`` (JSON-like: dicts, lists, scalars) with every string made fit for results.json: a
+    lone surrogate (which UTF-8, hence JSON files, cannot hold) shown as ``\\udXXX`` and a string
+    longer than ``limit`` (unless None) cut, with a marker saying how much was cut."""
+    if isinstance(value, str):
+        s = _SURROGATE.sub(_show, value) if _SURROGATE.search(value) else value
+        return s if limit is None else _cut(s, limit, "… [{n:,} more characters]")
+    if isinstance(value, dict):
+        return {recordable(k, limit) if isinstance(k, str) else k: recordable(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [recordable(v, limit) for v in value]
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def one_line(text: object, limit: int | None = None) -> str:
@@ -76,3 +136,19 @@ def md_text(text: object) -> str:
     """Plain text for Markdown prose (for text from the contract, not the adapter): characters that can
     start emphasis, code, links, HTML or break a table are backslash-escaped, whitespace collapsed."""
     return _MD_PUNCT.sub(r"\\\1", one_line(text))
+
+
+# ---- secrets ---------------------------------------------------------------------------------------
+# A password in a URL's user part (redis://:pw@host, postgresql://user:pw@host/db) or in a
+# key=value connection string (host=h password=pw) is never shown: messages that name a store or
+# a database show it as ***.
+_URL_SECRET = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^/\s]*)@")
+_KV_SECRET = re.compile(r"(?i)\b(password|passwd|pwd)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&;]*)")
+SECRET_SHOWN = "***"
+
+
+def without_secrets(text: object) -> str:
+    """``text`` with the password of every URL (``scheme://user:PASSWORD@host``) and every
+    ``password=...`` setting replaced by ``***``."""
+    s = _URL_SECRET.sub(lambda m: f"{m.group(1)}{SECRET_SHOWN}@", "" if text is None else str(text))
+    return _KV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_SHOWN}", s)

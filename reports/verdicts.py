@@ -1,34 +1,53 @@
 """How outcomes of tests and crash windows become clause outcomes, profile verdicts and one verdict.
 
 Everything here is a pure function of the results document's recorded facts (the clause list, the
-tests, the crash windows, which profiles were requested and claimed, a run-level error); the
-derived members of the document (`clauses[*].outcome` and counts, `profiles.verdicts`,
-`verdict`, `certified_profiles`, `exit_code`, `timings`) are exactly what :func:`derive` returns.
+tests and what they exercised, the crash windows, the safety campaigns, which profiles were
+requested and claimed, a run-level error, the coverage plan); the derived members of the document
+(`clauses[*].outcome` and counts, `profiles.verdicts`, `verdict`, `certified_profiles`,
+`exit_code`, `timings`, `findings`, `verdict_line`, `coverage` but its plan) are exactly what
+:func:`derive` returns.
 `build_results`, `merge_results` and `validate_results` all go through it, so a document can
 never be built one way and checked another.  docs/results.md states the same rules in prose.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ledgercheck.spec.contract import IMPACTS
+
 TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "not_offered")
-CLAUSE_OUTCOMES = ("pass", "fail", "error", "xfail", "not_offered", "not_claimed", "not_requested")
-PROFILE_VERDICTS = ("certified", "failed", "not_offered", "error", "not_claimed", "not_requested")
-SEVERITIES = ("unsafe", "violation", "not_offered", "warning")  # findings, most severe first
+CLAUSE_OUTCOMES = ("pass", "fail", "error", "xfail", "not_offered", "not_run", "not_claimed", "not_requested")
+PROFILE_VERDICTS = ("certified", "failed", "not_offered", "inconclusive", "error", "not_claimed", "not_requested")
+SEVERITIES = ("unsafe", "violation", "not_offered", "not_reached", "warning")  # findings, most severe first
+# a clause's impact (what a violation does to a user's work, spec.contract.IMPACTS) as a verdict line counts it
+IMPACT_WORDS = {"ownership": "ownership", "integrity": "integrity", "behaviour": "behaviour",
+                "validation": "input validation", "reporting": "reporting"}
+# what a planned transition came to in a run (docs/results.md, "Coverage")
+MOVE_STATES = ("reached", "missing", "not_offered", "out_of_scope")
+HEADLINED = 3  # contract violations a verdict line names in words; the rest are counted by impact
 # safety anomaly classes (docs/safety.md) in the words of a verdict line, most severe first
 ANOMALY_WORDS = {
     "lost_work": "loses work", "duplicate_effect": "runs work twice", "split_ownership": "two owners at once",
     "stale_write_accepted": "accepts stale writes", "terminal_changed": "changes finished work",
-    "stuck_work": "strands work",
+    "stuck_work": "strands work", "refused_but_applied": "does what it said it refused",
 }
 # operations whose absence a reader knows by another name
 LACK_WORDS = {"events": "event trail"}
-WINDOW_VERDICTS = {"pass": "passed", "fail": "failed", "error": "error"}
-EXIT_CODES = {"CERTIFIED": 0, "NOT CERTIFIED": 1, "ERROR": 2, "INCOMPLETE": 2}
+# a crash window's verdict as evidence about its clauses; "permitted" (what happened is allowed by
+# the adapter's declaration, not by the contract: an effect run again under at-least-once, an item
+# brought back only by an operator under reclaim: operator) fails nothing, and is rendered with a
+# mark of its own, never as a pass
+WINDOW_VERDICTS = {"pass": "passed", "permitted": "passed", "fail": "failed", "error": "error"}
+WINDOW_OK = ("pass", "permitted")  # window verdicts that are not a failure or an error
+EXIT_CODES = {"CERTIFIED": 0, "NOT CERTIFIED": 1, "ERROR": 2, "INCOMPLETE": 2, "INCONCLUSIVE": 2}
 NO_TEST = "no test produced a result"
+# what a results document copies of each clause from the contract (the rest of a clause record is derived)
+CLAUSE_FACTS = ("id", "profile", "level", "impact", "headline", "statement", "source")
+NOT_RUN = "no case of it ran in this run (deselected, or in another shard)"
 SLOWEST = 10
 
 
@@ -87,13 +106,17 @@ def _first_message(evs: Sequence[Evidence], outcomes: tuple[str, ...], default: 
 
 
 def clause_outcome(evs: Sequence[Evidence], *, profile: str, requested: bool, claimed: bool,
-                   known_bug: str | None = None) -> tuple[str, str | None]:
+                   known_bug: str | None = None, coverage: bool = False) -> tuple[str, str | None]:
     """The outcome of one clause from its evidence, and a short message for anything but a pass.
 
     The order of the rules matters: an error anywhere means the clause could not be decided,
     then any failure (a strict expected failure that passed counts as one) decides "fail"; a
     declared known bug comes next, then a test that met an operation the implementation does not
-    offer ("not_offered": the clause was not judged, and it is never a failure).
+    offer ("not_offered": the clause was not judged, and it is never a failure).  In a run that
+    records its coverage (``coverage``), a clause of a profile under certification that no test
+    or crash window gave evidence about at all was not run ("not_run": deselected, or left to
+    another shard); without that record it is an error, as a run that does not say what it
+    planned cannot tell a deselected clause from one nothing checks.
     """
     if any(e.outcome == "error" for e in evs):
         return "error", _first_message(evs, ("error",), "error")
@@ -109,7 +132,7 @@ def clause_outcome(evs: Sequence[Evidence], *, profile: str, requested: bool, cl
         if not claimed:
             return "not_claimed", None
         if not evs:
-            return "error", NO_TEST
+            return ("not_run", NOT_RUN) if coverage else ("error", NO_TEST)
         if all(e.not_claimed for e in evs):
             return "error", (f"{NO_TEST}: {len(evs)} test(s) skipped as not claimed, "
                              f"but the adapter claims profile {profile}")
@@ -141,21 +164,27 @@ def derive_clauses(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     requested, claimed = set(prof["requested"]), set(prof["claimed"])
     known = doc["adapter"].get("known_bugs") or {}
     evidence = evidence_by_clause(doc["tests"], doc["crash_windows"])
+    recorded = coverage_recorded(doc)
     out = []
     for c in doc["clauses"]:
         evs = evidence.get(c["id"], [])
         outcome, message = clause_outcome(evs, profile=c["profile"], requested=c["profile"] in requested,
-                                          claimed=c["profile"] in claimed, known_bug=known.get(c["id"]))
-        rec = {k: c[k] for k in ("id", "profile", "level", "statement", "source")}
+                                          claimed=c["profile"] in claimed, known_bug=known.get(c["id"]),
+                                          coverage=recorded)
+        rec = {k: c[k] for k in CLAUSE_FACTS if k in c}
         rec.update(_counts(evs))
         rec.update(outcome=outcome, message=message, lacks=lacks_of(evs) if outcome == "not_offered" else [])
         out.append(rec)
     return out
 
 
-def profile_verdicts(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def profile_verdicts(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]],
+                     cov: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Each profile's verdict; ``cov``: the run's coverage (:func:`coverage`), whose gaps make a
+    profile that would certify inconclusive."""
     prof = doc["profiles"]
     requested, claimed = set(prof["requested"]), set(prof["claimed"])
+    gaps = (cov or {}).get("profiles") or {}
     out: dict[str, dict[str, Any]] = {}
     for p in prof["defined"]:
         mine = [c for c in clauses if c["profile"] == p]
@@ -163,6 +192,7 @@ def profile_verdicts(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]
         blocking = [c for c in by["fail"] + by["xfail"] if c["level"] == "MUST"]
         lacking = [c for c in by["not_offered"] if c["level"] == "MUST"]
         warnings = [c["id"] for c in mine if c["outcome"] in ("fail", "xfail", "not_offered") and c["level"] != "MUST"]
+        gap = gaps.get(p) or {}
         if p not in requested:
             verdict = "not_requested"
         elif p not in claimed:
@@ -173,11 +203,13 @@ def profile_verdicts(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]
             verdict = "failed"
         elif lacking:
             verdict = "not_offered"
+        elif by["not_run"] or gap.get("missing"):
+            verdict = "inconclusive"
         else:
             verdict = "certified"
         out[p] = {"verdict": verdict, "clauses": len(mine), "passed": len(by["pass"]), "failed": len(by["fail"]),
                   "errors": len(by["error"]), "xfailed": len(by["xfail"]), "not_claimed": len(by["not_claimed"]),
-                  "not_offered": len(by["not_offered"]),
+                  "not_offered": len(by["not_offered"]), "not_run": len(by["not_run"]),
                   "lacks": sorted({op for c in lacking for op in c["lacks"]}), "warnings": warnings}
     return out
 
@@ -192,7 +224,14 @@ def anonymous_adapter(doc: Mapping[str, Any]) -> bool:
     return doc["adapter"].get("name") is None or doc["adapter"].get("version") is None
 
 
+def inconclusive_campaigns(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The safety campaigns that found no anomaly but did not reach what their verdict needs
+    (their ``verdict`` is "inconclusive", their ``missing`` says what was not reached)."""
+    return [c for c in doc.get("safety") or [] if c.get("verdict") == "inconclusive"]
+
+
 def overall(doc: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """INCOMPLETE > ERROR > NOT CERTIFIED (a definite failure) > INCONCLUSIVE > CERTIFIED."""
     prof = doc["profiles"]
     in_scope = [p for p in prof["defined"] if p in prof["requested"] and p in prof["claimed"]]
     if doc["run"].get("incomplete"):  # first: a run that did not finish decides nothing
@@ -202,6 +241,8 @@ def overall(doc: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -
         return "ERROR", []
     if not in_scope or any(verdicts[p]["verdict"] in ("failed", "not_offered") for p in in_scope):
         return "NOT CERTIFIED", []
+    if any(verdicts[p]["verdict"] == "inconclusive" for p in in_scope) or inconclusive_campaigns(doc):
+        return "INCONCLUSIVE", []
     return "CERTIFIED", in_scope
 
 
@@ -235,11 +276,184 @@ def lack_words(what: str) -> str:
     return LACK_WORDS.get(what, what)
 
 
-def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+# ---- coverage -------------------------------------------------------------------------------------
+
+
+def coverage_recorded(doc: Mapping[str, Any]) -> bool:
+    """Whether the run recorded what it exercised (a ``coverage`` plan, written by the plugin)."""
+    cov = doc.get("coverage")
+    return isinstance(cov, Mapping) and isinstance(cov.get("plan"), Mapping)
+
+
+def move_label(src: str, op: str, dst: str) -> str:
+    """A transition as reports name it: ``running -expire-> timeout``."""
+    return f"{src} -{op}-> {dst}"
+
+
+def _move(text: str) -> tuple[str, str, str]:
+    src, op, dst = text.split(" ")
+    return src, op, dst
+
+
+def _closure(start: Iterable[str], moves: Iterable[tuple[str, str, str]]) -> set[str]:
+    """The statuses reachable from ``start`` along ``moves``."""
+    moves = list(moves)
+    seen = set(start)
+    grew = True
+    while grew:
+        grew = False
+        for src, _op, dst in moves:
+            if src in seen and dst not in seen:
+                seen.add(dst)
+                grew = True
+    return seen
+
+
+def coverage(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the run exercised, from its tests' records (``exercised``), its crash windows and the
+    plan (docs/results.md, "Coverage"); None for a run that recorded no plan.
+
+    Every (from, operation, to) of the contract's transition table is *reached* when a test saw
+    the model and the implementation agree on that move; *not offered* when a call that would
+    have made it was answered ``unsupported``, when its operation (or every operation that makes
+    its guard hold) was found not offered, or when its from-status is reached only through moves
+    not offered; *out of scope* when its operation's profile is not requested and claimed, or the
+    profiles in scope cannot take work to its from-status; *missing* otherwise."""
+    if not coverage_recorded(doc):
+        return None
+    plan = doc["coverage"]["plan"]
+    prof = doc["profiles"]
+    requested, claimed = set(prof["requested"]), set(prof["claimed"])
+    scope = requested & claimed
+    owner: Mapping[str, str | None] = plan["operations"]
+    setters: Mapping[str, Sequence[str]] = plan["guards"]
+    reached: Counter[tuple[str, str, str]] = Counter()
+    refused_unoffered: set[tuple[str, str, str]] = set()
+    calls: dict[tuple[str | None, str], list[int]] = {}
+    labels: set[str] = set()  # operations (variants) some test found not offered
+    for t in doc["tests"]:
+        labels.update(t.get("not_offered") or ())
+        ex = t.get("exercised")
+        if not ex:
+            continue
+        reached.update({_move(m) for m in ex["transitions"]})
+        refused_unoffered.update(_move(m) for m in ex["not_offered"])
+        for call in ex["calls"]:
+            status, op, answer = call.split(" ")
+            calls.setdefault((None if status == "-" else status, op), [0, 0])[0 if answer == "accepted" else 1] += 1
+    first = prof["defined"][0]
+
+    def profile_of(op: str) -> str:
+        return owner.get(op) or first
+
+    def in_scope(op: str) -> bool:
+        return profile_of(op) in scope
+
+    table = [(t["from"], op, t["to"], t["guard"]) for t in doc["spec"]["transitions"] for op in t["ops"]]
+    usable = [m for m in table if in_scope(m[1]) and (m[3] is None or any(in_scope(g) for g in setters.get(m[3], ())))]
+
+    def offered(m: tuple[str, str, str, str | None]) -> bool:
+        src, op, dst, guard = m
+        if (src, op, dst) in reached:
+            return True
+        if (src, op, dst) in refused_unoffered or op in labels:
+            return False
+        return guard is None or any(in_scope(g) and g not in labels for g in setters.get(guard, ()))
+
+    initial = [s["name"] for s in doc["spec"]["statuses"] if s["initial"]]
+    can = _closure(initial, [m[:3] for m in usable])
+    open_to = _closure(initial, [m[:3] for m in usable if offered(m)])
+    rows: list[dict[str, Any]] = []
+    for m in table:
+        src, op, dst, _guard = m
+        p = profile_of(op)
+        if m not in usable or src not in can:
+            state = "out_of_scope"
+        elif (src, op, dst) in reached:
+            state = "reached"
+        elif not offered(m) or src not in open_to:
+            state = "not_offered"
+        else:
+            state = "missing"
+        rows.append({"from": src, "operation": op, "to": dst, "profile": p, "state": state,
+                     "tests": reached.get((src, op, dst), 0)})
+    profiles: dict[str, dict[str, Any]] = {}
+    for p in prof["defined"]:
+        if p not in scope:
+            continue
+        mine = [r for r in rows if r["profile"] == p and r["state"] != "out_of_scope"]
+        own = [c for c in clauses if c["profile"] == p]
+        profiles[p] = {
+            "transitions": len(mine),
+            "reached": sum(1 for r in mine if r["state"] == "reached"),
+            "not_offered": sum(1 for r in mine if r["state"] == "not_offered"),
+            "missing": [move_label(r["from"], r["operation"], r["to"]) for r in mine if r["state"] == "missing"],
+            "clauses": len(own),
+            "clauses_run": sum(1 for c in own if c["tests"] - c["skipped"] > 0),
+            "not_run": [c["id"] for c in own if c["outcome"] == "not_run"],
+        }
+    order = {s["name"]: i for i, s in enumerate(doc["spec"]["statuses"])}
+    states_ops = [{"status": s, "operation": op, "accepted": n[0], "refused": n[1]}
+                  for (s, op), n in sorted(calls.items(), key=lambda kv: (order.get(kv[0][0] or "", -1), kv[0][1]))]
+    points: dict[str, dict[str, int]] = {}
+    for name in list(plan.get("crash_points") or []) + list(doc["adapter"].get("crash_points") or []):
+        points.setdefault(str(name), {"kill": 0, "takeover": 0, "scan-kill": 0, "failed": 0, "permitted": 0})
+    for w in doc["crash_windows"]:
+        pt = points.setdefault(str(w["point"]), {"kill": 0, "takeover": 0, "scan-kill": 0, "failed": 0, "permitted": 0})
+        pt[str(w.get("mode", "kill"))] = pt.get(str(w.get("mode", "kill")), 0) + 1
+        pt["failed"] += w["verdict"] not in WINDOW_OK  # failed or errored
+        pt["permitted"] += w["verdict"] == "permitted"
+    return {
+        "transitions": rows,
+        "states_operations": states_ops,
+        "clause_cases": {c["id"]: c["tests"] - c["skipped"] for c in clauses if c["profile"] in scope},
+        "crash_points": [{"point": k, **v} for k, v in points.items()],
+        "profiles": profiles,
+    }
+
+
+def not_reached(cov: Mapping[str, Any] | None, doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a run did not reach, one finding per profile in scope with gaps (transitions missing,
+    clauses without a case run) and one per safety campaign left inconclusive."""
+    out: list[dict[str, Any]] = []
+    for p, g in ((cov or {}).get("profiles") or {}).items():
+        if not g["missing"] and not g["not_run"]:
+            continue
+        words = []
+        if g["missing"]:
+            words.append(f"{len(g['missing'])} of {g['transitions']} transitions never reached")
+        if g["not_run"]:
+            words.append(f"no case run for {len(g['not_run'])} of {g['clauses']} clauses")
+        out.append({"severity": "not_reached", "what": p, "words": f"{p}: " + ", ".join(words),
+                    "count": len(g["missing"]) + len(g["not_run"]), "clauses": list(g["not_run"]),
+                    "message": "; ".join(g["missing"]) or None, "impact": None, "known_bug": False})
+    for camp in inconclusive_campaigns(doc):
+        missing = [str(m) for m in camp.get("missing") or []] or ["the campaign did not say what it missed"]
+        out.append({"severity": "not_reached", "what": "safety", "words": "the safety campaign: " + "; ".join(missing),
+                    "count": len(missing), "clauses": [], "message": "; ".join(missing), "impact": None,
+                    "known_bug": False})
+    return out
+
+
+def impact_rank(c: Mapping[str, Any]) -> int:
+    """Where a clause's impact stands, most severe first (a clause recorded without one: behaviour)."""
+    impact = c.get("impact") or "behaviour"
+    return IMPACTS.index(impact) if impact in IMPACTS else len(IMPACTS)
+
+
+def by_impact(clauses: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Clauses most severe impact first, in contract order within one impact."""
+    return sorted(clauses, key=impact_rank)  # (sorted is stable: contract order within one impact)
+
+
+def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]],
+             cov: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Everything a reader should know, most severe first: safety anomalies (the work itself went
-    wrong), contract violations (MUST clauses failed or declared known bugs), operations not
-    offered (with the clauses they keep from being judged), then SHOULD clauses not met.  Only
-    profiles in scope count, except for anomalies, which the safety campaign finds whatever is claimed."""
+    wrong), contract violations (MUST clauses failed or declared known bugs) by the impact the
+    contract gives each clause (ownership, integrity, behaviour, validation, reporting), operations
+    not offered (with the clauses they keep from being judged), what the run did not reach
+    (``cov``, and safety campaigns left inconclusive), then SHOULD clauses not met.  Only profiles
+    in scope count, except for anomalies, which the safety campaign finds whatever is claimed."""
     scope = set(in_scope(doc))
     out: list[dict[str, Any]] = []
     blamed: dict[str, set[str]] = {}
@@ -248,12 +462,13 @@ def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]]) -> li
             blamed.setdefault(str(a["class"]), set()).add(str(a["clause"]))
     for kind, n in anomaly_counts(doc).items():
         out.append({"severity": "unsafe", "what": kind, "words": ANOMALY_WORDS.get(kind, kind.replace("_", " ")),
-                    "count": n, "clauses": sorted(blamed.get(kind, ())), "message": None})
+                    "count": n, "clauses": sorted(blamed.get(kind, ())), "message": None, "impact": None,
+                    "known_bug": False})
     mine = [c for c in clauses if c["profile"] in scope]
-    for c in mine:
-        if c["level"] == "MUST" and c["outcome"] in ("fail", "xfail"):
-            out.append({"severity": "violation", "what": c["id"], "words": "known bug" if c["outcome"] == "xfail" else "failed",
-                        "count": 1, "clauses": [c["id"]], "message": c["message"]})
+    for c in by_impact([c for c in mine if c["level"] == "MUST" and c["outcome"] in ("fail", "xfail")]):
+        out.append({"severity": "violation", "what": c["id"], "words": c.get("headline") or f"breaks {c['id']}",
+                    "count": 1, "clauses": [c["id"]], "message": c["message"], "impact": c.get("impact") or "behaviour",
+                    "known_bug": c["outcome"] == "xfail"})
     lacking: dict[str, list[str]] = {}
     for c in mine:
         if c["level"] == "MUST" and c["outcome"] == "not_offered":
@@ -261,11 +476,12 @@ def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]]) -> li
                 lacking.setdefault(op, []).append(c["id"])
     for op, ids in sorted(lacking.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         out.append({"severity": "not_offered", "what": op, "words": lack_words(op), "count": len(ids),
-                    "clauses": ids, "message": None})
-    for c in mine:
-        if c["level"] != "MUST" and c["outcome"] in ("fail", "xfail", "not_offered"):
-            out.append({"severity": "warning", "what": c["id"], "words": c["outcome"].replace("_", " "), "count": 1,
-                        "clauses": [c["id"]], "message": c["message"]})
+                    "clauses": ids, "message": None, "impact": None, "known_bug": False})
+    out += not_reached(cov, doc)
+    for c in by_impact([c for c in mine if c["level"] != "MUST" and c["outcome"] in ("fail", "xfail", "not_offered")]):
+        out.append({"severity": "warning", "what": c["id"], "words": c["outcome"].replace("_", " "), "count": 1,
+                    "clauses": [c["id"]], "message": c["message"], "impact": c.get("impact") or "behaviour",
+                    "known_bug": c["outcome"] == "xfail"})
     return out
 
 
@@ -285,29 +501,74 @@ def _listed(ids: Sequence[str], limit: int = 3) -> str:
     return ", ".join(ids[:limit]) + (", ..." if len(ids) > limit else "")
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def violation_words(violations: Sequence[Mapping[str, Any]], limit: int = HEADLINED) -> str:
+    """Contract violations, worst first, as a verdict line says them: the first ``limit`` in the
+    contract's plain words (``accepts a stale holder's writes (lease.fencing)``), the rest counted
+    by impact (``; 23 more contract violations (2 integrity, 12 behaviour, 9 input validation)``)."""
+    shown = [f"{f['words']} ({f['what']}{', known bug' if f.get('known_bug') else ''})" for f in violations[:limit]]
+    text = ", ".join(shown)
+    rest = violations[limit:]
+    if rest:
+        by = Counter(f.get("impact") or "behaviour" for f in rest)
+        kinds = ", ".join(f"{by[i]} {IMPACT_WORDS.get(i, i)}" for i in (*IMPACTS, *sorted(set(by) - set(IMPACTS))) if by[i])
+        text += f"; {len(rest)} more contract violation{'s' if len(rest) != 1 else ''} ({kinds})"
+    known = sum(1 for f in rest if f.get("known_bug"))
+    if known:
+        text += f", {known} more declared as known bug{'s' if known != 1 else ''}"
+    return text
+
+
+def gap_words(cov: Mapping[str, Any] | None, doc: Mapping[str, Any], limit: int = HEADLINED) -> list[str]:
+    """What the run did not reach, as a verdict line says it: transitions never reached, clauses no
+    case of which ran, and what each inconclusive safety campaign missed."""
+    out = []
+    profiles = (cov or {}).get("profiles") or {}
+    missing = list(dict.fromkeys(m for g in profiles.values() for m in g["missing"]))
+    if missing:
+        total = sum(g["transitions"] for g in profiles.values())
+        out.append(f"{len(missing)} of {total} transitions never reached ({_listed(missing, limit)})")
+    not_run = [c for g in profiles.values() for c in g["not_run"]]
+    if not_run:
+        total = sum(g["clauses"] for g in profiles.values())
+        out.append(f"no case run for {len(not_run)} of {total} clauses ({_listed(not_run, limit)})")
+    for camp in inconclusive_campaigns(doc):
+        missing_there = [str(m) for m in camp.get("missing") or []] or ["it did not say what it missed"]
+        out.append("the safety campaign: " + "; ".join(missing_there))
+    return out
+
+
 def headline(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]], found: Sequence[Mapping[str, Any]], verdict: str,
-             verdicts: Mapping[str, Mapping[str, Any]], certified: Sequence[str]) -> str:
-    """The one verdict line every renderer shows, made only of contract names and counts:
+             verdicts: Mapping[str, Mapping[str, Any]], certified: Sequence[str],
+             cov: Mapping[str, Any] | None = None) -> str:
+    """The one verdict line every renderer shows, worst first, in the contract's plain words:
 
     ``INCOMPLETE: ...`` (first of all) / ``ERROR: ...`` / ``UNSAFE: loses work (2), runs work twice
-    (5); 3 contract violations (...); lacks: event trail`` / ``NOT CERTIFIED: 3 contract violations
-    (...); lacks: event trail, cancel`` / ``SAFE; lacks: event trail`` (the safety campaign found
-    nothing, nothing was violated, some operations are not offered) / ``CERTIFIED for profiles ...``."""
+    (5); accepts a stale holder's writes (lease.fencing), ...; lacks: event trail`` / ``NOT
+    CERTIFIED: accepts a stale holder's writes (lease.fencing), changes finished work
+    (core.terminal.immutable); 20 more contract violations (3 behaviour, 12 input validation, 5
+    reporting); lacks: event trail, cancel; 2 of 21 transitions never reached (...)`` / ``SAFE;
+    lacks: event trail`` (the safety campaign found nothing, nothing was violated, some operations
+    are not offered) / ``INCONCLUSIVE: 2 of 21 transitions never reached (...); the safety
+    campaign: no live holder was displaced`` / ``CERTIFIED for profiles ...``."""
     if verdict == "INCOMPLETE":
         return incomplete_line(doc["run"]["incomplete"])
     if verdict == "ERROR":
         return _error_line(doc, clauses, verdicts)
     unsafe = [f for f in found if f["severity"] == "unsafe"]
-    violations = [f["what"] for f in found if f["severity"] == "violation"]
+    violations = [f for f in found if f["severity"] == "violation"]
     lacks = [f["words"] for f in found if f["severity"] == "not_offered"]
     warnings = [f for f in found if f["severity"] == "warning"]
+    gaps = gap_words(cov, doc)
     tail = []
     if violations:
-        known = sum(1 for f in found if f["severity"] == "violation" and f["words"] == "known bug")
-        tail.append(f"{len(violations)} contract violation{'s' if len(violations) != 1 else ''} ({_listed(violations)})"
-                    + (f", {known} declared as known bug{'s' if known != 1 else ''}" if known else ""))
+        tail.append(violation_words(violations))
     if lacks:
         tail.append("lacks: " + ", ".join(lacks))
+    tail += gaps
     if unsafe:
         line = "UNSAFE: " + ", ".join(f"{f['words']} ({f['count']})" for f in unsafe)
         return "; ".join([line, *tail])
@@ -319,10 +580,13 @@ def headline(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]], found
         if warnings:
             line += f" ({len(warnings)} SHOULD clause(s) not met)"
         return line
+    if verdict == "INCONCLUSIVE":
+        return "INCONCLUSIVE: " + "; ".join(tail)
     if not in_scope(doc):
         requested = ", ".join(doc["profiles"]["requested"]) or "none"
         return f"NOT CERTIFIED: the adapter claims none of the requested profiles ({requested})"
-    safe = bool(doc.get("safety")) and not violations
+    camps = doc.get("safety") or []
+    safe = bool(camps) and not violations and all(c.get("verdict") == "pass" for c in camps)
     if safe:
         return "; ".join(["SAFE", *tail])
     return "NOT CERTIFIED: " + "; ".join(tail) if tail else "NOT CERTIFIED"
@@ -366,12 +630,13 @@ def timings(doc: Mapping[str, Any]) -> dict[str, Any]:
 def derive(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The derived members of a results document, computed from its recorded facts."""
     clauses = derive_clauses(doc)
-    verdicts = profile_verdicts(doc, clauses)
+    cov = coverage(doc, clauses)
+    verdicts = profile_verdicts(doc, clauses, cov)
     verdict, certified = overall(doc, verdicts)
-    found = findings(doc, clauses)
+    found = findings(doc, clauses, cov)
     return {"clauses": clauses, "verdicts": verdicts, "verdict": verdict, "certified_profiles": certified,
-            "exit_code": EXIT_CODES[verdict], "timings": timings(doc), "findings": found,
-            "verdict_line": headline(doc, clauses, found, verdict, verdicts, certified)}
+            "exit_code": EXIT_CODES[verdict], "timings": timings(doc), "findings": found, "coverage": cov,
+            "verdict_line": headline(doc, clauses, found, verdict, verdicts, certified, cov)}
 
 
 def verdict_line(doc: Mapping[str, Any]) -> str:
@@ -393,4 +658,6 @@ def apply(doc: dict[str, Any]) -> dict[str, Any]:
     doc["timings"] = d["timings"]
     doc["findings"] = d["findings"]
     doc["verdict_line"] = d["verdict_line"]
+    if d["coverage"] is not None:
+        doc["coverage"] = {"plan": doc["coverage"]["plan"], **d["coverage"]}
     return doc

@@ -134,6 +134,13 @@ class Clause:
     statement: str
     judge: str = "harness"  # "chaos": only the chaos exploration's crash windows judge it
     judges: tuple[str, ...] = ()  # named judgements of the model this clause takes the blame for
+    impact: str = "behaviour"  # what a violation does to a user's work (IMPACTS; the loader always sets it)
+    headline: str = ""  # a violation in a few plain words ("accepts a stale holder's writes")
+
+
+# What a violated clause does to a user's work (a clause's ``impact``), most severe first; verdict
+# lines and reports order findings by it (docs/contract.md, "Impact").
+IMPACTS = ("ownership", "integrity", "behaviour", "validation", "reporting")
 
 
 class UnknownClause(KeyError):

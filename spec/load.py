@@ -640,7 +640,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         ),
         scanner=frozen_map(doc["scanner"]),
         clauses=tuple(Clause(c["id"], c["level"], c["profile"], c["source"], c["statement"], c.get("judge", "harness"),
-                             tuple(c.get("judges", ()))) for c in doc["clauses"]),
+                             tuple(c.get("judges", ())), c["impact"], c["headline"]) for c in doc["clauses"]),
         attempts_exhausted=doc["attempts_exhausted"]["decision"],
         stale=StaleRule(
             bool(doc["stale"]["lease_lapsed"]),

@@ -16,6 +16,8 @@ is pure: it reads the Spec and the values it is given, and returns a value.
   leaves in a snapshot field);
 * ``handout_expiry`` / ``handout_lapse`` / ``redelivery`` - the lease of a hand-out that is not
   a work item (``handouts``: a run of the wakeups profile) and what recovers a lapsed one;
+* ``guard_setters`` / ``moves`` - which operations make a transition's guard hold, and every
+  (from, operation, to) of the transition table (what a run's coverage counts);
 * ``identity_folded`` - whether two identity keys differ only by case, surrounding whitespace or
   Unicode normalization form.
 """
@@ -220,10 +222,25 @@ def guard_holds(spec: Spec, item: Mapping[str, Any], dst: str) -> bool:
     return edge is not None and (edge.guard is None or bool(item.get(edge.guard)))
 
 
+def guard_setters(spec: Spec, guard: str) -> tuple[str, ...]:
+    """The operations that can make a transition's guard hold: those whose effects set the guard's
+    field to true (``cancel`` sets ``cancel_requested``), in contract order."""
+    return tuple(dict.fromkeys(op for op, steps in spec.effects.items() for step in steps.values()
+                               for name, value in step.writes
+                               if name == guard and value.kind == "const" and value.param is True))
+
+
+def moves(spec: Spec) -> tuple[tuple[str, str, str], ...]:
+    """Every (from status, operation, to status) the transition table allows, in table order:
+    what a run's coverage counts (docs/results.md, "Coverage")."""
+    return tuple((t.src, op, t.dst) for t in spec.transitions for op in t.ops)
+
+
 __all__ = [
-    "Decision", "apply_effects", "attempt_limit", "effect_changes", "effect_step", "guard_holds", "journal_why",
+    "Decision", "apply_effects", "attempt_limit", "effect_changes", "effect_step", "guard_holds", "guard_setters",
+    "journal_why",
     "lease_lapse", "marked_event", "marked_for_recovery", "marked_statuses", "open_fields", "quarantines",
-    "receipt_marking", "recoverable", "recovery_decision", "requeues", "stale_for_recovery",
+    "moves", "receipt_marking", "recoverable", "recovery_decision", "requeues", "stale_for_recovery",
 ]
 
 

@@ -36,6 +36,13 @@ MAX_BYTES = 4 << 20  # 4 MiB; the shipped contract is about 50 KB
 MAX_DEPTH = 64
 MAX_VALUES = 50_000
 
+# No integer in a contract has more decimal digits than this (Python's own default limit on
+# converting integers to and from text, which messages and JSON need); a hexadecimal or binary
+# integer past it is refused as well.
+MAX_INT_DIGITS = 4300
+_INT_CEILING = 10**MAX_INT_DIGITS
+_INT_TEXT = 4 * MAX_INT_DIGITS + 2  # the longest integer text worth converting (binary digits, a prefix)
+_INT_TAG = "tag:yaml.org,2002:int"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -64,6 +71,11 @@ class YamlLoadError(Exception):
 
 
 Path_ = tuple[Any, ...]
+
+
+def _short(text: str, limit: int) -> str:
+    flat = one_line(text)
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def one_line(text: str) -> str:
@@ -236,10 +248,22 @@ class _Builder:
         return self._scalar(node)
 
     def _scalar(self, node: yaml.Node) -> Any:
+        if node.tag == _INT_TAG and len(str(node.value).replace("_", "")) > _INT_TEXT:
+            # refused before it is converted: Python would refuse the digits, and a sexagesimal
+            # integer (1:2:3...) of that length takes quadratic time to build
+            raise self.fail(node, f"bad value: an integer of more than {MAX_INT_DIGITS:,} digits")
         try:
-            return self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
         except yaml.MarkedYAMLError as exc:
             raise self.fail(node, f"bad value: {exc.problem}") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            # a timestamp out of range (2001-13-45), !!int "abc", too many digits for Python
+            if "integer string conversion" in str(exc):
+                raise self.fail(node, f"bad value: an integer of more than {MAX_INT_DIGITS:,} digits") from None
+            raise self.fail(node, f"bad value: {_short(str(exc), 120)}") from None
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT_CEILING:
+            raise self.fail(node, f"bad value: an integer of more than {MAX_INT_DIGITS:,} digits")
+        return value
 
     def _key(self, node: yaml.Node) -> str:
         if not isinstance(node, yaml.ScalarNode):

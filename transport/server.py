@@ -299,14 +299,24 @@ def _write_or_check(path: str | None, text: str, check: bool, what: str, emit: C
         return 0
     p = Path(path)
     if check:
-        current = p.read_text(encoding="utf-8") if p.exists() else ""
+        try:
+            current = p.read_text(encoding="utf-8") if p.exists() else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text" \
+                if isinstance(exc, UnicodeDecodeError) else str(exc)
+            print(f"ledgercheck protocol: {path}: cannot read: {why}", file=sys.stderr)
+            return 2
         if current != text:
             print(f"{path}: stale {what}; run: ledgercheck protocol {what} -o {path}", file=sys.stderr)
             return 1
         print(f"{path}: up to date")
         return 0
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"ledgercheck protocol: {path}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {path}")
     return 0
 

@@ -10,7 +10,7 @@ from ledgercheck.spec import Spec, rules
 from ledgercheck.transport.clock import QUANTUM
 
 from ..harness import OWNER, Harness, NotApplicable
-from . import CaseFn, answered, case, cases, check, fail
+from . import CaseFn, answered, case, cases, check, durable, fail
 
 
 def _statuses(spec: Spec) -> list[str]:
@@ -845,6 +845,94 @@ def _list_after_changes(h: Harness) -> None:
             for st in statuses:
                 h.do("list", status=st)
     h.do("list")
+
+
+def _kept_statuses(h: Harness) -> list[str]:
+    """The statuses a reopen test leaves items in, in the order they are made: those no monitor
+    operation moves once a deadline passes (a due retry, a wait's deadline: under a wall clock
+    the deadline may pass while the ledger is opened again, and a ledger that shows such a move
+    before its monitor runs is judged by the monitor's clauses), terminal ones first, then the
+    leased status (a claim the reopen must keep), the initial status last (so a queue that
+    hands out only the next queued item claims the intended one)."""
+    spec = h.spec
+    monitors = [op for op, o in spec.operations.items() if o.kind == "monitor"]
+    moved = {s for s in spec.statuses if any(spec.targets(op, s) for op in monitors)}
+    keep = [s for s in spec.statuses if (s not in moved or spec.statuses[s].leased)
+            and _drivable(h, spec.initial_status, s)]
+    return sorted(keep, key=lambda s: (s == spec.initial_status, bool(spec.statuses[s].leased), not spec.terminal(s)))
+
+
+def _snapshots(h: Harness, ids: list[str], when: str) -> tuple[dict[str, Mapping | None], list[str] | None]:
+    """Each item's snapshot by ``get`` (None: not found) and the ids ``list`` returns (None: the
+    listing was refused or malformed), read without the model."""
+    got: dict[str, Mapping | None] = {}
+    for wid in ids:
+        out = h.raw("get", work_id=wid)
+        if out.ok and isinstance(out.value, Mapping):
+            got[wid] = out.value
+        else:
+            check(not out.ok and out.code == "not_found", "core.list.complete",
+                  f"get({wid!r}) {when} answered {out.value!r:.80}" if out.ok else f"get({wid!r}) {when} was refused ({out.code}: {out.message})", h)
+            got[wid] = None
+    listed = h.raw("list")
+    ids_listed = ([w.get("work_id") for w in listed.value if isinstance(w, Mapping)]
+                  if listed.ok and isinstance(listed.value, list) else None)
+    return got, ids_listed
+
+
+def _reopen_keeps_everything(h: Harness, same_process: bool) -> None:
+    """docs/protocol.md, ``reset``: a reset naming a ``dir`` that holds a ledger opens that
+    ledger, and everything committed there is visible, "whichever process committed it and
+    whether the reset comes to a new process or to this one".  Items are left in every status
+    nothing moves by itself (terminal ones, a claimed one, a queued one), read (get and list),
+    and the ledger is opened again: by the same adapter process, reset a second time with the
+    same ``dir`` (``same_process``), or by a new process.  Every item must be listed and read
+    back as it was, field for field (every field of the contract's work record that a comparison
+    looks at): nothing lost, no claim undone, no result forgotten.  An adapter that answers the
+    second reset ``unsupported`` or ``invalid_argument`` does not offer it (never a failure);
+    one that does not declare durable state is not asked."""
+    with durable(h) as reopen:
+        ids = []
+        for status in _kept_statuses(h):
+            wid = h.create()
+            h.drive(wid, status)
+            ids.append(wid)
+        if not ids:
+            raise NotApplicable("no status can be reached with the operations of the claimed profiles")
+        before, listed_before = _snapshots(h, ids, "before the ledger was opened again")
+        if any(v is None for v in before.values()) or listed_before is None:
+            return  # the reads themselves fail before any reopen: the other list and get tests judge that
+        if same_process:
+            h.reopen_here()
+        else:
+            reopen()
+        how = ("after a second reset naming the same dir in the same adapter process" if same_process
+               else "after a new process opened the same dir")
+        after, listed_after = _snapshots(h, ids, how)
+        lost = [wid for wid in ids if after[wid] is None]
+        check(not lost, "core.list.complete",
+              f"{how}, {len(lost)} of {len(ids)} records are gone (get answers not_found): "
+              + ", ".join(f"{wid} ({before[wid]['status']})" for wid in lost[:6]), h)
+        check(listed_after is not None, "core.list.complete", f"{how}, list was refused or malformed", h)
+        unlisted = [wid for wid in ids if wid not in (listed_after or [])]
+        check(not unlisted, "core.list.complete",
+              f"{how}, list leaves out {len(unlisted)} of {len(ids)} records: {', '.join(unlisted[:6])}", h)
+        fields = [f for f, rule in h.spec.document["work_fields"].items() if rule.get("compare", "exact") != "none"]
+        changed = []
+        for wid in ids:
+            b, a = before[wid] or {}, after[wid] or {}
+            diff = [f"{f} {b.get(f)!r:.40} -> {a.get(f)!r:.40}" for f in fields if b.get(f) != a.get(f)]
+            if diff:
+                changed.append(f"{wid} ({b.get('status')}): {', '.join(diff)}")
+        check(not changed, "core.list.complete",
+              f"{how}, {len(changed)} of {len(ids)} records read back changed, with no operation in between: "
+              + "; ".join(changed[:4]), h)
+
+
+@cases("core.list.complete")
+def _list_after_reopen(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
+    yield "after-reopen-same-process", lambda h: _reopen_keeps_everything(h, same_process=True)
+    yield "after-reopen-new-process", lambda h: _reopen_keeps_everything(h, same_process=False)
 
 
 # One identifier in forms only an exact, code point by code point comparison keeps apart: case,

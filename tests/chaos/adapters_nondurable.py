@@ -49,3 +49,48 @@ class NoRenew(ReferenceAdapter):
         if name == "renew":
             raise AttributeError(name)
         return super().__getattr__(name)
+
+
+def _declaring(base, **caps):
+    """``base`` with some of its declared capabilities changed."""
+
+    class Declaring(base):
+        def hello(self, protocol: str = "1.0"):
+            hs = super().hello(protocol)
+            hs["capabilities"] = {**hs["capabilities"], **caps}
+            return hs
+
+    return Declaring
+
+
+class AtLeastOnce(_declaring(ReferenceAdapter, delivery="at-least-once")):
+    """The reference, declaring only at-least-once (its runtime then runs an effect again after a crash)."""
+
+
+class ReclaimedByOperator(_declaring(ReferenceAdapter, reclaim="operator")):
+    """The reference, declaring that a dead worker's item comes back only through an operator."""
+
+
+def _journal_in_memory():
+    from ledgercheck.fixtures.broken_safety import JournalInProcessMemory
+
+    return JournalInProcessMemory
+
+
+class JournalInMemoryAtLeastOnce(_declaring(_journal_in_memory(), delivery="at-least-once")):
+    """fixtures/broken_safety.py's JournalInProcessMemory, declaring at-least-once instead of effectively-once."""
+
+
+class AtMostOnce(_declaring(ReferenceAdapter, delivery="at-most-once")):
+    """The reference declaring at-most-once: its recovery scan takes a dead worker's item back to
+    run again, and a runtime that does not journal its effect runs it twice (the declaration is wrong)."""
+
+
+class AtMostOnceTimesOut(_declaring(ReferenceAdapter, delivery="at-most-once")):
+    """At-most-once kept: a dead worker's item is marked timeout by the monitor and never handed
+    out again by the ledger itself (no recovery scan)."""
+
+    def recover(self, *, now: float):
+        from ledgercheck.transport.protocol import LedgerError
+
+        raise LedgerError("unsupported", "this ledger has no recovery scan")

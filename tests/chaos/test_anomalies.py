@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from checker_support import T0, assert_proves, kinds, only, ops
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from ledgercheck.chaos.anomalies import Anomaly, Verdict, check, excerpt_history
+from ledgercheck.chaos.anomalies import Verdict, check
 from ledgercheck.chaos.history import (
     History,
     HistoryError,
@@ -23,45 +24,7 @@ from ledgercheck.chaos.history import (
     merge_histories,
     process_path,
 )
-from ledgercheck.chaos.history_sim import STALE, START, HistoryBuilder, simulate
-
-T0 = START  # ledger time of the first operation; ttl 45 s, grace 15 s: a lease lapses 60 s after it was granted
-
-
-def kinds(v: Verdict) -> list[str]:
-    return sorted({a.kind for a in v.anomalies})
-
-
-def only(v: Verdict, kind: str) -> Anomaly:
-    assert kinds(v) == [kind], [(a.kind, a.work_id, a.explanation) for a in v.anomalies]
-    assert len(v.anomalies) == 1, [(a.kind, a.work_id) for a in v.anomalies]
-    return v.anomalies[0]
-
-
-def units(a: Anomaly) -> list[list[Any]]:
-    """The excerpt as removable units: an operation (invoke with its completion) or one record."""
-    out: dict[Any, list[Any]] = {}
-    for r in a.excerpt:
-        key = ("op", r.id) if r.type in ("invoke", "complete") else ("rec", id(r))
-        out.setdefault(key, []).append(r)
-    return list(out.values())
-
-
-def assert_proves(h: History, a: Anomaly) -> None:
-    """The excerpt alone (with the meta record) shows the anomaly, and every part of it is needed."""
-    def found(v: Verdict) -> bool:
-        return any(x.kind == a.kind and x.work_id == a.work_id for x in v.anomalies)
-
-    assert found(check(excerpt_history(h, a))), f"the excerpt does not show {a.kind}"
-    parts = units(a)
-    for i in range(len(parts)):
-        rest = [r for j, p in enumerate(parts) if j != i for r in p]
-        sub = History.of([h.meta, *rest])
-        assert not found(check(sub)), f"{a.kind}: the excerpt still proves it without {parts[i]}"
-
-
-def ops(a: Anomaly, op: str) -> list[Any]:
-    return [r for r in a.excerpt if r.type == "complete" and r.op == op]
+from ledgercheck.chaos.history_sim import STALE, HistoryBuilder, simulate
 
 
 # ------------------------------------------------------------------------- each class, alone

@@ -46,12 +46,91 @@ def test_reference_passes_every_scenario(spec):
     assert [(w["point"], w["mode"], w["verdict"]) for w in windows] == [
         ("after_claim", "kill", "pass"), ("during_renew", "kill", "pass"), ("after_claim", "takeover", "pass"),
         ("after_submit_before_record", "kill", "pass")], windows
-    assert "lease_version 1 -> 2" in windows[0]["message"]
-    assert "right after renewing" in windows[1]["message"] and "lease_version 1 -> 2" in windows[1]["message"]
+    for w in windows[:2]:
+        # what brought it back, named: the ledger's own monitor (reclaim: lease), not an operator
+        assert w["came_back_by"] == ["expire", "recover"] and "lease_version 1 -> 2" in w["message"], w
+        assert "the ledger's monitor operation expire moved it (running -> timeout)" in w["message"]
+        assert "core.running.renew_or_leave" in w["clauses"] and "recovery.scan" in w["clauses"]
+    assert "right after renewing" in windows[1]["message"]
     assert "refused" in windows[2]["message"]
     s = windows[3]
-    assert s["step_class"] == "idempotent_with_key" and s["decision_observed"] == s["decision_expected"] == "retry"
-    assert s["effects_observed"] == 1 and "submitted 2x, applied 1x" in s["message"] and "kept the first receipt" in s["message"]
+    # effectively-once, through the journal: the dead worker's pending receipt is looked up at a
+    # provider that does not deduplicate, and the effect is not run again
+    assert s["delivery"] == "effectively-once" and s["step_class"] == "non_idempotent_with_lookup"
+    assert s["decision_observed"] == "reconcile" and s["effects_observed"] == 1 and s["effects_expected"] == "exactly_once"
+    assert "ran 1x at a provider without a deduplicating key" in s["message"]
+    assert "idem.duplicate_returns_stored" in s["clauses"]
+
+
+def test_an_effect_doubled_under_a_declared_effectively_once_fails(spec):
+    """The journal lives in the worker process's memory: the rescuing worker finds no receipt,
+    runs the effect again, and the provider (no key to deduplicate by) applies it twice."""
+    (s,) = run_campaign("python:ledgercheck.fixtures.broken_safety:JournalInProcessMemory", spec,
+                        scenarios=["kill_after_submit_before_record"])
+    assert s["verdict"] == "fail" and s["effects_observed"] == 2 and s["delivery"] == "effectively-once", s
+    assert s["clauses"] == ["idem.duplicate_returns_stored"], s["clauses"]
+    assert "ran 2x" in s["message"] and "which effectively-once does not allow" in s["message"]
+
+
+@pytest.mark.parametrize("address", ["python:adapters_nondurable:JournalInMemoryAtLeastOnce", "python:adapters_nondurable:AtLeastOnce"])
+def test_the_same_repeat_under_at_least_once_is_permitted_not_a_pass_nor_a_failure(spec, address):
+    (s,) = run_campaign(address, spec, scenarios=["kill_after_submit_before_record"])
+    assert s["verdict"] == "permitted" and s["effects_observed"] == 2 and s["delivery"] == "at-least-once", s
+    assert s["decision_observed"] == "retry" and s["step_class"] == "non_idempotent_without_lookup"
+    assert s["message"].startswith("permitted: ") and "ran 2x" in s["message"] and "allowed by at-least-once" in s["message"]
+    assert "idem.duplicate_returns_stored" not in s["clauses"]  # a permitted repeat is no evidence for it
+
+
+def test_at_most_once_is_held_to_no_repeat_and_a_lost_rerun_is_what_it_promises(spec):
+    (bad,) = run_campaign("python:adapters_nondurable:AtMostOnce", spec, scenarios=["kill_after_submit_before_record"])
+    assert bad["verdict"] == "fail" and bad["effects_observed"] == 2 and "which at-most-once does not allow" in bad["message"]
+    (kept,) = run_campaign("python:adapters_nondurable:AtMostOnceTimesOut", spec, scenarios=["kill_after_submit_before_record"])
+    assert kept["verdict"] == "pass" and kept["effects_observed"] == 1 and kept["final_status"] == "timeout", kept
+    assert "was not run again, as at-most-once promises" in kept["message"]
+    assert "the ledger's monitor operation expire moved it (running -> timeout)" in kept["message"]
+
+
+def test_an_item_brought_back_only_by_the_operator_names_the_call(spec):
+    """The reference declaring reclaim: operator: its expire and recover are the operator's calls
+    now, and the window says so; it is permitted (the declaration allows it), not a pass."""
+    windows = _by_scenario(run_campaign("python:adapters_nondurable:ReclaimedByOperator", spec,
+                                        scenarios=["kill_holding_lease", "kill_after_submit_before_record"]))
+    k = windows["kill"]
+    assert k["verdict"] == "permitted" and k["came_back_by"] == ["expire", "recover"] and k["reclaim"] == "operator", k
+    assert "came back only through the operator's expire, recover" in k["message"]
+    assert "the operator's expire moved it (running -> timeout)" in k["message"] and "allowed by reclaim: operator" in k["message"]
+    s = windows["submit"]  # the effect is still judged: effectively-once held
+    assert s["verdict"] == "permitted" and s["effects_observed"] == 1 and "operator's expire, recover" in s["message"]
+
+
+def test_an_item_a_reopen_brought_back_says_so_and_is_no_evidence_of_the_lease(spec):
+    (k,) = run_campaign("python:ledgercheck.fixtures.broken_safety:ReopenRequeuesClaimed", spec, scenarios=["kill_holding_lease"])
+    assert k["verdict"] == "pass" and k["came_back_by"] == ["reopen"], k
+    assert "opening the ledger again (a new process's reset, before the lease lapsed) moved it (running -> queued)" in k["message"]
+    assert k["clauses"] == ["recovery.no_loss"]  # not core.running.renew_or_leave: the lease did not do it
+
+
+def test_under_reclaim_lease_an_item_only_an_operator_brought_back_fails_the_lease_clause(spec):
+    """The rule itself (the campaign's operator path requeues only finished work, which the ledger
+    has to have moved first, so a ledger cannot easily be made to show it)."""
+    from ledgercheck.chaos.leases import Comeback, Declared, _came_back, _Run
+
+    back = Comeback({"work_id": "w", "lease_version": 2}, ["requeue"], ["timeout -> queued"], {"status": "queued"})
+    for reclaim, want in (("lease", "fail"), ("operator", "permitted"), ("never", "permitted")):
+        run = _Run("x", spec, {}, False, {"core", "lease"}, 1.0, Declared("at-least-once", reclaim))
+        verdict, clauses, text = _came_back(back, run, {"lease_version": 1})
+        assert verdict == want, (reclaim, verdict)
+        if want == "fail":
+            assert clauses == ["core.running.renew_or_leave"] and "must come back by itself" in text
+        else:
+            assert clauses == ["core.requeue.terminal"] and "the operator's requeue moved it (timeout -> queued)" in text
+
+
+def test_a_duplicate_effect_is_blamed_as_the_safety_campaign_blames_it():
+    from ledgercheck.chaos.leases import DUPLICATE_CLAUSES
+    from ledgercheck.conformance.safety_item import CLAUSES
+
+    assert DUPLICATE_CLAUSES == CLAUSES["duplicate_effect"]
 
 
 def test_a_stale_worker_that_is_not_fenced_is_caught(spec):
@@ -72,7 +151,7 @@ def test_leases_that_never_lapse_are_caught(spec):
 
 def test_work_that_cannot_be_finished_after_a_takeover_is_caught(spec):
     """Only the effect window finishes the work after taking it back; the plain kill window
-    stops at "claimable again" and passes."""
+    stops once the item is claimed again, and passes."""
     windows = _by_scenario(run_campaign("python:adapters_nondurable:FirstLeaseOnly", spec, scenarios=["kill_holding_lease",
                                                                                                       "kill_after_submit_before_record"]))
     assert windows["kill"]["verdict"] == "pass"

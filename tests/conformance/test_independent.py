@@ -30,6 +30,9 @@ def test_the_independent_ledger_is_certified(tmp_path, certify_budget) -> None:
     assert doc["verdict"] == "CERTIFIED", proc.stdout[-1500:] + proc.stderr[-1500:]
     assert set(doc["certified_profiles"]) == set(doc["adapter"]["profiles"]) and len(doc["certified_profiles"]) == 16  # 11 of contract 1.0; lanes, wakeups, spawn, ask, logread (issue 17)
     assert doc["verdict_line"].endswith("(the whole contract: full)"), doc["verdict_line"]
+    # with full coverage: every transition of the contract reached, a case of every clause run
+    assert {r["state"] for r in doc["coverage"]["transitions"]} == {"reached"}, doc["coverage"]["transitions"]
+    assert all(c > 0 for c in doc["coverage"]["clause_cases"].values())
     assert proc.returncode == 0
     # its crash windows were explored (it is durable and shares one ledger across processes)
     windows = doc["crash_windows"]

@@ -138,19 +138,20 @@ def test_partition_findings_are_published_and_confirmed(library):
     """The libraries on PostgreSQL ran under the partition fault (docs/libraries/partition/, written by
     the publish step): the page carries the line made from that record, and every anomaly class it
     found is confirmed by a script that uses the library alone."""
-    from ledgercheck.fixtures.publish import CONFIRMED, partition_line, read_partition
+    from ledgercheck.fixtures.publish import CONFIRMATIONS, partition_line, read_confirmations, read_partition
 
     out = ROOT / "docs" / "libraries"
     doc = read_partition(out, library)
     assert doc is not None, f"{library}: no partition record under docs/libraries/partition/"
     assert doc["seeds"] >= 3 and len(doc["runs"]) == doc["seeds"] and doc["hosts"] >= 2
     assert all(r["host_cuts"] > 0 for r in doc["runs"]), doc["runs"]  # every seed did cut a host off
-    line = partition_line(doc)
+    confirmed = read_confirmations(ROOT / CONFIRMATIONS)
+    line = partition_line(doc, confirmed, out)
     page = (out / "README.md").read_text(encoding="utf-8")
     assert f"- under partitions: {line}" in page and f"- **{library}**: {line}" in page
     for kind in doc["anomalies"]:
-        script = CONFIRMED.get((library, kind))
-        assert script and (ROOT / script).is_file(), f"{library}: {kind} under partitions has no confirmation script"
+        script = confirmed.script(library, kind)
+        assert script and script.is_file(), f"{library}: {kind} under partitions has no confirmation script"
         assert doc["example"]["excerpt"] and "\n".join(doc["example"]["excerpt"]) in page.replace("\n  ", "\n")
 
 

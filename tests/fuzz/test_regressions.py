@@ -33,7 +33,8 @@ from ledgercheck import bounded
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "regressions"
 EXPECT: dict[str, dict[str, Any]] = json.loads((CORPUS / "expect.json").read_text(encoding="utf-8"))
-PREFIX = {"spec": None, "replay": "ledgercheck replay: ", "crash": "ledgercheck crash ", "report": "ledgercheck report: "}
+PREFIX = {"spec": None, "replay": "ledgercheck replay: ", "crash": "ledgercheck crash ", "report": "ledgercheck report: ",
+          "history": "ledgercheck history: ", "certify": ""}
 
 
 def test_every_corpus_file_has_an_expectation() -> None:

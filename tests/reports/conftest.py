@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from ledgercheck.reports.results import build_results
-from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec import Spec, default_spec, rules
 
 ADAPTER_CLAIMS = ["core", "trail", "cancel", "lease", "waiting", "retry", "idempotency", "eventlog", "recovery"]
 FAILING = "lease.fencing"
@@ -66,12 +66,23 @@ class Factory:
                 "cpu_count": 4, "sqlite": "3.40.1", "fs_path": "/tmp/ledgercheck", "fs_type": "ext4",
                 "hypothesis": "6.100.0", "pytest": "8.2.0"}
 
+    def exercised(self, skip: Iterable[tuple[str, str, str]] = (), unoffered: Iterable[tuple[str, str, str]] = (),
+                  claimed: Iterable[str] = ADAPTER_CLAIMS) -> dict[str, list[str]]:
+        """What a test that drove the item through every transition of the contract the claimed
+        profiles reach records (as the harness does): every (from, operation, to) but ``skip``,
+        those answered unsupported (``unoffered``), and a few calls."""
+        skip, claimed = set(skip), set(claimed)
+        moves = [m for m in rules.moves(self.spec) if m not in skip and self.spec.operations[m[1]].profile in claimed]
+        return {"transitions": [" ".join(m) for m in moves], "not_offered": [" ".join(m) for m in unoffered],
+                "calls": ["- create accepted", "queued claim accepted", "done claim refused"]}
+
     def tests(self, claimed: Iterable[str] = ADAPTER_CLAIMS, outcomes: Mapping[str, list[str]] | None = None,
               known_bugs: Iterable[str] = (KNOWN_BUG,), failing: Iterable[str] = (FAILING, SHOULD_FAILING),
-              ) -> list[dict[str, Any]]:
+              exercised: Mapping[str, list[str]] | None = None) -> list[dict[str, Any]]:
         """One to three tests per clause.  Outcomes: ``outcomes[clause]`` if given; skipped as not claimed
         for profiles the adapter does not claim; expected failures for known bugs; a failure (with a
-        shrunk counterexample and a replay command) for ``failing``; passes otherwise."""
+        shrunk counterexample and a replay command) for ``failing``; passes otherwise.  ``exercised``:
+        what the stateful run records it exercised (for a document that records coverage)."""
         claimed, outcomes, known, failing = set(claimed), dict(outcomes or {}), set(known_bugs), set(failing)
         out = []
         for ci, c in enumerate(self.spec.clauses):
@@ -104,7 +115,7 @@ class Factory:
                 out.append(t)
         # a stateful run names a clause only when it finds one violated
         out.append({"nodeid": "ledger::stateful[core-machine]", "clause": None, "kind": "stateful",
-                    "outcome": "passed", "duration_s": 41.7})
+                    "outcome": "passed", "duration_s": 41.7, **({"exercised": dict(exercised)} if exercised else {})})
         return out
 
     def windows(self, bad: Iterable[tuple[str, str]] = (BAD_WINDOW,)) -> list[dict[str, Any]]:
@@ -129,16 +140,29 @@ class Factory:
 
     def build(self, *, tests: list[dict[str, Any]] | None = None, windows: list[dict[str, Any]] | None = None,
               requested: Iterable[str] | None = None, run: Mapping[str, Any] | None = None,
-              adapter: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              adapter: Mapping[str, Any] | None = None, record_coverage: bool = False,
+              safety: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
         return build_results(run=dict(run or self.run()), spec=self.spec, adapter=dict(adapter or self.adapter()),
                              environment=self.environment(), tests=self.tests() if tests is None else tests,
                              crash_windows=self.windows() if windows is None else windows,
-                             requested_profiles=None if requested is None else list(requested))
+                             requested_profiles=None if requested is None else list(requested),
+                             record_coverage=record_coverage, safety=safety)
 
     def certified(self) -> dict[str, Any]:
         """Everything claimed passes, no known bugs: CERTIFIED."""
         return self.build(tests=self.tests(known_bugs=(), failing=()), windows=self.windows(bad=()),
                           adapter=self.adapter(known_bugs={}))
+
+    def covered(self, *, skip: Iterable[tuple[str, str, str]] = (), unoffered: Iterable[tuple[str, str, str]] = (),
+                failing: Iterable[str] = (), drop: Iterable[str] = (), **kw: Any) -> dict[str, Any]:
+        """A run that records its coverage: everything claimed passes (but ``failing``), every
+        transition was reached but ``skip`` (``unoffered``: answered unsupported), and the clauses
+        ``drop`` ran no case (their tests deselected)."""
+        drop = set(drop)
+        tests = [t for t in self.tests(known_bugs=(), failing=failing, exercised=self.exercised(skip, unoffered))
+                 if t["clause"] not in drop]
+        return self.build(tests=tests, windows=self.windows(bad=()), adapter=self.adapter(known_bugs={}),
+                          record_coverage=True, **kw)
 
 
 @pytest.fixture(scope="session")

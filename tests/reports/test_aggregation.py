@@ -64,7 +64,7 @@ def test_must_failure_is_not_certified(factory) -> None:
     assert doc["verdict"] == "NOT CERTIFIED" and doc["exit_code"] == 1 and doc["certified_profiles"] == []
     assert doc["profiles"]["verdicts"]["lease"]["verdict"] == "failed"
     assert doc["profiles"]["verdicts"]["core"]["verdict"] == "certified"
-    assert verdict_line(doc) == "NOT CERTIFIED: 1 contract violation (lease.fencing)"
+    assert verdict_line(doc) == "NOT CERTIFIED: accepts a stale holder's writes (lease.fencing)"
     fencing = next(c for c in doc["clauses"] if c["id"] == "lease.fencing")
     assert fencing["outcome"] == "fail" and "stale token" in fencing["message"]
 
@@ -84,7 +84,7 @@ def test_known_bug_blocks_certification(factory) -> None:
     assert cap["outcome"] == "xfail" and cap["message"].startswith("known bug: the backoff cap")
     assert doc["profiles"]["verdicts"]["retry"]["verdict"] == "failed"
     assert doc["verdict"] == "NOT CERTIFIED"
-    assert verdict_line(doc) == "NOT CERTIFIED: 1 contract violation (retry.cap), 1 declared as known bug"
+    assert verdict_line(doc) == "NOT CERTIFIED: waits longer than max_backoff between retries (retry.cap, known bug)"
 
 
 def test_known_bug_that_passes_fails(factory) -> None:

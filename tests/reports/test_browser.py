@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.reports.render import verdict_line, write_bundle
+from ledgercheck.reports.render import render_html, verdict_line, write_bundle
 from ledgercheck.reports.results import build_results
 
 # Payloads that would leave a mark on the page if the browser ever ran them.
@@ -95,3 +95,72 @@ def test_missing_chromium_fails_loudly(monkeypatch: pytest.MonkeyPatch, chromium
     with pytest.raises(pytest.fail.Exception) as exc:
         require_chromium()
     assert str(exc.value).startswith(MISSING_CHROMIUM)
+
+
+class Coverage(HTMLParser):
+    """The coverage section's rows as the browser built them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.profiles: dict[str, str | None] = {}
+        self.moves: dict[str, str | None] = {}
+        self.situations: list[str] = []
+        self.campaigns: list[dict[str, str | None]] = []
+        self.banner: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "header":
+            self.banner = a.get("class")
+        elif tag == "tr" and a.get("data-gaps") is not None:
+            self.profiles[str(a["data-profile"])] = a["data-gaps"]
+        elif tag == "tr" and a.get("data-move"):
+            self.moves[str(a["data-move"])] = a.get("data-state")
+        elif tag == "tr" and a.get("data-situation"):
+            self.situations.append(str(a["data-situation"]))
+        elif tag == "div" and "safety-coverage" in (a.get("class") or ""):
+            self.campaigns.append(a)
+
+
+@pytest.fixture(scope="module")
+def inconclusive(factory, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, str]]:
+    """A run that reached everything but one transition and whose safety campaign never displaced a
+    live holder: INCONCLUSIVE."""
+    from ledgercheck.reports import verdicts
+
+    doc = factory.covered(skip=[("retry_scheduled", "cancel", "cancelled")])
+    doc["safety"] = [{"adapter": "acme", "seed": 7, "verdict": "inconclusive", "anomalies": [], "anomaly_count": 0,
+                      "history": None, "summary": {}, "missing": ["no live holder was displaced (by time, operator or reopen)"],
+                      "coverage": {"claim_ok": 14, "close_out_ok": 14, "holder_displaced": 0, "kill": 3}}]
+    doc = verdicts.apply(doc)
+    # (rendered straight from the document: until the safety campaign's schema allows "inconclusive",
+    # write_bundle would refuse the campaign record that conformance/safety_item.py will write)
+    path = tmp_path_factory.mktemp("inconclusive") / "report.html"
+    path.write_text(render_html(doc), encoding="utf-8")
+    return doc, {"html": str(path)}
+
+
+def test_the_coverage_table_renders(chromium, inconclusive) -> None:
+    doc, paths = inconclusive
+    dom = chromium.dump_dom(Path(paths["html"]).as_uri())
+    cov = Coverage()
+    cov.feed(dom)
+    assert cov.banner == "banner v-inconclusive"
+    assert re.search(r'<p class="verdict" id="verdict" data-verdict="INCONCLUSIVE">([^<]*)</p>', dom).group(1) == \
+        verdict_line(doc).replace("&", "&amp;").replace(">", "&gt;")
+    assert cov.profiles == {p: ("1" if p == "cancel" else "0") for p in doc["coverage"]["profiles"]}
+    assert list(cov.profiles) == [p for p in doc["profiles"]["defined"] if p in doc["coverage"]["profiles"]]
+    assert cov.moves["retry_scheduled -cancel-> cancelled"] == "missing"  # (the parser unescapes attributes)
+    assert sum(1 for s in cov.moves.values() if s == "reached") == 24
+    assert [c.get("data-verdict") for c in cov.campaigns] == ["inconclusive"]
+    assert cov.situations == ["claim_ok", "close_out_ok", "holder_displaced", "kill"]
+    assert "no live holder was displaced (by time, operator or reopen)" in dom
+    assert '<a href="#coverage">Coverage</a>' in dom
+
+
+def test_screenshot_of_an_inconclusive_run(chromium, inconclusive, tmp_path: Path) -> None:
+    _, paths = inconclusive
+    shot = tmp_path / "inconclusive.png"
+    assert chromium.screenshot(Path(paths["html"]).as_uri(), shot, 1280, 900) == (1280, 900)
+    r, g, b = chromium.pixel(shot.read_bytes(), 640, 30)
+    assert r > 90 and 60 < g < 120 and b < 60, (r, g, b)  # the INCONCLUSIVE banner is amber, neither green nor red

@@ -101,8 +101,9 @@ def test_show(results: Path, realistic, capsys) -> None:
     assert run(["report", "show", str(results), "--json", "--exit-code"]) == 1
     summary = json.loads(capsys.readouterr().out)
     assert summary["verdict"] == "NOT CERTIFIED" and summary["exit_code"] == 1
-    assert [f["id"] for f in summary["failures"]] == ["lease.fencing", "retry.cap", "recovery.matrix",
-                                                      "recovery.effects_allowed"]
+    # worst first: ownership (lease.fencing), integrity (the recovery clauses), behaviour (retry.cap)
+    assert [f["id"] for f in summary["failures"]] == ["lease.fencing", "recovery.matrix", "recovery.effects_allowed",
+                                                      "retry.cap"]
     assert summary["warnings"][0]["id"] == "core.claim.order" and summary["profiles"]["inbox"] == "not_claimed"
 
 

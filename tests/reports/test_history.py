@@ -317,3 +317,50 @@ def test_concurrent_runs_all_recorded(factory, tmp_path: Path) -> None:
     runs = h.runs("acme-ledger")
     assert len(runs) == 4 and len({r["results_sha256"] for r in runs}) == 4
     assert h.db["clause_outcomes"].count == 4 * len(_doc(factory, DAY1)["clauses"])
+
+
+def test_a_writer_waits_out_a_long_lock(factory, tmp_path: Path, monkeypatch) -> None:
+    """Another process holds the history's write lock for longer than SQLite's busy timeout: the
+    run's row is written once the lock is released, never dropped (and it gives up, in one line,
+    only after LOCK_PATIENCE of locked attempts)."""
+    import threading
+
+    from ledgercheck.reports import history as hmod
+
+    path = tmp_path / "history.db"
+    open_history(path).close()
+    monkeypatch.setattr(hmod, "BUSY_TIMEOUT", 0.01)  # each attempt gives up at once ...
+    tries: list[int] = []
+    real_locked = hmod._locked
+    monkeypatch.setattr(hmod, "_locked", lambda exc: tries.append(1) or real_locked(exc))
+    holder = sqlite3.connect(str(path), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # ... while this writer keeps the file locked
+    outcome: list[Any] = []
+
+    def record() -> None:
+        mine = open_history(path)  # reading needs no write lock
+        try:
+            outcome.append(mine.append(_doc(factory, DAY1), "r1.json"))
+        finally:
+            mine.close()
+
+    t = threading.Thread(target=record)
+    t.start()
+    while len(tries) < 5 and t.is_alive():  # it found the file locked, again and again
+        threading.Event().wait(0.01)
+    assert t.is_alive() and not outcome, outcome
+    holder.execute("ROLLBACK")
+    t.join()
+    assert isinstance(outcome[0], int), outcome
+    h = open_history(path)
+    assert [r["run_id"] for r in h.runs("acme-ledger")] == ["run-day1"]
+
+    monkeypatch.setattr(hmod, "LOCK_PATIENCE", 0.0)  # no patience: one locked attempt, then one line
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(HistoryError) as err:
+        h.append(_doc(factory, DAY2))
+    holder.execute("ROLLBACK")
+    assert "cannot record the run: database is locked (another process kept it locked" in str(err.value)
+    assert "\n" not in str(err.value)
+    h.close()
+    holder.close()

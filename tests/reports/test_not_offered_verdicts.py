@@ -81,8 +81,9 @@ def test_safe_but_lacking(factory):
 def test_contract_violations_come_before_what_is_lacking(factory):
     doc = _build(factory, _tests(factory, failing=("core.terminal.immutable", "lease.fencing"), not_offered=NOT_OFFERED),
                  safety=[_campaign({})])
-    assert doc["verdict_line"] == ("NOT CERTIFIED: 2 contract violations (core.terminal.immutable, lease.fencing); "
-                                   "lacks: event trail, cancel")
+    # worst first: a stale holder's write (ownership) before a change to finished work (integrity)
+    assert doc["verdict_line"] == ("NOT CERTIFIED: accepts a stale holder's writes (lease.fencing), changes finished "
+                                   "work (core.terminal.immutable); lacks: event trail, cancel")
     assert [f["severity"] for f in doc["findings"]] == ["violation", "violation", "not_offered", "not_offered"]
     assert doc["profiles"]["verdicts"]["core"]["verdict"] == "failed"
     assert doc["profiles"]["verdicts"]["core"]["lacks"] == []  # what is lacking is the trail's and cancel's
@@ -92,8 +93,8 @@ def test_contract_violations_come_before_what_is_lacking(factory):
 def test_unsafe_comes_first(factory):
     doc = _build(factory, _tests(factory, failing=("core.running.renew_or_leave",), not_offered=NOT_OFFERED),
                  safety=[_campaign({"duplicate_effect": 5, "lost_work": 2})])
-    assert doc["verdict_line"] == ("UNSAFE: loses work (2), runs work twice (5); 1 contract violation "
-                                   "(core.running.renew_or_leave); lacks: event trail, cancel")
+    assert doc["verdict_line"] == ("UNSAFE: loses work (2), runs work twice (5); leaves work running after its lease "
+                                   "lapsed (core.running.renew_or_leave); lacks: event trail, cancel")
     sev = [f["severity"] for f in doc["findings"]]
     assert sev[:2] == ["unsafe", "unsafe"] and sev[2] == "violation"
     assert doc["findings"][0]["clauses"] == ["core.running.renew_or_leave"]

@@ -13,6 +13,7 @@ from typing import Any
 from ledgercheck.reports.diagram import Layout, render_state_svg
 from ledgercheck.reports.render import render_html, render_junit, render_markdown, verdict_line, write_bundle
 from ledgercheck.reports.results import load_results
+from ledgercheck.reports.text import h, md_text
 
 PIPE = re.compile(r"(?<!\\)\|")
 
@@ -55,7 +56,7 @@ def test_markdown_is_short_and_complete(realistic) -> None:
     lines = md.splitlines()
     assert len(lines) < 45
     assert lines[0] == "### ❌ ledgercheck: NOT CERTIFIED — `acme-ledger` `2.4.1`"
-    assert f"**{verdict_line(realistic)}**" in md
+    assert f"**{md_text(verdict_line(realistic))}**" in md
     profile_rows = [line for line in lines if re.match(r"\| [a-z]+ \| (✅|❌|⚠️|➖|🚫)", line)]
     assert [r.split("|")[1].strip() for r in profile_rows] == realistic["profiles"]["defined"]
     assert "| lease | ❌ failed | 11 | 1 | 0 | 0 | 0 | 0 |" in lines
@@ -64,7 +65,7 @@ def test_markdown_is_short_and_complete(realistic) -> None:
                         ("recovery.matrix", "ledgercheck chaos replay --point after_submit_before_record")):
         row = next(line for line in lines if line.startswith(f"| `{cid}` |"))
         assert replay in row
-    assert any(line.startswith("| `retry.cap` | MUST | known bug |") for line in lines)
+    assert any(line.startswith("| `retry.cap` | MUST | behaviour | known bug |") for line in lines)
     assert any(line.startswith("| `core.claim.order` | SHOULD |") for line in lines)
     assert "Crash windows: 30 run, 29 passed, 1 failed or errored." in md
     assert "](" not in md and "://" not in md  # link-free
@@ -156,7 +157,7 @@ def test_html_content(realistic) -> None:
     assert {a["data-clause"]: a["data-outcome"] for a in clause_rows} == {c["id"]: c["outcome"] for c in realistic["clauses"]}
     cards = {a["data-profile"]: a["data-verdict"] for a in tags.find("div") if a.get("data-verdict")}
     assert cards == {p: v["verdict"] for p, v in realistic["profiles"]["verdicts"].items()}
-    assert f'id="verdict" data-verdict="NOT CERTIFIED">{verdict_line(realistic)}</p>' in html
+    assert f'id="verdict" data-verdict="NOT CERTIFIED">{h(verdict_line(realistic))}</p>' in html
     problems = {a["data-clause"] for a in tags.find("article") if a.get("data-clause")}
     assert problems == {"lease.fencing", "retry.cap", "recovery.matrix", "recovery.effects_allowed", "core.claim.order"}
     assert html.count('<pre class="counterexample">state = LedgerMachine()') == 2  # lease.fencing, core.claim.order

@@ -199,7 +199,7 @@ def test_show_markdown_is_one_row_per_clause(capsys: pytest.CaptureFixture[str],
 
 def test_show_markdown_escapes_pipes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "o.yaml"
-    path.write_text("extends: default\nclauses:\n  - {id: outbox.pipe, level: SHOULD, profile: outbox, "
+    path.write_text("extends: default\nclauses:\n  - {id: outbox.pipe, level: SHOULD, impact: behaviour, headline: pipes, profile: outbox, "
                     "source: 004_4626d6c492bfd4fc.txt, statement: 'a | b'}\n", encoding="utf-8")
     rc, out, _ = run(capsys, "spec", "show", "--format", "markdown", "--spec", str(path))
     assert rc == 0

@@ -105,6 +105,8 @@ def test_overlay_changes_timings_and_adds_clauses(tmp_path: Path) -> None:
         clauses:
           - id: lease.vendor.extra
             level: SHOULD
+            impact: behaviour
+            headline: breaks a vendor-specific promise
             profile: lease
             source: 002_737d00eb65282c59.txt
             statement: A vendor-specific promise.
