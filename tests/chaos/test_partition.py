@@ -250,9 +250,15 @@ def test_the_command_line_runs_workers_on_hosts_and_cuts_them_off(tmp_path: Any)
     proc = subprocess.run(["ledgercheck", "safety", "--adapter", "reference-pg", "--hosts", "2", "--items", "20",
                            "--nemesis", "kill,partition", "--seed", "2", "--out", str(tmp_path / "cli"), "--json"],
                           capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # A correct ledger: never an anomaly (exit 1) nor an error.  How much of what a run must reach
+    # this short campaign reaches depends on how the processes were scheduled (a loaded machine
+    # creates fewer items before the faults); when it misses something it says INCONCLUSIVE,
+    # exit 2, with the missing lines, which is the right answer then, not a failure of the command.
+    assert proc.returncode in (0, 2) and proc.stdout.strip(), proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
-    assert doc["anomalies"] == [] and doc["faults"] == ["kill", "partition"], doc["faults"]
+    assert (proc.returncode, doc["verdict"]) in ((0, "pass"), (2, "inconclusive")), (proc.returncode, doc["verdict"])
+    assert bool(doc["missing"]) == (proc.returncode == 2), doc["missing"]
+    assert doc["anomalies"] == [] and doc["faults"] == ["kill", "partition"], (doc["faults"], doc["anomalies"][:1])
     assert doc["nemesis"]["cut"] >= 1 and doc["nemesis"]["partition"] >= doc["nemesis"]["cut"], (doc["nemesis"], doc["notes"])
     assert any(n.startswith("4 workers on 2 hosts") for n in doc["notes"]), doc["notes"]
     with open(tmp_path / "cli" / "history.jsonl", "rb") as f:
