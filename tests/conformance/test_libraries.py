@@ -118,7 +118,9 @@ def test_library_suite(library, servers, tmp_path):
     assert line.split(":")[0] in ("NOT CERTIFIED", "UNSAFE") and "contract violation" in line, line
     # the safety campaign ran on the library's own ledger, held to what its handshake declares
     [campaign] = doc["safety"]
-    assert campaign["verdict"] in ("pass", "fail") and campaign["ops"] > 0, campaign
+    # (INCONCLUSIVE, with what it missed, where the library cannot displace a live holder: DBOS)
+    assert campaign["verdict"] in ("pass", "fail", "inconclusive") and campaign["ops"] > 0, campaign
+    assert bool(campaign["missing"]) == (campaign["verdict"] == "inconclusive"), campaign["missing"]
     assert campaign["declared"] == published["safety"][0]["declared"], (campaign["declared"], published["safety"][0])
     # the findings are the library's, not the harness's: a clause that fails here failed when published
     # One run, judged once (no second run on a miss).  These libraries keep their own clocks and
