@@ -1165,7 +1165,10 @@ class _Campaign:
                 late = now - (a0 + f.at)
                 # a pause and a reopen wait longer for a holder: it is what they take from
                 wait = max(HOLDER_WAIT, 2 * self.lapse_real) if f.fault in ("pause", "reopen") else HOLDER_WAIT
-                if not self._fault(f, pause_s, resumes, may_wait=late < wait):
+                # a fault with no worker to do it to at all (each one starting, paused, cut off or
+                # just let go) waits for one until twice the phase's length: on a loaded machine a
+                # killed worker's replacement may take seconds to open the ledger
+                if not self._fault(f, pause_s, resumes, may_wait=late < wait, may_wait_long=el < 2 * active):
                     break  # nobody holds work yet: this fault waits a little for a holder
                 todo.pop(0)
             if self.progress is not None and now - last_progress > 0.25:
@@ -1194,7 +1197,7 @@ class _Campaign:
             self.writer.nemesis(fault, process, point)
 
     def _fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]], *,
-               may_wait: bool = False) -> bool:
+               may_wait: bool = False, may_wait_long: bool = False) -> bool:
         """Do one fault; False (nothing done) when it should wait for a worker to hold work."""
         if not self.durable:
             self._logical_fault(f, pause_s, resumes)
@@ -1217,6 +1220,8 @@ class _Campaign:
         if f.fault == "pause" and len(cands) < 2 and may_wait:
             return False  # another worker must be free to take the item over: wait for a pause to end
         if not cands or (f.fault == "pause" and len(cands) < 2):
+            if may_wait_long:
+                return False  # wait for a worker to be there
             self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
             return True
         done = [p for p in holders if self.flags[p.slot] == EFFECT_DONE]
