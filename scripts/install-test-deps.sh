@@ -5,6 +5,8 @@
 #   node                      (package nodejs)        adapters and ledgers written in JavaScript
 #   redis-server              (package redis-server)  a shared hypothesis example store, started by a test
 #   ip                        (package iproute2)      network namespaces
+# and then the npm packages of the adapters written in JavaScript for real libraries
+# (fixtures/bullmq: `npm ci` from its package-lock.json, when its node_modules is missing).
 # Only what is missing is installed (apt-get as root, or through sudo), so a second run does
 # nothing.  The tests fail, never skip, when one of these is missing.
 #
@@ -40,12 +42,37 @@ need=""
 have_postgres || need="$need postgresql"
 have_chromium || need="$need chromium"
 have node || need="$need nodejs"
+have npm || need="$need npm"
 have redis-server || need="$need redis-server"
 have ip || need="$need iproute2"
 need="${need# }"
 
+# The npm packages of fixtures/<library>/package.json (pinned in its package-lock.json).
+npm_deps() {
+  here="$(cd "$(dirname "$0")/.." && pwd)"
+  for pkg in "$here"/fixtures/*/package-lock.json; do
+    [ -f "$pkg" ] || continue
+    dir="$(dirname "$pkg")"
+    [ -d "$dir/node_modules" ] && continue
+    if [ "$dry" -eq 1 ]; then
+      echo "install-test-deps: would run: npm ci --prefix $dir"
+      continue
+    fi
+    if ! have npm; then
+      echo "install-test-deps: cannot install the npm packages of $dir: no npm (package npm)" >&2
+      return 1
+    fi
+    echo "install-test-deps: npm ci --prefix $dir"
+    if ! npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null; then
+      echo "install-test-deps: npm ci in $dir failed (see the messages above)" >&2
+      return 1
+    fi
+  done
+}
+
 if [ -z "$need" ]; then
   echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, redis-server, iproute2 present)"
+  npm_deps || exit 1
   exit 0
 fi
 
@@ -64,6 +91,7 @@ if [ "$dry" -eq 1 ]; then
   else
     echo "install-test-deps: would run: ${sudo:+$sudo }apt-get update && ${sudo:+$sudo }apt-get install -y $need"
   fi
+  npm_deps
   exit 0
 fi
 
@@ -83,3 +111,4 @@ if ! { $sudo apt-get update -qq >/dev/null &&
   echo "install-test-deps: apt-get could not install $need (see the messages above)" >&2
   exit 1
 fi
+npm_deps || exit 1
