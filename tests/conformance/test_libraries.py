@@ -27,12 +27,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from ledgercheck.fixtures.adapters import PROGRAMS, program_address
 from ledgercheck.fixtures.postgres import PostgresServer
 from ledgercheck.fixtures.redis import RedisServer, RedisUnavailable
 from ledgercheck.reports.verdicts import verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq"]
+LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq"]
 KEYWORD = "not execution"  # every test but the one that waits out the execution budget
 
 
@@ -80,11 +81,16 @@ def _suite(library: str, servers: dict[str, str], tmp_path: Path, name: str, key
     work.mkdir()
     env = dict(os.environ, **servers)
     cmd = [sys.executable, "-m", "pytest", str(work), "--rootdir", str(work), "-p", "no:cacheprovider", "-q", "--assert=plain",
-           "--ledger-only", "--ledger-hypothesis-profile", "smoke", "--ledger-adapter", library, "--ledger-seed", "1", "--ledger-results", str(out),
+           "--ledger-only", "--ledger-hypothesis-profile", "smoke", "--ledger-adapter", address(library), "--ledger-seed", "1", "--ledger-results", str(out),
            "--ledger-artifacts", str(tmp_path / "artifacts"), "-k", keyword]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(out.read_text(encoding="utf-8"))
+
+
+def address(library: str) -> str:
+    """A Python library's installed name, or the exec: address of one in another language."""
+    return program_address(library) if library in PROGRAMS else library
 
 
 def _failed(doc: dict) -> set[str]:

@@ -30,10 +30,13 @@ from pathlib import Path
 
 import pytest
 from ledgercheck.conformance.trace import load_trace, replay_harness, run_replay
+from ledgercheck.fixtures.adapters import PROGRAMS, program_address
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
-LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq"]
+LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq"]
+# a program adapter is published by its exec: address from the repository's root
+BY_ADDRESS = {program_address(name, relative=True): name for name in PROGRAMS}
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "libraries" / "README.md"
@@ -57,7 +60,8 @@ def published() -> list[Finding]:
         m, r = LINE.match(line), REPLAY.match(nxt)
         if m and r:
             argv = shlex.split(r["cmd"])
-            out.append(Finding(argv[argv.index("--adapter") + 1], m["clause"], m["text"], r["cmd"], r["tail"]))
+            adapter = argv[argv.index("--adapter") + 1]
+            out.append(Finding(BY_ADDRESS.get(adapter, adapter), m["clause"], m["text"], r["cmd"], r["tail"]))
     return out
 
 
@@ -110,7 +114,7 @@ def _lines(library: str, long: bool) -> list[tuple[Finding, Path, dict]]:
 
 def _replay(library: str, lines: list[tuple[Finding, Path, dict]], spec: Spec) -> tuple[list[str], list[str]]:
     """Replay the lines on one connection: (problems, lines not reproduced)."""
-    client = connect(library, spec)
+    client = connect(program_address(library) if library in PROGRAMS else library, spec)
     problems, missed = [], []
     try:
         for f, path, doc in lines:
