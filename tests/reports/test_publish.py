@@ -131,8 +131,9 @@ def test_the_committed_page_is_what_publish_renders(page: str) -> None:
 
 def test_the_registry_names_real_scripts_and_every_script_is_registered() -> None:
     reg = read_confirmations(REGISTRY)
-    scripts = {p.name for p in (ROOT / "tests" / "fixtures").glob("confirm_*.py")}
+    scripts = {p.name for p in (ROOT / "tests" / "fixtures").glob("confirm_*") if p.suffix in (".py", ".js")}
     assert reg.named() == scripts
+    assert reg.holds["bullmq"]["lease.fencing"] == "confirm_bullmq.js" and reg.script("bullmq", "lease.fencing") is None
     assert reg.script("pgqueuer", "stale_write_accepted") == REGISTRY.parent / "confirm_pgqueuer_stale_write.py"
     assert reg.script("dbos", "stale_write_accepted") is None
     assert reg.refuted_by("dbos", "stale_write_accepted") == REGISTRY.parent / "confirm_dbos_stale_execution.py"
@@ -146,6 +147,7 @@ def test_the_registry_names_real_scripts_and_every_script_is_registered() -> Non
     ("rq:\n  stuck_work: confirm_rq_gone.py\n", "rq: stuck_work: no script 'confirm_rq_gone.py' beside the registry"),
     ("rq: [stuck_work]\n", "rq: must map finding -> script"),
     ("rq:\n  stuck_work: {confirmed_by: confirm_rq_intermediate.py}\n", "rq: stuck_work: a refutation is {refuted_by: script}"),
+    ("rq:\n  stuck_work: {holds: confirm_rq_gone.py}\n", "rq: stuck_work: no script 'confirm_rq_gone.py' beside the registry"),
     ("rq:\n  stuck_work: [confirm_rq_intermediate.py, gone.py]\n", "rq: stuck_work: no script 'gone.py' beside the registry"),
     ("rq:\n  stuck_work: [\n", "not YAML"),
 ])
