@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "ledgercheck.chaos.safety_commands",
     "ledgercheck.chaos.history_commands",
     "ledgercheck.reports.commands",
+    "ledgercheck.reports.site",
 ]
 
 
