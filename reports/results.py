@@ -458,8 +458,13 @@ def _compare_derived(doc: Mapping[str, Any], source: str) -> None:
             raise ResultsError(f"{source}: recorded coverage.{field} does not follow from the tests and the plan")
 
 
-def validate_results(doc: Any, source: str = "results") -> None:
+def validate_results(doc: Any, source: str = "results", *, current_rules: bool = False) -> None:
     """Check a document against the schema, its integrity hash (when present) and the rules.
+
+    ``current_rules``: the derived members (clause outcomes, verdicts, the verdict line, findings)
+    are not compared with what this version of the rules derives: a file written by an earlier
+    version, intact (its hash matches) but judged by rules that changed since, is read, and the
+    caller derives them again (:func:`ledgercheck.reports.verdicts.apply`).
 
     Raises :class:`ResultsError` with one line starting with ``source`` (a file name, say).
     """
@@ -481,7 +486,8 @@ def validate_results(doc: Any, source: str = "results") -> None:
     if "integrity" in doc and doc["integrity"]["sha256"] != actual:
         raise ResultsError(f"{source}: content does not match its integrity hash (edited after it was written?)")
     _check_facts(doc, source)
-    _compare_derived(doc, source)
+    if not current_rules:
+        _compare_derived(doc, source)
 
 
 # ---- files ---------------------------------------------------------------------------------------
@@ -554,8 +560,9 @@ class Loaded:
     sidecar: bool  # whether a sidecar was present (and matched)
 
 
-def read_results(path: str | os.PathLike[str]) -> Loaded:
-    """Read, verify and validate a results file; see :func:`load_results`."""
+def read_results(path: str | os.PathLike[str], *, current_rules: bool = False) -> Loaded:
+    """Read, verify and validate a results file; see :func:`load_results` (and
+    :func:`validate_results` for ``current_rules``)."""
     name = str(path)
     p = Path(path)
     try:
@@ -581,7 +588,7 @@ def read_results(path: str | os.PathLike[str]) -> Loaded:
     if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION:
         if not isinstance(doc.get("integrity"), dict):
             raise ResultsError(f"{name}: has no integrity hash; only files written by ledgercheck can be read")
-    validate_results(doc, name)
+    validate_results(doc, name, current_rules=current_rules)
     sha = bytes_sha256(data)
     side = p.with_name(p.name + SIDECAR_SUFFIX)
     has_side = side.exists()

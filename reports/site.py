@@ -21,8 +21,10 @@ and filters the index, is allowed by its hash and is not needed to read anything
   the script and the command that replays it.
 
 Every value that comes from a results file is escaped.  Results files are read with
-:func:`ledgercheck.reports.results.read_results` (integrity checked); a file that cannot be used
-stops the build with one line naming it.
+:func:`ledgercheck.reports.results.read_results` (schema, integrity hash and facts checked) and
+their verdicts derived again by the current rules, so the site of results written by an earlier
+version says what this version concludes from the same facts; a file that cannot be used stops
+the build with one line naming it.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def load_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
         if path.is_dir():
             path = path / "results.json"
         try:
-            doc = read_results(path).doc
+            doc = read_results(path, current_rules=True).doc  # intact; judged again by today's rules
         except ResultsError as exc:
             raise SiteError(f"site: {exc}") from None
         except OSError as exc:

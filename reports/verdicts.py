@@ -12,6 +12,7 @@ never be built one way and checked another.  docs/results.md states the same rul
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -446,6 +447,31 @@ def by_impact(clauses: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(clauses, key=impact_rank)  # (sorted is stable: contract order within one impact)
 
 
+VIOLATED = re.compile(r"^clause violated: ([a-z0-9_.]+(?:, [a-z0-9_.]+)*)$", re.M)
+
+
+def blocked_by(doc: Mapping[str, Any], clause: str, failing: set[str]) -> list[str]:
+    """The other clauses that stopped every failing test of ``clause`` before its own check ran
+    (each test's failure names only them, and each of them fails on its own account), or [] when
+    some evidence judges ``clause`` itself: a failure that names it, one that names no clause (an
+    adapter error, a wrong answer shape), a failed crash window or an unexpected pass of a known bug."""
+    others: set[str] = set()
+    for t in doc.get("tests") or []:
+        if t.get("clause") != clause or t.get("outcome") not in ("failed", "xpassed", "xfailed"):
+            continue
+        m = VIOLATED.search(t.get("message") or "")
+        if t.get("outcome") != "failed" or m is None:
+            return []
+        named = set(m.group(1).split(", "))
+        if clause in named:
+            return []
+        others |= named
+    if any(clause in (w.get("clauses") or []) and WINDOW_VERDICTS.get(w.get("verdict"), "") == "failed"
+           for w in doc.get("crash_windows") or []):
+        return []
+    return sorted(others) if others and others <= failing else []
+
+
 def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]],
              cov: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Everything a reader should know, most severe first: safety anomalies (the work itself went
@@ -465,10 +491,24 @@ def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]],
                     "count": n, "clauses": sorted(blamed.get(kind, ())), "message": None, "impact": None,
                     "known_bug": False})
     mine = [c for c in clauses if c["profile"] in scope]
+    failing = {c["id"] for c in clauses if c["outcome"] == "fail"}
+    stopped: list[tuple[str, list[str]]] = []
     for c in by_impact([c for c in mine if c["level"] == "MUST" and c["outcome"] in ("fail", "xfail")]):
+        others = blocked_by(doc, c["id"], failing) if c["outcome"] == "fail" else []
+        if others:  # its own check never ran: not a finding about it, but about what stopped it
+            stopped.append((c["id"], others))
+            continue
         out.append({"severity": "violation", "what": c["id"], "words": c.get("headline") or f"breaks {c['id']}",
                     "count": 1, "clauses": [c["id"]], "message": c["message"], "impact": c.get("impact") or "behaviour",
                     "known_bug": c["outcome"] == "xfail"})
+    if stopped:
+        named = [f"{c} at {'/'.join(o)}" for c, o in stopped]
+        out.append({"severity": "not_reached", "what": "blocked",
+                    "words": f"{len(stopped)} clause{'s' if len(stopped) != 1 else ''} not judged: every test of "
+                             f"{'them' if len(stopped) != 1 else 'it'} stopped at another clause's violation "
+                             f"({_listed(named, 2)})",
+                    "count": len(stopped), "clauses": [c for c, _ in stopped], "message": None, "impact": None,
+                    "known_bug": False})
     lacking: dict[str, list[str]] = {}
     for c in mine:
         if c["level"] == "MUST" and c["outcome"] == "not_offered":
@@ -562,7 +602,7 @@ def headline(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]], found
     violations = [f for f in found if f["severity"] == "violation"]
     lacks = [f["words"] for f in found if f["severity"] == "not_offered"]
     warnings = [f for f in found if f["severity"] == "warning"]
-    gaps = gap_words(cov, doc)
+    gaps = gap_words(cov, doc) + [f["words"] for f in found if f["severity"] == "not_reached" and f["what"] == "blocked"]
     tail = []
     if violations:
         tail.append(violation_words(violations))
