@@ -553,14 +553,16 @@ def _caption(view: View, caption: str, item: str | None, result: Mapping[str, An
 
 
 # ------------------------------------------------------------------------------------ the page
-def failing_items(verdict: Any = None, lin: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Each failing item -> what failed there: ``anomalies`` (the class checker's, as JSON, with
-    their excerpt op ids) and ``result`` (its linearizability result, when a violation)."""
+def failing_items(verdict: Any = None, lin: Mapping[str, Any] | None = None,
+                  anomalies: Iterable[Mapping[str, Any]] = ()) -> dict[str, dict[str, Any]]:
+    """Each failing item -> what failed there: ``anomalies`` (the class checker's, as JSON: those of
+    ``verdict`` and ``anomalies``) and ``result`` (its linearizability result, when a violation)."""
     out: dict[str, dict[str, Any]] = {}
-    for a in (verdict.anomalies if verdict is not None else []):
+    for a in [*(verdict.anomalies if verdict is not None else []), *anomalies]:
         d = a.to_json() if hasattr(a, "to_json") else dict(a)
         out.setdefault(str(d.get("work_id")), {"anomalies": [], "result": None})["anomalies"].append(d)
-    for wid, r in ((lin or {}).get("items") or {}).items():
+    items = (lin or {}).get("items")
+    for wid, r in (items.items() if isinstance(items, Mapping) else ()):
         if isinstance(r, Mapping) and r.get("result") == "violation":
             out.setdefault(str(wid), {"anomalies": [], "result": None})["result"] = r
     return out
