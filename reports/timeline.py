@@ -37,7 +37,7 @@ from typing import Any
 from .text import h, one_line
 
 MAX_BARS = 400  # operations drawn in one timeline
-CONTEXT_EVENTS = 24  # instants shown either side of the operations a timeline is about
+CONTEXT_EVENTS = 10  # instants shown either side of the operations a timeline is about
 MAX_WHOLE_OPS = 5000  # a whole-history timeline is refused above this many operations
 MAX_TIMELINES = 40  # timelines on one page (the rest of the failing items are listed)
 SPANS = {"pause": "resume", "partition": "heal"}  # a fault that opens a span -> the fault that closes it
@@ -53,6 +53,7 @@ FAULT_ROWS = 3  # fault labels are staggered over this many rows of the nemesis 
 FAULT_ROW_H = 15.0
 RIGHT_PAD = 150.0  # room for the last labels and the expected-answer note
 CHAR_W = 6.2  # 11px sans-serif, generous
+ITEM_CHARS = 12  # a longer item identifier is shortened on the bars, to "…" and its last 8 characters
 LABEL_MAX = 130.0  # px a bar is widened to for its label (longer labels are cut; the tooltip has all)
 KNOWN_FAULT_COLOURS = {"kill": "#b3261e", "pause": "#7b5ea7", "resume": "#7b5ea7", "partition": "#c26a00",
                        "heal": "#c26a00", "reopen": "#00639b", "takeover": "#1b6e3a"}
@@ -83,6 +84,8 @@ figure.timeline figcaption { font-size: 0.9em; margin-top: 0.4em; }
 .tl-fault line { stroke-width: 1.5; stroke-dasharray: 3 2; }
 .tl-fault text { font-weight: 600; }
 .tl-span { opacity: 0.16; }
+.tl-break line { stroke: #9aa0a6; stroke-width: 3; stroke-dasharray: 2 3; }
+.tl-break text { fill: #5f6368; font-weight: 700; }
 .tl-legend span { display: inline-block; padding: 0 0.5em; margin-right: 0.4em; border-radius: 3px; }
 .tl-legend .l-ok { background: #a8d5a2; } .tl-legend .l-refused { background: #f2b8b5; }
 .tl-legend .l-indefinite { background: #f7d98b; } .tl-legend .l-focus { outline: 2px solid #1a237e; }
@@ -240,15 +243,17 @@ class View:
     lo: float
     hi: float
     total: int  # operations in the history
-    hidden: int  # operations in the window's time range left out (over MAX_BARS)
+    hidden: int  # operations in the windows' time ranges left out (over MAX_BARS)
     whole: bool
+    breaks: list[tuple[float, float, int]] = field(default_factory=list)  # (after, before, operations skipped)
 
 
 def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whole: bool = False,
            context: int = CONTEXT_EVENTS, max_bars: int = MAX_BARS) -> View:
-    """The part of ``ops`` a timeline shows: around the operations ``focus`` (ids) and those of
-    ``item``, ``context`` instants either side, at most ``max_bars`` operations (those about the
-    focus first, then the nearest in time).  ``whole``: everything, refused over MAX_WHOLE_OPS."""
+    """The part of ``ops`` a timeline shows: around the operations ``focus`` (ids; when none of them
+    is in the history, the operations of ``item``), ``context`` instants either side, at most
+    ``max_bars`` operations (those about the focus first, then the nearest to them in time).
+    ``whole``: everything, refused over MAX_WHOLE_OPS."""
     bars = ops.bars
     if whole:
         if len(bars) > MAX_WHOLE_OPS:
@@ -258,7 +263,9 @@ def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whol
         lo, hi = (min(ts), max(ts)) if ts else (0.0, 0.0)
         return View(list(bars), _faults_in(ops.faults, lo, hi), lo, hi, len(bars), 0, True)
     ids = set(focus)
-    key = [b for b in bars if b.id in ids or (item is not None and b.item == item)]
+    key = [b for b in bars if b.id in ids]  # what the timeline is about: the focus, else the item's operations
+    if not key and item is not None:
+        key = [b for b in bars if b.item == item]
     times = sorted({b.t0 for b in bars} | {b.t1 for b in bars if b.t1 is not None} | {f.t for f in ops.faults})
     if not key:
         if not times:
@@ -267,20 +274,45 @@ def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whol
     else:
         key_lo = min(b.t0 for b in key)
         key_hi = max(b.t1 if b.t1 is not None else b.t0 for b in key)
-    i = bisect.bisect_left(times, key_lo)
-    j = bisect.bisect_right(times, key_hi)
-    lo = times[max(0, i - context)] if times else key_lo
-    hi = times[min(len(times) - 1, j - 1 + context)] if times else key_hi
-    hi = max(hi, key_hi)
-    inside = [b for b in bars if b.t0 <= hi and (b.t1 is None or b.t1 >= lo)]
+    # one window per cluster of key operations (a new one where more than 2 x context instants
+    # separate them), each widened by context instants either side; windows that meet are joined
+    spans: list[list[float]] = []
+    for b in key:
+        end = b.t1 if b.t1 is not None else b.t0
+        if spans and bisect.bisect_left(times, b.t0) - bisect.bisect_right(times, spans[-1][1]) <= 2 * context:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([b.t0, end])
+    if not spans:
+        spans = [[key_lo, key_hi]]
+    wins: list[list[float]] = []
+    for a, z in spans:
+        i, j = bisect.bisect_left(times, a), bisect.bisect_right(times, z)
+        w = [times[max(0, i - context)], max(z, times[min(len(times) - 1, j - 1 + context)])]
+        if wins and w[0] <= wins[-1][1]:
+            wins[-1][1] = max(wins[-1][1], w[1])
+        else:
+            wins.append(w)
+    lo, hi = wins[0][0], wins[-1][1]
+
+    def in_windows(b: Bar) -> bool:
+        end = b.t1 if b.t1 is not None else hi  # never completed: it may take effect in any later window
+        return any(w[0] <= end and b.t0 <= w[1] for w in wins)
+
+    inside = [b for b in bars if b.t0 <= hi and (b.t1 is None or b.t1 >= lo) and in_windows(b)]
     hidden = 0
     if len(inside) > max_bars:
         keyset = {id(b) for b in key}
-        mid = (key_lo + key_hi) / 2
+        starts = [b.t0 for b in key]  # key is in time order, as bars are
+        ends = [b.t1 if b.t1 is not None else b.t0 for b in key]
 
         def distance(b: Bar) -> float:
-            end = b.t1 if b.t1 is not None else hi
-            return 0.0 if b.t0 <= mid <= end else min(abs(b.t0 - mid), abs(end - mid))
+            """How far in time from the nearest operation the timeline is about (0: they overlap).  An
+            operation that never completed counts from its invocation."""
+            end = b.t1 if b.t1 is not None else b.t0
+            k = bisect.bisect_left(starts, b.t0)
+            return min((max(0.0, starts[n] - end, b.t0 - ends[n]) for n in (k - 1, k, k + 1) if 0 <= n < len(key)),
+                       default=0.0)
 
         rest = sorted((b for b in inside if id(b) not in keyset), key=distance)
         keep = key[:max_bars] + rest[:max(0, max_bars - len(key))]
@@ -289,7 +321,17 @@ def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whol
         # the range shrinks to what is drawn, so the axis does not stretch over left-out operations
         lo = min(b.t0 for b in inside)
         hi = max(max(b.t1 if b.t1 is not None else b.t0 for b in inside), key_hi)
-    return View(inside, _faults_in(ops.faults, lo, hi), lo, hi, len(bars), hidden, False)
+    shown = {b.id for b in inside}
+    breaks = []
+    t0s = [b.t0 for b in bars]
+    for a, z in zip(wins, wins[1:], strict=False):
+        gap = [b for b in bars[bisect.bisect_right(t0s, a[1]):bisect.bisect_left(t0s, z[0])] if b.id not in shown]
+        if gap:
+            breaks.append((a[1], z[0], len(gap)))
+    faults = [f for f in _faults_in(ops.faults, lo, hi)
+              if any(w[0] <= f.t <= w[1] or (f.fault in SPANS and f.t <= w[1] and (f.end is None or f.end >= w[0]))
+                     for w in wins)]
+    return View(inside, faults, lo, hi, len(bars), hidden, False, breaks)
 
 
 def _faults_in(faults: Sequence[Fault], lo: float, hi: float) -> list[Fault]:
@@ -329,6 +371,7 @@ class _Scale:
         ts = {b.t0 for b in view.bars} | {b.t1 for b in view.bars if b.t1 is not None}
         ts |= {f.t for f in view.faults if view.lo <= f.t <= view.hi}
         ts |= {f.end for f in view.faults if f.end is not None and view.lo <= f.end <= view.hi}
+        ts |= {(a + z) / 2 for a, z, _ in view.breaks}  # a slot for each break between windows
         self.ts = sorted(ts) or [view.lo]
         index = {t: i for i, t in enumerate(self.ts)}
         gaps = [STEP] * len(self.ts)  # gaps[i]: from instant i - 1 to instant i
@@ -479,6 +522,13 @@ def render_timeline(ops: Ops, *, focus: Iterable[int] = (), item: str | None = N
             out.append(f'<text class="tl-at-note" data-at="{b.id}" x="{x1 + 4:.1f}" y="{by + BAR_H - 4:.1f}">'
                        f'✗ {h(one_line(note, 140))}</text>')
         out.append("</g>")
+    # breaks between windows: the operations left out there, counted
+    for a, z, n in view.breaks:
+        x = scale.x((a + z) / 2)
+        out.append(f'<g class="tl-break" data-skipped="{n}"><title>{n} operations between t {h(_fmt_t(a))} and '
+                   f'{h(_fmt_t(z))} not shown</title><line x1="{x:.1f}" y1="{TOP - 4:.1f}" x2="{x:.1f}" '
+                   f'y2="{height:.1f}"/><text x="{x:.1f}" y="{TOP + FAULT_ROWS * FAULT_ROW_H:.1f}" '
+                   f'text-anchor="middle">⋯ {n}</text></g>')
     # fault markers: the nemesis lane, and a line over the lane hit (every lane when it names none)
     for n, f in enumerate(f for f in view.faults if view.lo <= f.t <= view.hi):
         x = scale.x(f.t)
@@ -501,8 +551,14 @@ def render_timeline(ops: Ops, *, focus: Iterable[int] = (), item: str | None = N
             + "</figcaption></figure>")
 
 
+def short_item(item: str) -> str:
+    """An item as a bar's label shows it: a long identifier by its last characters (the tooltip and
+    the section heading have it whole)."""
+    return item if len(item) <= ITEM_CHARS else "…" + item[-(ITEM_CHARS - 4):]
+
+
 def _label(b: Bar) -> str:
-    return one_line(f"{b.op} {b.item}" if b.item is not None else b.op, 60)
+    return one_line(f"{b.op} {short_item(b.item)}" if b.item is not None else b.op, 60)
 
 
 def _bar_title(b: Bar) -> str:
@@ -540,7 +596,10 @@ def _caption(view: View, caption: str, item: str | None, result: Mapping[str, An
     span = f"t {h(_fmt_t(view.lo))} … {h(_fmt_t(view.hi))}"
     shown = (f"the whole history ({len(view.bars)} operations)" if view.whole
              else f"{len(view.bars)} of {view.total} operations, {span}")
-    hidden = f"; {view.hidden} more in this time range left out (at most {MAX_BARS} drawn)" if view.hidden else ""
+    hidden = f"; {view.hidden} more in these time ranges left out (at most {MAX_BARS} drawn)" if view.hidden else ""
+    if view.breaks:
+        hidden += (f"; {len(view.breaks) + 1} windows, {sum(n for _, _, n in view.breaks)} operations between them "
+                   "not shown (the dotted lines)")
     parts.append('<p class="tl-legend"><span class="l-ok">ok</span><span class="l-refused">refused</span>'
                  '<span class="l-indefinite">indefinite</span>'
                  + ('<span class="l-focus">this item</span>' if item is not None else "")
