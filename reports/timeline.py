@@ -130,12 +130,38 @@ class Ops:
 
     bars: list[Bar] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    _index: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # built once, on first use
 
     def by_id(self) -> dict[int, Bar]:
-        return {b.id: b for b in self.bars}
+        if "ids" not in self._index:
+            self._index["ids"] = {b.id: b for b in self.bars}
+        return self._index["ids"]  # type: ignore[no-any-return]
+
+    def of_item(self, item: str) -> list[Bar]:
+        if "items" not in self._index:
+            by: dict[str, list[Bar]] = {}
+            for b in self.bars:
+                if b.item is not None:
+                    by.setdefault(b.item, []).append(b)
+            self._index["items"] = by
+        return self._index["items"].get(item, [])  # type: ignore[no-any-return]
 
     def items(self) -> set[str]:
-        return {b.item for b in self.bars if b.item is not None}
+        self.of_item("")
+        return set(self._index["items"])
+
+    def times(self) -> list[float]:
+        """Every instant (invocation, completion, fault), sorted."""
+        if "times" not in self._index:
+            self._index["times"] = sorted({b.t0 for b in self.bars} | {b.t1 for b in self.bars if b.t1 is not None}
+                                          | {f.t for f in self.faults})
+        return self._index["times"]  # type: ignore[no-any-return]
+
+    def starts(self) -> list[float]:
+        """Each operation's invocation instant, in the order of ``bars``."""
+        if "starts" not in self._index:
+            self._index["starts"] = [b.t0 for b in self.bars]
+        return self._index["starts"]  # type: ignore[no-any-return]
 
 
 def _get(rec: Any, name: str) -> Any:
@@ -262,11 +288,12 @@ def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whol
         ts = [b.t0 for b in bars] + [b.t1 for b in bars if b.t1 is not None] + [f.t for f in ops.faults]
         lo, hi = (min(ts), max(ts)) if ts else (0.0, 0.0)
         return View(list(bars), _faults_in(ops.faults, lo, hi), lo, hi, len(bars), 0, True)
-    ids = set(focus)
-    key = [b for b in bars if b.id in ids]  # what the timeline is about: the focus, else the item's operations
+    index = ops.by_id()
+    # what the timeline is about: the focus, else the item's operations
+    key = sorted({index[i].id: index[i] for i in focus if i in index}.values(), key=lambda b: (b.t0, b.id))
     if not key and item is not None:
-        key = [b for b in bars if b.item == item]
-    times = sorted({b.t0 for b in bars} | {b.t1 for b in bars if b.t1 is not None} | {f.t for f in ops.faults})
+        key = list(ops.of_item(item))
+    times = ops.times()
     if not key:
         if not times:
             return View([], [], 0.0, 0.0, len(bars), 0, False)
@@ -299,7 +326,7 @@ def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whol
         end = b.t1 if b.t1 is not None else hi  # never completed: it may take effect in any later window
         return any(w[0] <= end and b.t0 <= w[1] for w in wins)
 
-    inside = [b for b in bars if b.t0 <= hi and (b.t1 is None or b.t1 >= lo) and in_windows(b)]
+    inside = [b for b in bars[:bisect.bisect_right(ops.starts(), hi)] if (b.t1 is None or b.t1 >= lo) and in_windows(b)]
     hidden = 0
     if len(inside) > max_bars:
         keyset = {id(b) for b in key}
@@ -323,7 +350,7 @@ def window(ops: Ops, focus: Iterable[int] = (), *, item: str | None = None, whol
         hi = max(max(b.t1 if b.t1 is not None else b.t0 for b in inside), key_hi)
     shown = {b.id for b in inside}
     breaks = []
-    t0s = [b.t0 for b in bars]
+    t0s = ops.starts()
     for a, z in zip(wins, wins[1:], strict=False):
         gap = [b for b in bars[bisect.bisect_right(t0s, a[1]):bisect.bisect_left(t0s, z[0])] if b.id not in shown]
         if gap:
@@ -412,7 +439,7 @@ def render_timeline(ops: Ops, *, focus: Iterable[int] = (), item: str | None = N
                     max_bars: int = MAX_BARS, context: int = CONTEXT_EVENTS) -> str:
     """One timeline as an HTML ``<figure>`` holding an inline SVG.
 
-    ``focus``: operation ids the timeline is about (an anomaly's excerpt); ``item``: the item whose
+    ``focus``: operation ids the timeline is about (an anomaly's proof, outlined in red); ``item``: the item whose
     operations are outlined; ``result``: that item's linearizability result (``order`` numbered,
     or ``excerpt`` and ``at`` marked with ``expected``).  ``caption`` is text (escaped here)."""
     result = result if isinstance(result, Mapping) else None
@@ -434,6 +461,9 @@ def render_timeline(ops: Ops, *, focus: Iterable[int] = (), item: str | None = N
         elif verdict == "violation":
             excerpt = {i for i in result.get("excerpt") or [] if isinstance(i, int)}
             at = result.get("at") if isinstance(result.get("at"), int) else None
+    focus = set(focus)
+    proof = {b.id for b in view.bars if b.id in focus}  # an anomaly's proof: outlined like a failing excerpt
+    excerpt |= proof
     focus_ids = set(focus) | set(order) | excerpt | ({at} if at is not None else set())
     highlighted = {b.id for b in view.bars if (item is not None and b.item == item) or b.id in focus_ids}
 
@@ -547,7 +577,7 @@ def render_timeline(ops: Ops, *, focus: Iterable[int] = (), item: str | None = N
     out.append("</svg>")
     return ('<figure class="timeline"' + (f' data-item="{h(item)}"' if item is not None else "")
             + (f' data-result="{h(verdict)}"' if verdict else "") + f' data-bars="{len(view.bars)}">'
-            + f'<div class="tl-scroll">{"".join(out)}</div><figcaption>{_caption(view, caption, item, result)}'
+            + f'<div class="tl-scroll">{"".join(out)}</div><figcaption>{_caption(view, caption, item, result, bool(excerpt))}'
             + "</figcaption></figure>")
 
 
@@ -577,7 +607,8 @@ def _fault_title(f: Fault) -> str:
     return f"{f.fault} {f.process or ''}{point} t {_fmt_t(f.t)}{span}{where}"
 
 
-def _caption(view: View, caption: str, item: str | None, result: Mapping[str, Any] | None) -> str:
+def _caption(view: View, caption: str, item: str | None, result: Mapping[str, Any] | None,
+             outlined: bool = False) -> str:
     parts = []
     if caption:
         parts.append(f"<p>{h(caption)}</p>")
@@ -603,8 +634,7 @@ def _caption(view: View, caption: str, item: str | None, result: Mapping[str, An
     parts.append('<p class="tl-legend"><span class="l-ok">ok</span><span class="l-refused">refused</span>'
                  '<span class="l-indefinite">indefinite</span>'
                  + ('<span class="l-focus">this item</span>' if item is not None else "")
-                 + ('<span class="l-excerpt">failing excerpt</span>' if result is not None and
-                    result.get("result") == "violation" else "")
+                 + ('<span class="l-excerpt">the proof / failing excerpt</span>' if outlined else "")
                  + f' <span class="tl-note">Shown: {shown}{h(hidden)}. Dashed bars never completed. Each instant '
                  "gets the same width (the axis is in order of time, not to scale); hover a bar or fault for "
                  "its record.</span></p>")

@@ -324,8 +324,9 @@ def test_report_draws_each_failing_items_timeline(factory, tmp_path: Path) -> No
     assert re.findall(r'<div class="tl-item" data-item="([^"]*)"', section) == ["x"]
     root = svg_of(section)
     assert {g.get("data-item") for g in groups(root, "focus")} == {"x"}
-    assert {g.get("data-fault") for g in groups(root, "tl-fault")} >= {"pause", "resume"}
-    assert {g.get("data-op") for g in groups(root, "tl-bar")}  # the proof's operations
+    proof = set(tl.anomaly_ids(doc["safety"][0]["anomalies"]))
+    assert proof and {int(g.get("data-op")) for g in groups(root, "excerpt")} == proof  # the proof, outlined
+    assert {g.get("data-fault") for g in groups(root, "tl-fault")} >= {"pause", "resume"}  # from the history
 
 
 def test_report_draws_linearizability_violations_from_the_history(factory, tmp_path: Path) -> None:
