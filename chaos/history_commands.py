@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ledgercheck.reports.text import shown, shown_line
@@ -31,6 +32,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="excerpts printed per anomaly class (default 3; --json has them all)")
     q.add_argument("--spec", action="append", default=[],
                    help="contract file the campaign ran under (repeat for overlays; default: the shipped one)")
+    q.add_argument("--html", metavar="OUT",
+                   help="also write an HTML page of timelines (docs/safety.md, \"Timelines\"): one per failing item")
+    q.add_argument("--item", action="append", default=[], metavar="ITEM",
+                   help="with --html: a timeline of this item too (repeat for more)")
+    q.add_argument("--whole", action="store_true",
+                   help="with --html: a timeline of the whole history too (refused over "
+                        "reports/timeline.py's MAX_WHOLE_OPS operations)")
+    q.add_argument("--linearizability", metavar="FILE",
+                   help="with --html: a per-item linearizability result (JSON, or the output of history check "
+                        "--json holding one) whose order or failing excerpt the timelines show")
     q.set_defaults(func=cmd_check)
 
 
@@ -49,6 +60,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     except HistoryError as exc:  # an identifier no ledger hands out (a list, an object)
         print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
         return 2
+    if getattr(args, "html", None) or getattr(args, "item", None) or getattr(args, "whole", False) \
+            or getattr(args, "linearizability", None):
+        problem = write_timelines(args, history, verdict)
+        if problem:
+            print(shown_line(f"ledgercheck history: {problem}"), file=sys.stderr)
+            return 2
     if args.json:
         out = {"file": args.file, "adapter": history.meta.adapter, "declared": history.meta.declared,
                **verdict.to_json()}
@@ -56,6 +73,36 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(shown(render(history, verdict, max_excerpts=args.max_excerpts), max_lines=None))  # a history holds adapter text
     return EXIT[verdict.verdict]
+
+
+def write_timelines(args: argparse.Namespace, history: History, verdict: Verdict,
+                    lin: Mapping[str, Any] | None = None) -> str | None:
+    """``--html OUT``: the timelines page (reports/timeline.py) of each failing item, the items asked
+    for (``--item``) and, with ``--whole``, the whole history.  ``lin``: the per-item linearizability
+    result, else the one ``--linearizability FILE`` holds.  Returns a one-line problem, or None."""
+    from ledgercheck.reports.results import atomic_write
+    from ledgercheck.reports.timeline import TimelineError, render_page
+
+    if not args.html:
+        return "--item, --whole and --linearizability go with --html OUT"
+    if lin is None and args.linearizability:
+        try:
+            with open(args.linearizability, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as exc:
+            return f"{args.linearizability}: cannot read a linearizability result ({exc})"
+        lin = doc.get("linearizability", doc) if isinstance(doc, dict) else None
+        if not isinstance(lin, dict) or not isinstance(lin.get("items"), dict):
+            return f"{args.linearizability}: not a linearizability result (no \"items\" object)"
+    try:
+        page = render_page(history, verdict, lin, items=args.item, whole=args.whole)
+        atomic_write(Path(args.html), page.encode("utf-8"))
+    except TimelineError as exc:
+        return f"{history.path}: {exc}"
+    except OSError as exc:
+        return f"{args.html}: cannot write: {exc.strerror or exc}"
+    print(f"timelines: {args.html}", file=sys.stderr)
+    return None
 
 
 EXIT = {"no anomaly": 0, "anomalies": 1, "inconclusive": 2}

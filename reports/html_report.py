@@ -103,6 +103,10 @@ def _banner(doc: Mapping[str, Any]) -> str:
 def _nav(doc: Mapping[str, Any], since: Mapping[str, Any] | None = None) -> str:
     links = [("profiles", "Profiles")] + ([("since", "Since the previous run")] if since is not None else [])
     links += [("reproduce", "Reproduce"), ("problems", "Problems")]
+    if any(c.get("anomalies") or any(isinstance(r, Mapping) and r.get("result") == "violation"
+                                     for r in ((c.get("linearizability") or {}).get("items") or {}).values())
+           for c in doc.get("safety") or []):
+        links.append(("timelines", "Timelines"))
     if doc.get("coverage") or doc.get("safety"):
         links.append(("coverage", "Coverage"))
     links.append(("clauses", "Clauses"))
@@ -296,6 +300,71 @@ def _problems(doc: Mapping[str, Any]) -> str:
     if not body:
         body.append("<p>No clause in the certified profiles failed, errored or is a declared known bug.</p>")
     return f'<section id="problems"><h2>Problems</h2>{"".join(body)}</section>'
+
+
+def _timelines(doc: Mapping[str, Any]) -> str:
+    """Per safety campaign, a timeline of each failing item (reports/timeline.py): its anomalies
+    (the class checker's) and, when the campaign holds a per-item linearizability result
+    (``linearizability``), its violation.  Drawn from the campaign's history file while it can be
+    read (the window around the item, with the faults); else an anomaly's timeline is drawn from the
+    records of its proof, which results.json holds, and a violation is named with why it is not drawn."""
+    from ledgercheck.chaos.history import HistoryError, load_history
+
+    from .timeline import (
+        CSS,
+        MAX_TIMELINES,
+        TimelineError,
+        anomaly_ids,
+        collect,
+        failing_items,
+        render_timeline,
+    )
+
+    body: list[str] = []
+    drawn = 0
+    for camp in doc.get("safety") or []:
+        lin = camp.get("linearizability") if isinstance(camp.get("linearizability"), Mapping) else None
+        failing = failing_items(None, lin, camp.get("anomalies") or [])
+        if not failing:
+            continue
+        ops, problem = None, "the campaign kept no history"
+        if camp.get("history"):
+            try:
+                ops = collect(load_history(str(camp["history"])))
+            except (HistoryError, OSError) as exc:
+                problem = str(exc)
+        parts, left = [], 0
+        for wid, f in failing.items():
+            if drawn >= MAX_TIMELINES:
+                left += 1
+                continue
+            anomalies, result = f["anomalies"], f["result"]
+            why = "".join(f"<li>{_code(a.get('class'))} {h(a.get('explanation'))}</li>" for a in anomalies)
+            if result is not None:
+                why += "<li>not linearizable</li>"
+            try:
+                if ops is not None:
+                    fig = render_timeline(ops, focus=anomaly_ids(anomalies), item=wid, result=result)
+                elif anomalies:
+                    records = [r for a in anomalies for r in [*(a.get("excerpt") or []), *(a.get("context") or [])]]
+                    fig = render_timeline(collect(records), item=wid, whole=True,
+                                          caption=f"The operations of the proof only (the history is not at hand: "
+                                                  f"{problem}).")
+                else:
+                    fig = f'<p class="tl-note">Its timeline needs the history: {h(problem)}</p>'
+            except TimelineError as exc:
+                fig = f'<p class="tl-note">{h(exc)}</p>'
+            parts.append(f'<div class="tl-item" data-item="{h(wid)}"><h4>Item {_code(wid)}</h4><ul>{why}</ul>{fig}</div>')
+            drawn += 1
+        more = f'<p class="tl-note">{left} more failing item(s) not drawn (at most {MAX_TIMELINES}).</p>' if left else ""
+        body.append(f'<div class="panel safety-timelines" data-seed="{h(camp.get("seed"))}"><h3>Safety campaign, seed '
+                    f'{h(camp.get("seed"))}</h3>{"".join(parts)}{more}</div>')
+    if not body:
+        return ""
+    return (f'<section id="timelines"><h2>Timelines of the failing items</h2><style>{CSS}</style>'
+            "<p>Each failing item's operations by process over time, with the faults injected; "
+            "<code>ledgercheck history check FILE --html OUT --item ITEM</code> draws any item of a history.</p>"
+            f'{"".join(body)}</section>')
 
 
 def _list_or_dash(items: Sequence[str], code: bool = False) -> str:
@@ -587,7 +656,7 @@ def render_html(doc: Mapping[str, Any], results_sha256: str | None = None,
     title = f"ledgercheck: {doc['verdict']} — {one_line(name, 80)} {one_line(version, 40)}"
     body = "".join([
         _banner(doc), _nav(doc, since), '<main class="wrap">', _profiles(doc), _since(since), _reproduce(doc, sha), _problems(doc),
-        _coverage(doc), _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
+        _timelines(doc), _coverage(doc), _matrix(doc), _windows(doc), _state_machine(doc), _identity(doc), _timings(doc), "</main>",
         f'<footer><div class="wrap">Made by {h(doc["harness"]["name"])} {h(doc["harness"]["version"])} from results '
         f'{_code(sha)} (format {h(doc["format"])} v{h(doc["format_version"])}). Self-contained: this page loads '
         "nothing from the network.</div></footer>",

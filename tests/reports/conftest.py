@@ -6,6 +6,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import zlib
 from collections.abc import Iterable, Mapping
@@ -16,6 +17,9 @@ from typing import Any
 import pytest
 from ledgercheck.reports.results import build_results
 from ledgercheck.spec import Spec, default_spec, rules
+
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # helpers beside the tests (timeline_support)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 ADAPTER_CLAIMS = ["core", "trail", "cancel", "lease", "waiting", "retry", "idempotency", "eventlog", "recovery"]
 FAILING = "lease.fencing"
@@ -213,6 +217,12 @@ class Chromium:
         proc = self._run("--dump-dom", url)
         assert proc.returncode == 0, f"chromium --dump-dom failed ({proc.returncode}): {proc.stderr[-800:]}"
         return proc.stdout
+
+    def console(self, url: str) -> tuple[str, list[str]]:
+        """The page's DOM and every message its console printed (errors, CSP violations, logs)."""
+        proc = self._run("--enable-logging=stderr", "--v=0", "--dump-dom", url)
+        assert proc.returncode == 0, f"chromium --dump-dom failed ({proc.returncode}): {proc.stderr[-800:]}"
+        return proc.stdout, [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
 
     pixel = staticmethod(lambda data, x, y: png_pixel(data, x, y))
 
