@@ -45,6 +45,7 @@ from typing import Any
 from . import verdicts
 from .history import HistoryError, compare, open_history
 from .results import ResultsError, read_results
+from .timeline import CSS as TIMELINE_CSS
 
 h = html.escape
 
@@ -207,7 +208,7 @@ def _page(title: str, body: str, depth: int = 0, script: str | None = None) -> s
     return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{h(csp)}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{h(title)}</title>\n'
-            f'<style>{CSS}</style>\n</head>\n<body>\n<header><h1>{h(title)}</h1><nav>'
+            f'<style>{CSS}\n{TIMELINE_CSS}</style>\n</head>\n<body>\n<header><h1>{h(title)}</h1><nav>'
             f'<a href="{up}index.html">All implementations</a><a href="{up}track-record.html">Track record</a>'
             f'</nav></header>\n<main>\n{body}\n</main>\n{tail}</body>\n</html>\n')
 
@@ -262,6 +263,21 @@ def _excerpt(a: Mapping[str, Any]) -> str:
             lines.append(f"L{rec.get('line', '?')} t={rec.get('t', '?')} {rec.get('process', '')} {rec.get('type', '')} "
                          f"#{rec.get('id', '')} {what} {tail}".rstrip())
     return "\n".join(lines)
+
+
+def _timeline(a: Mapping[str, Any]) -> str:
+    """The anomaly's proof drawn as a timeline (reports/timeline.py), from the records results.json
+    keeps: the same on every machine, whether or not the campaign's history file is at hand."""
+    from .timeline import TimelineError, collect, render_timeline
+
+    records = [*(a.get("excerpt") or []), *(a.get("context") or [])]
+    if not records:
+        return ""
+    try:
+        return render_timeline(collect(records), item=str(a.get("work_id") or "") or None, whole=True,
+                               caption="The operations of the proof, by process over time.")
+    except TimelineError as exc:
+        return f'<p class="muted">{h(str(exc))}</p>'
 
 
 def _trend_svg(points: Sequence[float], label: str, width: int = 320, height: int = 80) -> str:
@@ -326,7 +342,7 @@ def implementation_page(impl: Implementation, history: Any) -> str:
         for a in camp.get("anomalies") or []:
             out.append(f'<div class="anomaly" data-class="{h(str(a.get("class")))}"><h3>{h(str(a.get("class")))} '
                        f"<code>{h(str(a.get('work_id') or ''))}</code> (blamed on <code>{h(str(a.get('clause')))}</code>)"
-                       f"</h3><p>{h(str(a.get('explanation') or ''))}</p><pre>{h(_excerpt(a))}</pre></div>")
+                       f"</h3><p>{h(str(a.get('explanation') or ''))}</p><pre>{h(_excerpt(a))}</pre>{_timeline(a)}</div>")
     rows = []
     for c in doc.get("clauses") or []:
         if c["outcome"] in ("not_requested", "not_claimed"):

@@ -119,6 +119,10 @@ def test_a_published_library_page_carries_its_anomalies_with_excerpts(site) -> N
     anomalies = [a for c in doc["safety"] for a in c["anomalies"]]
     assert anomalies and page.count('<div class="anomaly"') == len(anomalies)
     assert all(a["work_id"] in page for a in anomalies)
+    # each drawn as a timeline of its proof's operations
+    drawn = re.findall(r'<figure class="timeline" data-item="([^"]+)" data-bars="(\d+)">', page)
+    assert [w for w, _ in drawn] == [a["work_id"] for a in anomalies]
+    assert all(int(n) == len({r["id"] for r in a["excerpt"]}) for (_, n), a in zip(drawn, anomalies, strict=True))
 
 
 def test_badges_are_svg_with_the_verdict(chromium, site, tmp_path: Path) -> None:
