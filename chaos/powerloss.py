@@ -32,7 +32,7 @@ import random
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,6 +174,7 @@ class _PowerVfs:
         self.base_name = base.contents.zName
         self.names: dict[int, str] = {}  # sqlite3_file address -> path, for the files being recorded
         self.methods: dict[int, tuple[_IoMethods, _IoMethods]] = {}  # original address -> (original, wrapped)
+        self._orig_of: dict[int, _IoMethods] = {}  # sqlite3_file address -> the base's methods for it
         self.rec: Recording | None = None
         self._keep: list[Any] = []
         vfs = _Vfs()
@@ -214,7 +215,6 @@ class _PowerVfs:
             self._keep.append(wrapped)
         f.pMethods = ctypes.pointer(self.methods[orig_addr][1])
         self.names[pfile] = path
-        self._orig_of = getattr(self, "_orig_of", {})
         self._orig_of[pfile] = self.methods[orig_addr][0]
         if path not in rec.durable:
             try:  # a file that existed before recording began counts as durable as it stands
@@ -280,7 +280,8 @@ def recording(root: str | os.PathLike[str]) -> Iterator[Recording]:
     """Record the writes and syncs of SQLite files under ``root`` opened inside the block.
 
     Connections opened inside the block use the recording VFS for their whole life (SQLite
-    binds a connection to its VFS when it opens); those opened elsewhere are untouched.
+    binds a connection to its VFS when it opens); those opened elsewhere are untouched.  Only
+    what happens inside the block is recorded: run the whole workload in it.
     """
     pv = _PowerVfs.get()
     if pv.rec is not None:
@@ -416,36 +417,33 @@ def run_power_loss(workdir: str | os.PathLike[str], *, seed: int = 0, synchronou
     now = 1000.0
     with recording(live_dir) as rec:
         led = open_ledger(db, synchronous)
-    spec = led.spec
-    plan = _workload(spec, rng, items)
-    # expected[k][item]: the item's status after k acknowledged operations (None: not created)
-    expected: list[dict[str, str | None]] = [{item: None for item, _ in plan}]
-    ids: dict[str, str] = {}
-    tokens: dict[str, str] = {}
-    pv = _PowerVfs.get()
-    pv.rec = rec  # keep recording the ledger's connection (already bound to the VFS)
-    rec.opened = True
-    try:
-        rec.cut("ack")
-        for item, op in plan:
-            now += 1.0
-            if op == "create":
-                r = led.create(source_system=SOURCE, source_id=item, now=now)["work"]
-                ids[item] = r["work_id"]
-            elif op == "claim":
-                r = led.claim(owner=f"worker-{item}", now=now, work_id=ids[item])
-                tokens[item] = r["lease_token"]
-            else:
-                r = led.close_out(work_id=ids[item], token=tokens[item], status=DONE, now=now,
-                                  result={"item": item})
-            state = dict(expected[-1])
-            state[item] = r["status"]
-            expected.append(state)
-            rec.op_index += 1
+        rec.opened = True
+        spec = led.spec
+        plan = _workload(spec, rng, items)
+        # expected[k][item]: the item's status after k acknowledged operations (None: not created)
+        expected: list[dict[str, str | None]] = [{item: None for item, _ in plan}]
+        ids: dict[str, str] = {}
+        tokens: dict[str, str] = {}
+        try:
             rec.cut("ack")
-    finally:
-        pv.rec = None
-        led.discard()  # the live file is not looked at again: no closing checkpoint needed
+            for item, op in plan:
+                now += 1.0
+                if op == "create":
+                    r = led.create(source_system=SOURCE, source_id=item, now=now)["work"]
+                    ids[item] = r["work_id"]
+                elif op == "claim":
+                    r = led.claim(owner=f"worker-{item}", now=now, work_id=ids[item])
+                    tokens[item] = r["lease_token"]
+                else:
+                    r = led.close_out(work_id=ids[item], token=tokens[item], status=DONE, now=now,
+                                      result={"item": item})
+                state = dict(expected[-1])
+                state[item] = r["status"]
+                expected.append(state)
+                rec.op_index += 1
+                rec.cut("ack")
+        finally:
+            led.discard()  # the live file is not looked at again: no closing checkpoint needed
     findings: list[Finding] = []
     tried = refused = 0
     for index in range(len(rec.cuts)):
@@ -493,5 +491,5 @@ def describe(result: PowerLossResult, limit: int = 5) -> str:
     return "\n".join(lines)
 
 
-__all__: Mapping[str, Any] | list[str] = ["recording", "run_power_loss", "PowerLossError", "describe", "materialise",
+__all__ = ["recording", "run_power_loss", "PowerLossError", "describe", "materialise",
                                           "states_at", "CrashState", "Recording"]
