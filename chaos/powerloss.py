@@ -32,7 +32,7 @@ import random
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -493,3 +493,54 @@ def describe(result: PowerLossResult, limit: int = 5) -> str:
 
 __all__ = ["recording", "run_power_loss", "PowerLossError", "describe", "materialise",
                                           "states_at", "CrashState", "Recording"]
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+@dataclass
+class PgStopResult:
+    settings: dict[str, str]
+    committed: int  # commits acknowledged to the client before the stop
+    survived: int  # rows found after the restart
+    prefix: bool  # the survivors are exactly the first ``survived`` commits
+
+    def summary(self) -> str:
+        conf = ", ".join(f"{k}={v}" for k, v in sorted(self.settings.items()))
+        return (f"PostgreSQL ({conf}) stopped with -m immediate after {self.committed} acknowledged commits: "
+                f"{self.survived} survived ({self.committed - self.survived} lost"
+                f"{'' if self.prefix else ', NOT a prefix of the commit order'})")
+
+
+def pg_immediate_stop(settings: Mapping[str, str], commits: int = 200) -> PgStopResult:
+    """Commit ``commits`` one-row transactions (each acknowledged), stop the server with
+    ``pg_ctl stop -m immediate`` (every server process exits at once, nothing flushed; the
+    operating system keeps what was written to it), start it again on the same data directory
+    and count what survived.
+
+    This is a process crash of the server, not a power cut: with ``fsync=off`` the writes the
+    server made are still in the page cache and survive; ``synchronous_commit=off`` loses the
+    commits whose WAL was still in the server's own buffers (up to ``wal_writer_delay``).
+    """
+    import psycopg
+    from ledgercheck.transport.pgserver import PostgresServer
+
+    conf = {"max_connections": "20", "shared_buffers": "16MB", **settings}
+    server = PostgresServer(settings=dict(conf), watchdog=False)
+    server.start()
+    try:
+        assert server.root is not None
+        data = server.root / "data"
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE TABLE acked (n integer PRIMARY KEY)")
+            for n in range(1, commits + 1):
+                conn.execute("INSERT INTO acked VALUES (%s)", (n,))  # autocommit: returned = acknowledged
+        server._run(["pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w"], timeout=60)
+        opts = [f"-c listen_addresses={server.host}", f"-p {server.port}", f"-k {server.root / 'sock'}"]
+        opts += [f"-c {k}={v}" for k, v in conf.items()]
+        server._run(["pg_ctl", "start", "-D", str(data), "-l", str(server.root / "server.log"), "-w",
+                     "-t", str(int(server.start_timeout)), "-o", " ".join(opts)], timeout=server.start_timeout + 10)
+        server.pid = server._read_pid(data)
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            have = [r[0] for r in conn.execute("SELECT n FROM acked ORDER BY n").fetchall()]
+    finally:
+        server.stop()
+    return PgStopResult(dict(settings), commits, len(have), have == list(range(1, len(have) + 1)))
