@@ -464,22 +464,26 @@ def run_power_loss(workdir: str | os.PathLike[str], *, seed: int = 0, synchronou
                 continue
             try:
                 bad = back.integrity_check()
-                if bad:
-                    findings.append(Finding(where, f"integrity check: {bad[0]}"))
-                    continue
-                have = {item: None for item in expected[0]}
-                for rec_ in back.list():
-                    for item, wid in ids.items():
-                        if rec_["work_id"] == wid:
-                            have[item] = rec_["status"]
-                for item in expected[0]:
-                    if have[item] not in (expected[k][item], allowed_next[item]):
-                        step = next((i for i in range(k, 0, -1) if expected[i][item] != expected[i - 1][item]), 0)
-                        op = plan[step - 1][1] if step else "nothing"
-                        findings.append(Finding(where, f"acknowledged {op} of {item} lost: status "
-                                                       f"{have[item] or 'absent'}, acknowledged {expected[k][item]}"))
+                rows = [] if bad else back.list()
+            except LedgerError as exc:  # a damaged file SQLite only notices when it reads the page
+                findings.append(Finding(where, f"the reopened ledger fails: {exc}"))
+                continue
             finally:
                 back.discard()
+            if bad:
+                findings.append(Finding(where, f"integrity check: {bad[0]}"))
+                continue
+            have: dict[str, str | None] = {item: None for item in expected[0]}
+            by_id = {wid: item for item, wid in ids.items()}
+            for row in rows:
+                if row["work_id"] in by_id:
+                    have[by_id[row["work_id"]]] = row["status"]
+            for item in expected[0]:
+                if have[item] not in (expected[k][item], allowed_next[item]):
+                    step = next((i for i in range(k, 0, -1) if expected[i][item] != expected[i - 1][item]), 0)
+                    op = plan[step - 1][1] if step else "nothing"
+                    findings.append(Finding(where, f"acknowledged {op} of {item} lost: status "
+                                                   f"{have[item] or 'absent'}, acknowledged {expected[k][item]}"))
     return PowerLossResult(seed, synchronous, len(plan), len(rec.cuts), tried, rec.writes, rec.syncs, findings, refused)
 
 

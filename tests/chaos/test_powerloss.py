@@ -96,3 +96,21 @@ def test_postgres_asynchronous_commit_loses_only_a_suffix() -> None:
     result = _pg(ASYNC)
     assert result.prefix, result.summary()
     assert result.survived <= result.committed
+
+
+def test_close_out_acknowledged_before_its_sync_is_lost(tmp_path: Path) -> None:
+    from ledgercheck.fixtures.broken_power import FastCloseOut
+
+    result = run_power_loss(tmp_path, seed=0, synchronous="FULL", opener=FastCloseOut.open)
+    problems = {f.problem.split(" of ")[0] for f in result.findings}
+    assert problems == {"acknowledged close_out"}, describe(result)  # every other operation is synced
+
+
+def test_ledger_without_a_journal_loses_work(tmp_path: Path) -> None:
+    from ledgercheck.fixtures.broken_power import JournalOff
+
+    result = run_power_loss(tmp_path, seed=0, synchronous="FULL", opener=JournalOff.open)
+    problems = [f.problem for f in result.findings]
+    assert any(p.startswith("acknowledged") for p in problems), describe(result)
+    # a prefix of the in-place page writes (not only none or all of them) leaves a damaged file
+    assert any(p.startswith(("integrity check", "the reopened ledger fails")) for p in problems), describe(result)
