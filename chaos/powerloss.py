@@ -389,7 +389,8 @@ def _workload(spec: Any, rng: random.Random, items: int) -> list[tuple[str, str]
 
 
 def run_power_loss(workdir: str | os.PathLike[str], *, seed: int = 0, synchronous: str = "FULL", items: int = 4,
-                   budget: int = 3, opener: Callable[[Path, str], Any] | None = None) -> PowerLossResult:
+                   budget: int = 3, opener: Callable[[Path, str], Any] | None = None,
+                   spec: Any = None) -> PowerLossResult:
     """Run a seeded workload on a fresh reference ledger under the recording VFS, then reopen
     every crash state and check it against what had been acknowledged at its cut.
 
@@ -406,7 +407,7 @@ def run_power_loss(workdir: str | os.PathLike[str], *, seed: int = 0, synchronou
     from .safety import SOURCE
 
     def default_open(path: Path, sync: str) -> Any:
-        return Ledger(path, synchronous=sync)
+        return Ledger(path, spec, synchronous=sync)
 
     open_ledger = opener or default_open
     work = Path(workdir)

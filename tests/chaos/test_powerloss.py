@@ -9,6 +9,7 @@ checkpoints) must show acknowledged work lost; the reference at FULL must not, o
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -114,3 +115,17 @@ def test_ledger_without_a_journal_loses_work(tmp_path: Path) -> None:
     assert any(p.startswith("acknowledged") for p in problems), describe(result)
     # a prefix of the in-place page writes (not only none or all of them) leaves a damaged file
     assert any(p.startswith(("integrity check", "the reopened ledger fails")) for p in problems), describe(result)
+
+
+def test_command_line(capsys, tmp_path: Path) -> None:
+    from ledgercheck.cli import main
+
+    assert main(["crash", "power-loss", "--tmp-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 run(s) kept every acknowledged operation" in out
+    assert main(["crash", "power-loss", "--synchronous", "OFF", "--json", "--tmp-dir", str(tmp_path)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "fail" and doc["runs"][0]["findings"]
+    assert main(["crash", "power-loss", "--runs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ledgercheck crash power-loss: --runs must be at least 1, not 0"]
