@@ -77,8 +77,10 @@ class _Vfs(_c.Structure):
     pass
 
 
-_xOpen = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Vfs), _c.c_char_p, _P, _c.c_int, _c.POINTER(_c.c_int))
-_xDelete = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Vfs), _c.c_char_p, _c.c_int)
+# file names pass as raw pointers: the base VFS keeps the pointer it is given for the file's
+# life (the -shm name is built from it), so it must be SQLite's own string, never a copy
+_xOpen = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Vfs), _P, _P, _c.c_int, _c.POINTER(_c.c_int))
+_xDelete = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Vfs), _P, _c.c_int)
 _Vfs._fields_ = [
     ("iVersion", _c.c_int), ("szOsFile", _c.c_int), ("mxPathname", _c.c_int), ("pNext", _P),
     ("zName", _c.c_char_p), ("pAppData", _P), ("xOpen", _xOpen), ("xDelete", _xDelete),
@@ -196,12 +198,12 @@ class _PowerVfs:
             return cls._instance
 
     # --- VFS calls (SQLite's thread; ctypes takes the GIL) ---
-    def _open(self, _vfs: Any, zname: bytes | None, pfile: int, flags: int, pout: Any) -> int:
+    def _open(self, _vfs: Any, zname: int | None, pfile: int, flags: int, pout: Any) -> int:
         rc = self.base.contents.xOpen(self.base, zname, pfile, flags, pout)
         rec = self.rec
         if rc != 0 or not zname or rec is None:
             return rc
-        path = os.fsdecode(zname)
+        path = os.fsdecode(ctypes.string_at(zname))
         if not rec.watches(path):
             return rc
         f = ctypes.cast(pfile, ctypes.POINTER(_File)).contents
@@ -224,10 +226,10 @@ class _PowerVfs:
             rec.pending[path] = []
         return rc
 
-    def _delete(self, _vfs: Any, zname: bytes, syncdir: int) -> int:
+    def _delete(self, _vfs: Any, zname: int, syncdir: int) -> int:
         rec = self.rec
         if rec is not None and zname:
-            path = os.fsdecode(zname)
+            path = os.fsdecode(ctypes.string_at(zname))
             rec.durable.pop(path, None)  # deletion is durable at once (no directory sync modelled)
             rec.pending.pop(path, None)
         return self.base.contents.xDelete(self.base, zname, syncdir)

@@ -36,6 +36,8 @@ def test_crash_states_rebuild_the_files_exactly(tmp_path: Path) -> None:
         for i in range(50):
             conn.execute("INSERT INTO t VALUES (?)", (str(i) * 300,))
         rec.cut("ack")
+    # the base VFS names the -shm file from the name pointer it was given: it must be SQLite's own
+    assert sorted(p.name for p in live.iterdir()) == ["t.db", "t.db-shm", "t.db-wal"]
     cut = rec.cuts[-1]
     assert cut.pending, "commits at synchronous=OFF must leave unsynced writes"
     everything = materialise(rec, CrashState(len(rec.cuts) - 1, len(cut.pending), 0), tmp_path / "all")
