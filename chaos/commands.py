@@ -76,6 +76,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--replay-dir", default=None, help="where the replay file of a failing storm goes")
     q.set_defaults(func=cmd_storm)
 
+    q = cs.add_parser("power-loss", help="cut power at every sync and acknowledgement of a workload on the reference "
+                                         "SQLite ledger; reopen on what survived (docs/chaos.md)")
+    q.add_argument("--synchronous", choices=["OFF", "NORMAL", "FULL", "EXTRA"], default="FULL",
+                   help="the reference ledger's synchronous setting (default FULL)")
+    q.add_argument("--seed", type=int, default=0, help="first seed (workload interleaving and prefixes tried)")
+    q.add_argument("--runs", type=int, default=1, help="seeds run, from --seed on (default 1)")
+    q.add_argument("--items", type=int, default=4, help="items created, claimed and closed out per run (default 4)")
+    q.add_argument("--budget", type=int, default=3, help="prefixes tried per cut besides none and all (default 3)")
+    q.add_argument("--spec", action="append", default=[], help="contract file (repeat for overlays)")
+    q.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    q.add_argument("--tmp-dir", default=None, help="where the ledgers and crash states are written (default: system temp)")
+    q.set_defaults(func=cmd_power_loss)
+
     q = cs.add_parser("replay", help="re-create the kill a replay file describes and check it again")
     q.add_argument("file", help="replay file written by a failing window or storm")
     q.add_argument("--max-workers", type=int, default=MAX_WORKERS,
@@ -357,3 +370,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         print_storm(res, args.json)
     return 0 if res["verdict"] == "pass" else 1
+
+
+def cmd_power_loss(args: argparse.Namespace) -> int:
+    import dataclasses
+    import tempfile
+
+    from .powerloss import PowerLossError, describe, run_power_loss
+
+    for name in ("runs", "items"):
+        if getattr(args, name) < 1:
+            return _fail("power-loss", ChaosError(f"--{name} must be at least 1, not {getattr(args, name)}"))
+    if args.budget < 0:
+        return _fail("power-loss", ChaosError(f"--budget must be at least 0, not {args.budget}"))
+    results = []
+    try:
+        writable_dir("--tmp-dir", args.tmp_dir)
+        spec = _spec(args.spec)
+        for seed in range(args.seed, args.seed + args.runs):
+            with tempfile.TemporaryDirectory(prefix="ledgercheck-power-", dir=args.tmp_dir) as work:
+                results.append(run_power_loss(work, seed=seed, synchronous=args.synchronous, items=args.items,
+                                              budget=args.budget, spec=spec))
+    except (ChaosError, PowerLossError, OSError) as exc:
+        return _fail("power-loss", exc)
+    bad = [r for r in results if not r.ok]
+    if args.json:
+        print(json.dumps({"verdict": "fail" if bad else "pass",
+                          "runs": [dataclasses.asdict(r) for r in results]}, indent=1))
+    else:
+        for r in results:
+            print(terminal(describe(r)))
+        print(f"{len(results) - len(bad)} of {len(results)} run(s) kept every acknowledged operation")
+    return 1 if bad else 0
