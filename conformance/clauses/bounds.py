@@ -33,7 +33,7 @@ from typing import Any
 
 from ledgercheck.spec import Spec
 
-from ..harness import Harness
+from ..harness import Harness, NotApplicable
 from . import CaseFn, cases, check
 
 LENGTHS = (0, 1, 3)
@@ -193,11 +193,32 @@ def keyed_ops(spec: Spec) -> Iterator[tuple[str, list[str], dict[str, Any], str]
             yield op, names, args, clause
 
 
+def _signature(out: Any) -> Any:
+    """What an answer says about keys, without what each call draws afresh (tokens, instants):
+    refused or not, and its booleans and integers (delivered, queued, a seq, a version)."""
+    v = out.value if out.ok else None
+    if isinstance(v, dict):
+        v = tuple(sorted((k, x) for k, x in v.items() if isinstance(x, bool | int)))
+    elif not isinstance(v, bool | int | type(None)):
+        v = type(v).__name__
+    return out.ok, out.code, v
+
+
 def _ident_case(op: str, name: str, args: dict[str, Any]) -> CaseFn:
     def fn(h: Harness) -> None:
         from .edges import _draws
 
         h.need(op)
+        # First, whether this implementation keys records on ``name`` with the other arguments
+        # unchanged: a call with a wholly different value must be answered as a first call again
+        # (a message id scoped to the whole inbox, not its recipient, is a choice the contract
+        # leaves: then the recipient is no key of its own here, and its forms say nothing)
+        first = h.raw(op, **args, now=h.now())
+        other = h.raw(op, **{**args, name: f"{args[name]}-another"}, now=h.now())
+        if _signature(first) != _signature(other):
+            raise NotApplicable(f"{op} does not key its records on {name} alone here (a different {name} "
+                                f"answered {_signature(other)}, the first call {_signature(first)})")
+        h.fresh()
         forms = _draws(h.spec, h.scale).string_forms(name, h.spec.operations[op].args[name].type)
         for form in forms:
             h.do(op, **{**args, name: form})  # each a first call of its own key: the model judges it

@@ -15,8 +15,8 @@ and only the current token of a live lease may write: every other call is refuse
 the token, passes the old token of a worker that came back: these cases see it.  Param ids:
 ``fence:<operation>:<same|other>-owner:<current|old>-token:<live|lapsed>``.
 
-(Where the contract leaves a lapsed hand-out's own token open, the hand-out rule's ``may be
-refused too``, the current-token-lapsed call is left to the model.)
+(Where the contract leaves the current holder's own token open once its lease lapsed and nobody
+took over, a lane's or a hand-out's ("may be refused too"), that call is left to the model.)
 """
 
 from __future__ import annotations
@@ -150,8 +150,10 @@ def _lane_case(op: str, owner: str, token: str, lease: str) -> CaseFn:
         what = f"{op} with the {token} token ({owner} owner, current lease {lease})"
         if (token, lease) == ("current", "live"):
             check(out.ok, "lanes.fencing", f"{what} was refused ({out.code}: {out.message})", h)
-        else:
+        elif token == "old":
             check(not out.ok and out.code == "stale_lease", "lanes.fencing", f"{what} answered {out.code or 'ok'}, not stale_lease", h)
+        # (the holder's own token once its lease lapsed, before anyone took the lane over: the
+        # contract fences a token that is not the lane's current lease, and leaves this one open)
     return fn
 
 

@@ -372,9 +372,14 @@ def _lane_renews(clause: str, sides: tuple[str, ...]) -> CaseFn:
             if side not in sides:
                 continue
             h.advance_to(lapse + dt)
+            if side == "after":
+                # a lapsed lane's own token is left open until someone takes the lane over, which
+                # another owner may do a quantum after the lapse; from then on the token is stale
+                h.do("lane_acquire", session_key="sk-instant", lane=f"lane-{side}", owner="owner-B")
             out = h.do("lane_renew", session_key="sk-instant", lane=f"lane-{side}", token=leases[side]["token"])
             if side == "after":
-                check(not out.ok and out.code == "stale_lease", clause, f"lane_renew a quantum after the lease lapsed answered {out.code or 'ok'}", h)
+                check(not out.ok and out.code == "stale_lease", clause,
+                      f"lane_renew a quantum after the lease lapsed, the lane taken over, answered {out.code or 'ok'}", h)
             else:
                 check(out.ok, clause, f"lane_renew {side} the lease lapses ({dt:+g}s) was refused ({out.code})", h)
     return fn
