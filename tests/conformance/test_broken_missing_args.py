@@ -13,8 +13,8 @@ import pytest
 from ledgercheck.fixtures import (
     broken,
     broken_edges,
-    broken_instants,
     broken_inputs,
+    broken_instants,
     broken_journal,
     broken_lanes,
     broken_paths,
