@@ -44,10 +44,6 @@ def _virtual(h: Harness) -> None:
         raise NotApplicable("an instant cannot be hit to the quantum on a wall clock")
 
 
-def _side(t: float, at: float) -> str:
-    return "before" if t < at else "after" if t > at else "at"
-
-
 def default_source(spec: Spec) -> str:
     """The source the plain cases use: the harness's default, else one without overrides."""
     if "manual" in spec.source_systems:
