@@ -14,6 +14,7 @@ from ledgercheck.fixtures import (
     broken,
     broken_edges,
     broken_inputs,
+    broken_instants,
     broken_journal,
     broken_lanes,
     broken_paths,
@@ -25,7 +26,7 @@ from ledgercheck.fixtures import (
 from ledgercheck.spec import default_spec
 from ledgercheck.transport.client import connect
 
-MODULES = (broken, broken_edges, broken_inputs, broken_journal, broken_lanes, broken_paths, broken_recovery, broken_safety,
+MODULES = (broken, broken_edges, broken_instants, broken_inputs, broken_journal, broken_lanes, broken_paths, broken_recovery, broken_safety,
            broken_spawn, broken_timing)
 SPEC = default_spec()
 
