@@ -44,7 +44,7 @@ class ClauseCase:
 
 REGISTRY: dict[str, list[Generator]] = {}
 MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency",
-           "lanes", "wakeups", "spawn", "edges", "trees", "replays", "tables")
+           "lanes", "wakeups", "spawn", "edges", "trees", "replays", "tables", "options")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:
