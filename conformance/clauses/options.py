@@ -4,16 +4,15 @@ every value of the operation's enum-typed required arguments (a close-out's term
 wait's kind, a failure's error class), checked against the model; and every field of a per-item
 retry policy on its own, with every error class.
 
-Clauses, from the contract:
-
-* an argument with a ``blame`` of its own is judged under it (``create``'s ``retry_policy``:
-  ``retry.policy_override``);
-* on a status the operation records an intent on (``intent_from``), under the clause that owns the
-  intent's field (``work_fields``' ``blame``: ``cancel.intent_first``);
-* otherwise under ``core.transition.allowed`` where the transition table lets the operation move an
-  item of that class to the status it would go to (its guard holding in the class), and
-  ``core.transition.forbidden`` where it does not: an optional argument never changes which edge
-  is taken.
+Each row is registered under the clause of the rule the call follows there: an argument's own
+``blame`` in the contract (``create``'s ``retry_policy``: ``retry.policy_override``), else the
+clause the model names for that call on an item of that class (``model_clause``: an item of the
+class put into a model, the model asked; a cancel of waiting work is ``waiting.cancel``'s, of
+running work ``cancel.intent_first``'s, a close-out as cancelled without the intent the guard's,
+a failure of a retryable class ``retry.schedule``'s ...).  Each case makes the call twice, on two
+items of the class, without the argument and with it: an optional argument never changes which
+rule applies, so both answers must agree with the model and with each other (accepted or
+refused, the status they leave).
 
 For each per-item retry policy field the case creates an item whose policy overrides that field
 alone, fails it with each error class until it is failed, and checks each answer against the
@@ -27,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, default_spec
 
 from ..harness import DriveBlocked, Harness, NotApplicable
+from ..model import Model
 from . import CaseFn, cases, check
 from .replays import ENUMS, enum_values
 from .trees import StatusClass, reach, status_classes
@@ -69,26 +69,32 @@ def _enum_variants(spec: Spec, op: str) -> list[dict[str, Any]]:
     return out
 
 
-def _intent_clause(spec: Spec, op: str) -> str | None:
-    step = (spec.effects.get(op) or {}).get("intent")
-    blames = [spec.work_fields[f].blame for f, _ in (step.writes if step else ()) if f in spec.work_fields]
-    return next((b for b in blames if b), None)
+_PROBES: dict[str, Model] = {}  # one model per contract, its probe item replaced for each question
 
 
-def _target(spec: Spec, op: str, cls: StatusClass, fixed: dict[str, Any]) -> str | None:
-    """The status ``op`` would move an item of class ``cls`` to, the table and its guard allowing."""
-    wanted = next((v for v in fixed.values() if v in spec.statuses), None)
-    for dst in spec.targets(op, cls.status):
-        if wanted is not None and dst != wanted:
-            continue
-        if wanted is None and spec.waiting_statuses and fixed.get("kind") is not None \
-                and spec.waiting_statuses.get(fixed["kind"]) != dst:
-            continue
-        edge = spec.edge(cls.status, dst)
-        if edge is not None and edge.guard and not (cls.intent_op is not None and edge.guard in _intent_fields(spec, cls)):
-            continue
-        return dst
-    return None
+def model_clause(spec: Spec, op: str, cls: StatusClass, fixed: dict[str, Any]) -> str:
+    """The clause the model names for ``op`` on an item of class ``cls`` (its acceptance's or its
+    refusal's): an item of that class is put into a model of every profile and the model asked
+    what the call must answer (the model reads the contract; nothing is called)."""
+    m = _PROBES.get(spec.digest)
+    if m is None:
+        m = _PROBES[spec.digest] = Model(spec, list(spec.profiles))
+    st = spec.statuses[cls.status]
+    snap: dict[str, Any] = {f: None for f in spec.work_fields}
+    snap.update(status=cls.status, source_system=spec.source_systems[0], source_id="probe", priority=spec.priority_default,
+                attempt=1, lease_version=1, cancel_requested=False, quarantined=False, created_at=0.0)
+    for f in _intent_fields(spec, cls):
+        snap[f] = True
+    far = 1e12
+    if st.leased:
+        snap.update(owner="probe-owner", lease_token="probe-token", lease_expires_at=far, started_at=0.0)
+    if st.waiting_kind:
+        snap.update(waiting_kind=st.waiting_kind, waiting_ref="probe-ref", waiting_deadline=far)
+    if not st.terminal and not st.leased and not st.waiting_kind and not st.initial:
+        snap.update(next_retry_at=far)  # a status waiting for its due time
+    m.adopt("probe", snap, [])
+    args = {"work_id": "probe", "token": "probe-token", "owner": "probe-owner", "ref": "probe-ref", "now": 1.0, **fixed}
+    return m.expect(op, {k: v for k, v in args.items() if k in spec.operations[op].args}).clause
 
 
 def _intent_fields(spec: Spec, cls: StatusClass) -> set[str]:
@@ -97,20 +103,8 @@ def _intent_fields(spec: Spec, cls: StatusClass) -> set[str]:
 
 
 def option_clause(spec: Spec, op: str, arg: str, cls: StatusClass, fixed: dict[str, Any]) -> str:
-    a = spec.operations[op].args[arg]
-    if a.blame:
-        return a.blame
-    if cls.status in spec.operations[op].intent_from and cls.intent_op is None:
-        got = _intent_clause(spec, op)
-        if got:
-            return got
-    if _target(spec, op, cls, fixed) is not None:
-        return "core.transition.allowed"
-    wanted = next((v for v in fixed.values() if v in spec.statuses), None)
-    edge = spec.edge(cls.status, wanted) if wanted is not None else None
-    if edge is not None and op in edge.ops and edge.guard in spec.work_fields and spec.work_fields[edge.guard].blame:
-        return spec.work_fields[edge.guard].blame  # the move is in the table; its guard does not hold
-    return "core.transition.forbidden"
+    """An argument's own ``blame``, else the clause the model names for the call on that class."""
+    return spec.operations[op].args[arg].blame or model_clause(spec, op, cls, fixed)
 
 
 def _fill_required(h: Harness, op: str, wid: str, fixed: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +146,18 @@ def _option_case(op: str, arg: str, cls: StatusClass, fixed: dict[str, Any], cla
     return fn
 
 
+_ROWS: dict[str, list[tuple[str, str, CaseFn]]] = {}
+
+
 def _option_rows(spec: Spec) -> list[tuple[str, str, CaseFn]]:
+    """(clause, param id, case) of every option row, worked out once per contract."""
+    got = _ROWS.get(spec.digest)
+    if got is None:
+        got = _ROWS[spec.digest] = _make_rows(spec)
+    return got
+
+
+def _make_rows(spec: Spec) -> list[tuple[str, str, CaseFn]]:
     rows = []
     for op in option_ops(spec):
         optional = [n for n, a in spec.operations[op].args.items() if not a.required and a.type not in SKIP_TYPES]
@@ -167,7 +172,8 @@ def _option_rows(spec: Spec) -> list[tuple[str, str, CaseFn]]:
     return rows
 
 
-OPTION_CLAUSES = ("core.transition.allowed", "core.transition.forbidden", "cancel.intent_first")
+# every clause the default contract's option rows fall to, each with a generator taking its own rows
+OPTION_CLAUSES = tuple(sorted({c for c, _, _ in _option_rows(default_spec())}))
 
 
 def _rows_for(clause: str) -> Any:
