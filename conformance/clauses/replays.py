@@ -12,7 +12,8 @@ spawn, effect_begin, inbox_deliver, outbox_enqueue, lane_push under contract 1.1
 * every other writing operation of its profile whose required arguments the first call's
   arguments and its record fill (an effect recorded or marked in each receipt state, a message
   drained, acked or nacked, an outbound message marked sent, a lane task handed out...), each
-  enum-typed argument at each of its values;
+  enum-typed argument at each of its values, and one whose answer carries a flag of its own (a
+  nack's ``dead``) repeated with the chain before it until the flag is set (dead-lettered);
 * the ledger reopened by a new process (adapters that declare durable state).
 
 Each case makes the first call, changes the context, and sends the very same call again through
@@ -38,6 +39,7 @@ REPLAY_RULES = {"create": "core.create.unique_unit", "spawn": "spawn.replay", "e
                 "inbox_deliver": "inbox.deliver.idempotent", "outbox_enqueue": "outbox.dedupe",
                 "lane_push": "lanes.push.idempotent"}
 ITEM_ARGS = ("work_id", "parent_id")
+REPEATS = 16  # at most this many rounds of a context chain that drives a flag (a nack's dead) home
 ENUMS = ("step_class", "receipt_state", "waiting_kind", "error_class", "terminal_status", "wakeup_kind", "source_system")
 
 
@@ -202,15 +204,21 @@ def _other_op(chain: list[tuple[str, dict[str, Any]]]) -> Callable[..., None]:
     each filled from the first call and the records answered so far."""
     def change(h: Harness, item: str | None, args: dict[str, Any], record: dict[str, Any]) -> None:
         record = dict(record)
-        for other, fixed in chain:
-            h.need(other)
-            if item is not None and "token" in h.spec.operations[other].args and not h.token(item):
-                h.drive(item, next(s for s, st in h.spec.statuses.items() if st.leased))
-            full = _fill(h, other, args, record, fixed, item)
-            if full is None:
-                raise NotApplicable(f"{other} needs an argument the first call cannot fill")
-            out = h.do(other, **full)
-            record.update(_record(out))
+        for _ in range(REPEATS):
+            for other, fixed in chain:
+                h.need(other)
+                if item is not None and "token" in h.spec.operations[other].args and not h.token(item):
+                    h.drive(item, next(s for s, st in h.spec.statuses.items() if st.leased))
+                full = _fill(h, other, args, record, fixed, item)
+                if full is None:
+                    raise NotApplicable(f"{other} needs an argument the first call cannot fill")
+                out = h.do(other, **full)
+                record.update(_record(out))
+            # an operation whose answer carries a flag of its own (a nack's ``dead``) is repeated,
+            # with the chain before it, until the flag is set: the context it ends in
+            flags = [v for v in (out.value or {}).values() if isinstance(v, bool)] if out.ok and isinstance(out.value, dict) else []
+            if not flags or all(flags):
+                return
     return change
 
 
