@@ -138,8 +138,7 @@ def _option_case(op: str, arg: str, cls: StatusClass, fixed: dict[str, Any], cla
                 args[arg] = wid if arg == ITEM else _option_value(h, h.spec.operations[op].args[arg].type, arg, cls)
             before = h.item(wid)["status"]
             out = h.do(op, **args)
-            outcomes.append((out.ok, h.item(wid)["status"] if out.ok else before))
-            h.do("get", work_id=wid)
+            outcomes.append((out.ok, h.item(wid)["status"] if out.ok else before))  # (read back by the call)
         check(outcomes[0] == outcomes[1], clause, f"{op} on {cls.label} {fixed or ''} answered "
               f"{'accepted' if outcomes[0][0] else 'refused'} -> {outcomes[0][1]} without {arg} and "
               f"{'accepted' if outcomes[1][0] else 'refused'} -> {outcomes[1][1]} with it", h)

@@ -164,8 +164,7 @@ def _tree_case(op: str, cls: StatusClass) -> CaseFn:
             except (NotApplicable, DriveBlocked):
                 continue  # a class the claimed profiles cannot reach (or claim by id is not offered)
             ran += 1
-            _apply(h, op, tree, depth, name)
-            tree.read_back()
+            _apply(h, op, tree, depth, name)  # (each call reads back what it touched; children reads the tree)
         if not ran:
             raise NotApplicable(f"no node of a tree can be brought to {cls.label} with the claimed profiles")
     return fn
