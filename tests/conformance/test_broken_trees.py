@@ -7,8 +7,8 @@
   own (attribution, as tests/conformance/test_broken_ledgers.py holds the older catalogues to);
 * ``OLD_MISSED``: the ledgers the clause tests that existed before these cases do not catch on their
   clause (the long tier checks that record against the older cases themselves);
-* the reference and the independent ledgers (in process; the event-sourced one and the Node.js one
-  over the wire) pass every new case;
+* the reference and the independent ledgers (in process; in the long tier the event-sourced one and
+  the Node.js one over the wire, which the default run certifies whole) pass every new case;
 * the rule tables the generators use (an operation -> the clause of its rule) agree with the clause
   the model names for that operation.
 """
@@ -118,6 +118,9 @@ def _wire_ledgers() -> list:
             pytest.param(f"exec:{node} {ROOT / 'fixtures' / 'node' / 'full-ledger.js'}", id="node-full-ledger")]
 
 
+# the default run certifies both (tests/protocol/test_eventsourced_ledger.py, test_node_full_ledger.py),
+# every new case included; here, in the long tier, the new cases alone, for a quicker diagnosis
+@pytest.mark.thorough
 @pytest.mark.parametrize("address", _wire_ledgers())
 def test_independent_ledgers_over_the_wire_pass_every_new_case(address, spec, harness_for):
     h = harness_for(address)
