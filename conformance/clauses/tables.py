@@ -149,7 +149,7 @@ for _clause in sorted({c for c, *_ in _ask_rows_for(default_spec())}):
 # ------------------------------------------------------------------ recovery decisions x attempts
 def _decision_row(step_class: str, journal: str, exhausted: bool, clause: str) -> CaseFn:
     def fn(h: Harness) -> None:
-        h.need("effect_begin", "recover", "claim")
+        h.need("recover", "claim", *(("effect_begin",) if journal != "none" else ()))
         policy = {"max_attempts": 1} if exhausted else {"max_attempts": h.spec.retry_default.max_attempts + 1}
         wid, tok = _running(h, f"row-{step_class}-{journal}", retry_policy=policy)
         if journal != "none":
