@@ -31,6 +31,7 @@ from ledgercheck.spec import Spec
 from ledgercheck.transport.wire import result_types
 
 from ..harness import DriveBlocked, Harness, NotApplicable
+from ..stateful_args import ArgDraws
 from . import CaseFn, cases, durable
 from .trees import reach, status_classes
 
@@ -40,7 +41,7 @@ REPLAY_RULES = {"create": "core.create.unique_unit", "spawn": "spawn.replay", "e
                 "lane_push": "lanes.push.idempotent"}
 ITEM_ARGS = ("work_id", "parent_id")
 REPEATS = 16  # at most this many rounds of a context chain that drives a flag (a nack's dead) home
-ENUMS = ("step_class", "receipt_state", "waiting_kind", "error_class", "terminal_status", "wakeup_kind", "source_system")
+ENUMS = ArgDraws.ENUMS  # argument type -> the contract's list of its values (the stateful draws' own map)
 
 
 def keyed_operations(spec: Spec) -> list[str]:
@@ -61,10 +62,7 @@ def keyed_operations(spec: Spec) -> list[str]:
 
 
 def enum_values(spec: Spec, typ: str) -> list[Any]:
-    return {"step_class": list(spec.step_classes), "receipt_state": list(spec.receipt_states),
-            "waiting_kind": list(spec.waiting_statuses), "error_class": list(spec.error_classes),
-            "terminal_status": list(spec.terminal_statuses), "wakeup_kind": list(spec.wakeup_kinds),
-            "source_system": list(spec.source_systems)}.get(typ, [])
+    return list(getattr(spec, ENUMS[typ])) if typ in ENUMS else []
 
 
 def _plain_value(typ: str, name: str) -> Any:
