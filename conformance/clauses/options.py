@@ -193,21 +193,26 @@ for _clause in OPTION_CLAUSES:
 
 # ------------------------------------------------------------------ a per-item retry policy, field by field
 def policy_field_values(spec: Spec) -> list[tuple[str, Any]]:
-    """(field, value) for every field of the retry policy: a value other than the default's (every
-    other jitter mode for the jitter field)."""
+    """(field, value) for every field of the retry policy: a valid value other than the default's
+    (every other jitter mode for the jitter field; backoffs kept within the policy's own rule that
+    max_backoff is not below initial_backoff, whatever the contract's defaults)."""
     d = spec.retry_default
     out: list[tuple[str, Any]] = []
     for f, v in d.as_dict().items():
         if f == "jitter":
             out += [(f, m) for m in spec.jitter_modes if m != v]
-        elif isinstance(v, bool):
-            continue
         elif f == "max_attempts":
             out.append((f, v + 1))
+        elif f == "multiplier":
+            out.append((f, v + 1))
+        elif f == "initial_backoff" and v > 0:
+            out.append((f, v / 2))  # stays within the default max_backoff, which a policy must not go below
         elif f == "max_backoff":
-            out.append((f, d.initial_backoff * d.multiplier))  # binds from the second retry on
-        elif isinstance(v, int | float):
-            out.append((f, v * 2))
+            second = d.initial_backoff * d.multiplier  # binds from the second retry on
+            mid = (d.initial_backoff + v) / 2
+            pick = second if d.initial_backoff <= second < v else mid if d.initial_backoff < mid < v else None
+            if pick is not None:
+                out.append((f, pick))
     return out
 
 
