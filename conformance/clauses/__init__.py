@@ -44,7 +44,8 @@ class ClauseCase:
 
 REGISTRY: dict[str, list[Generator]] = {}
 MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency",
-           "lanes", "wakeups", "spawn", "edges", "instants", "fences", "bounds")
+           "lanes", "wakeups", "spawn", "edges", "instants", "fences", "bounds", "trees", "replays", "tables",
+           "options")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:

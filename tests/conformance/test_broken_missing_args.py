@@ -22,12 +22,13 @@ from ledgercheck.fixtures import (
     broken_safety,
     broken_spawn,
     broken_timing,
+    broken_trees,
 )
 from ledgercheck.spec import default_spec
 from ledgercheck.transport.client import connect
 
-MODULES = (broken, broken_edges, broken_instants, broken_inputs, broken_journal, broken_lanes, broken_paths, broken_recovery, broken_safety,
-           broken_spawn, broken_timing)
+MODULES = (broken, broken_edges, broken_instants, broken_inputs, broken_journal, broken_lanes, broken_paths, broken_recovery,
+           broken_safety, broken_spawn, broken_timing, broken_trees)
 SPEC = default_spec()
 
 

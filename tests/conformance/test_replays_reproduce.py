@@ -28,7 +28,7 @@ from ledgercheck.conformance.trace import dump_trace, load_trace, run_replay
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
-CATALOGUES = ["broken", "broken_inputs", "broken_journal", "broken_paths", "broken_recovery", "broken_timing", "broken_edges"]
+CATALOGUES = ["broken", "broken_inputs", "broken_journal", "broken_paths", "broken_recovery", "broken_timing", "broken_edges", "broken_trees"]
 # the reopen tests: ledgers that keep part of their state in process memory
 IN_MEMORY = {"DeadLettersInMemory", "OutboxSentInMemory", "RetryPolicyInMemory"}
 
