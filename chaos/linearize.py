@@ -70,7 +70,7 @@ class LinOp:
     result: Any = None
     error: Any = None
     read: Any = None  # for a projected read (list, final): the item's snapshot
-    kind: str = "op"  # op | read | final
+    kind: str = "op"  # op | read (a listing's snapshot) | adopt (a multi-item write's snapshot) | final
     optional: bool = False
 
     @property
@@ -185,10 +185,10 @@ def project(history: History, spec: Spec) -> tuple[dict[str, list[LinOp]], list[
         if name == "create":
             creates.append(op)
             continue
-        if isinstance(wid, str):
+        if isinstance(wid, str) and not (outcome == "ok" and isinstance(op.result, list) and any(_snap_id(m) for m in op.result)):
             per.setdefault(wid, []).append(op)
             continue
-        if isinstance(args.get("key"), str):
+        if isinstance(args.get("key"), str) and snap is None:
             by_key.append(op)
             continue
         if outcome == "ok":
@@ -198,9 +198,10 @@ def project(history: History, spec: Spec) -> tuple[dict[str, list[LinOp]], list[
                 named = {m.get("work_id") for m in op.result if isinstance(m, Mapping)}
                 snaps = [m for m in op.result if _snap_id(m)]
                 if snaps and len(snaps) == len(op.result):  # a listing: a read of each item it shows
+                    kind = "read" if spec.operations[name].kind == "read" else "adopt"
                     for s in snaps:
                         per.setdefault(s["work_id"], []).append(
-                            LinOp(op.id, op.process, op.op, op.args, op.t0, op.t1, "ok", op.result, None, s, "read"))
+                            LinOp(op.id, op.process, op.op, op.args, op.t0, op.t1, "ok", op.result, None, s, kind))
                 elif spec.operations[name].profile is not None:
                     for w in named:
                         if isinstance(w, str):
@@ -281,7 +282,11 @@ class _Search:
     # -- one step
     def step(self, m: Model, op: LinOp, unknown: bool) -> tuple[bool, bool, str]:
         """Apply ``op`` to the model: (consistent, unknown afterwards, the model's word when not)."""
-        snap = op.read if op.kind in ("read", "final") else (_snapshot_of(op.op, op.result) if op.outcome == "ok" else None)
+        snap = op.read if op.kind in ("read", "final", "adopt") else (_snapshot_of(op.op, op.result) if op.outcome == "ok" else None)
+        if op.kind == "adopt":  # an answer of a write on several items: the item as it left it
+            if snap is not None:
+                self.adopt(m, snap)
+            return True, False, ""
         if op.kind in ("read", "final"):
             if snap is None:
                 return True, unknown, ""
@@ -297,6 +302,10 @@ class _Search:
                 self.adopt(m, snap)
                 return True, False, ""
             return True, True, ""
+        if op.op != "create" and self.wid not in m.items and snap is not None and snap.get("work_id") == self.wid:
+            # made by another item's operation (a spawn): the item as its answer shows it
+            self.adopt(m, snap)
+            return True, False, ""
         if op.op != "create" and self.wid not in m.items:
             # the item is created by an operation not yet linearized: nothing before it can act on it
             return (op.outcome != "ok"), False, "the item does not exist yet"
@@ -420,10 +429,14 @@ def _explain_failure(s: _Search, budget: int) -> ItemResult:
         if got is None:
             prefix = idx + pending
             at = next(i for i, o in enumerate(ops) if o.definite and o.t1 == end)
+            s = _Search(s.spec, s.wid, sub.ops, s.slack, budget)
+            ops = s.ops
             break
     if at is None:
         at = max((i for i, o in enumerate(ops) if o.definite), key=lambda i: ops[i].t1, default=0)
-    # greedy minimisation: drop every operation whose removal keeps the failure
+    word0 = _word(s, prefix, at, budget)
+    # greedy minimisation: drop every operation whose removal keeps the same failure (no order,
+    # and the model saying the same at the same operation)
     keep = sorted(prefix, key=lambda i: ops[i].t0)
     tries = 0
     for i in list(keep):
@@ -437,24 +450,29 @@ def _explain_failure(s: _Search, budget: int) -> ItemResult:
         except (_Budget, RecursionError):
             got = []
         total_states += sub.states
-        if got is None:
+        if got is None and _word(s, trial, at, budget) == word0:
             keep = trial
-    # what the model expected at `at`, after the longest order of the excerpt without it
+    word = word0 or "no order of the excerpt explains this answer"
+    return ItemResult("violation", excerpt=[ops[j].id for j in keep], at=ops[at].id, expected=word,
+                      states=total_states, ops=len(ops))
+
+
+def _word(s: _Search, idx: list[int], at: int, budget: int) -> str:
+    """What the model says at ``at`` after the longest order of ``idx`` without it."""
+    ops = s.ops
     sub = _Search(s.spec, s.wid, ops, s.slack, budget)
-    before = [j for j in keep if j != at]
+    before = [j for j in idx if j != at]
     try:
-        order = sub.run(before) or sub.best
+        order = sub.run(before)
     except (_Budget, RecursionError):
+        order = None
+    if order is None:
         order = sub.best
     m = sub.fresh()
     unknown = False
     for j in order:
         _, unknown, _ = sub.step(m, ops[j], unknown)
-    _, _, word = sub.step(m, ops[at], unknown)
-    if not word:
-        word = "no order of the excerpt explains this answer"
-    return ItemResult("violation", excerpt=[ops[j].id for j in keep], at=ops[at].id, expected=word,
-                      states=total_states, ops=len(ops))
+    return sub.step(m, ops[at], unknown)[2]
 
 
 def _as_optional(o: LinOp) -> LinOp:
