@@ -127,7 +127,7 @@ class Linearizability:
 
 # ------------------------------------------------------------------------------- projection
 def _snap_id(x: Any) -> str | None:
-    if isinstance(x, Mapping):
+    if type(x) is dict or isinstance(x, Mapping):
         w = x.get("work_id")
         if isinstance(w, str) and "status" in x:
             return w
@@ -248,11 +248,19 @@ class _Budget(Exception):
     pass
 
 
+_MODELS: dict[int, tuple[Spec, Model, dict[str, Any]]] = {}
+
+
 class _Search:
     """The search for one item."""
 
     def __init__(self, spec: Spec, wid: str, ops: list[LinOp], slack: bool, budget: int) -> None:
         self.spec = spec
+        held = _MODELS.get(id(spec))
+        if held is None or held[0] is not spec:
+            m = Model(spec)
+            held = _MODELS[id(spec)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS})
+        self._model, self._empty = held[1], held[2]
         self.wid = wid
         self.ops = ops
         self.slack = slack
@@ -263,7 +271,13 @@ class _Search:
 
     # -- model state
     def fresh(self) -> Model:
-        return Model(self.spec)
+        """The model with nothing in it (one model per contract, emptied: building one compiles
+        the contract's comparisons, which costs more than a small item's whole search)."""
+        m = self._model
+        for a, v in self._empty.items():
+            setattr(m, a, type(v)())
+        m.slack = 0.0
+        return m
 
     @staticmethod
     def save(m: Model) -> dict[str, Any]:
