@@ -249,6 +249,14 @@ class _Budget(Exception):
 
 
 _MODELS: dict[int, tuple[Spec, Model, dict[str, Any]]] = {}
+_LACKS = "snapshot lacks field"  # the model's word for a field an answer does not carry (base.py)
+
+
+def _judged(found: list[Any]) -> list[Any]:
+    """The model's findings this checker judges: a field an answer does not carry at all is not
+    (the history format asks for no whole snapshots, and whether a ledger answers every field is
+    the conformance suite's question); every field it carries is."""
+    return [v for v in found if _LACKS not in v.message]
 
 
 class _Search:
@@ -309,7 +317,7 @@ class _Search:
                 return True, False, ""
             if self.wid not in m.items:
                 return False, False, "the item does not exist yet"
-            bad = m.check_work(dict(snap), self.wid)
+            bad = _judged(m.check_work(dict(snap), self.wid))
             return (not bad), False, "; ".join(v.message for v in bad)
         if unknown:
             if op.outcome == "ok" and snap is not None and snap.get("work_id") == self.wid:
@@ -350,6 +358,7 @@ class _Search:
             bad = m.settle(op.op, exp, Outcome(True, copy.deepcopy(op.result)))
         except Exception as exc:  # noqa: BLE001 - the model could not read the answer: say so
             return False, False, f"{op.op}: the answer cannot be read by the model ({exc})"
+        bad = _judged(bad)
         if bad:
             return False, False, "; ".join(v.message for v in bad)
         return True, False, ""
@@ -518,6 +527,10 @@ def check_linearizable(history: History, spec: Spec | None = None, *, budget: in
     wall = (history.meta.adapter or {}).get("clock", "injected") != "injected"
     want = set(items) if items is not None else None
     out: dict[str, ItemResult] = {}
+    spec, why = contract_as_run(history, spec)
+    if why:
+        return Linearizability({w: ItemResult("unchecked", reason=why, ops=len(per[w])) for w in sorted(per)
+                                if want is None or w in want})
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))
     try:
@@ -531,6 +544,47 @@ def check_linearizable(history: History, spec: Spec | None = None, *, budget: in
     finally:
         sys.setrecursionlimit(limit)
     return Linearizability(out)
+
+
+def contract_as_run(history: History, spec: Spec) -> tuple[Spec, str]:
+    """The contract the history's ledger ran under, and why not when it cannot be known.
+
+    The meta record holds the lease timings the campaign's work ran with (``ttl``, ``grace``,
+    taken from its contract; a wall-clock adapter's campaign scales every contract timing by one
+    factor, as certify does).  Timings equal to the contract's: the contract.  Scaled by one
+    factor: the contract scaled so.  Otherwise: the contract with every lease (each source's too) set
+    to the history's ttl and grace, as the class checker reads them (the other timings as they are).  If even that does not give the
+    history's timings, nothing is judged (the reason names --spec)."""
+    from ledgercheck.transport.clock import build_spec, plain, scaled_spec
+
+    from .safety import SOURCE
+
+    ttl, grace = history.meta.ttl, history.meta.grace
+    lt = spec.lease_for(SOURCE)
+
+    def same(sp: Spec) -> bool:
+        got = sp.lease_for(SOURCE)
+        return abs(got.ttl - ttl) <= 1e-9 * max(1.0, ttl) and abs(got.grace - grace) <= 1e-9 * max(1.0, grace)
+
+    if not ttl or same(spec):
+        return spec, ""
+    scale = ttl / lt.ttl if lt.ttl else 0.0
+    if scale > 0 and abs(grace - lt.grace * scale) <= 1e-9 * max(1.0, grace):
+        scaled = scaled_spec(spec, scale)
+        if same(scaled):
+            return scaled, ""
+    doc = plain(spec.document)
+    for node in (doc["lease"], *doc["lease"].get("by_source", {}).values()):
+        if "ttl" in node or node is doc["lease"]:
+            node["ttl"], node["grace"] = ttl, grace
+    try:
+        retimed = build_spec(doc, dict(spec.files))
+    except Exception:  # noqa: BLE001 - a contract that takes no such timings: say so below
+        retimed = spec
+    if same(retimed):
+        return retimed, ""
+    return spec, (f"the history ran with lease ttl {ttl:g}s and grace {grace:g}s, the contract has {lt.ttl:g}s and "
+                  f"{lt.grace:g}s: pass the contract the campaign ran under with --spec")
 
 
 def item_ops(history: History, wid: str, spec: Spec | None = None) -> list[LinOp]:
