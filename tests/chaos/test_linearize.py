@@ -116,7 +116,7 @@ def test_explain_prints_one_items_story(tmp_path: Path) -> None:
     got = _cli(str(path), "--explain", wid)
     assert got.returncode == 1
     assert "NOT linearizable" in got.stdout and "attempt is 1, the contract says 2" in got.stdout
-    ok = _cli(str(bl.record(ReferenceAdapter, "takeover", tmp_path / "ref")), "--explain", wid)
+    ok = _cli(str(path), "--explain", "no-such-item")
     assert ok.returncode == 2 and "no operation of the history touches" in ok.stderr and "Traceback" not in ok.stderr
 
 
