@@ -42,6 +42,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--linearizability", metavar="FILE",
                    help="with --html: a per-item linearizability result (JSON, or the output of history check "
                         "--json holding one) whose order or failing excerpt the timelines show")
+    q.add_argument("--explain", metavar="ITEM", default=None,
+                   help="print one item's story: its operations, and the linearization found or where every order fails")
+    q.add_argument("--classes-only", action="store_true",
+                   help="only the anomaly classes: no per-item linearizability nor cross-item checks "
+                        "(for histories of ledgers that do not follow the contract's model)")
+    q.add_argument("--budget", type=int, default=None,
+                   help="model states one item's linearizability search may visit (default: chaos.linearize.BUDGET)")
     q.set_defaults(func=cmd_check)
 
 
@@ -60,19 +67,136 @@ def cmd_check(args: argparse.Namespace) -> int:
     except HistoryError as exc:  # an identifier no ledger hands out (a list, an object)
         print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
         return 2
+    from .crossitem import check_cross
+    from .linearize import BUDGET, check_linearizable
+
+    budget = args.budget if args.budget is not None else BUDGET
+    if budget < 1:
+        print(shown_line(f"ledgercheck history: --budget must be at least 1, not {budget}"), file=sys.stderr)
+        return 2
+    if args.explain is not None:
+        return explain(history, args.explain, spec, budget)
+    if args.classes_only:
+        lin = None
+    else:
+        lin = check_linearizable(history, spec, budget=budget)
+        lin.cross = check_cross(history, spec)
+    final = combined_verdict(verdict, lin) if lin is not None else verdict.verdict
     if getattr(args, "html", None) or getattr(args, "item", None) or getattr(args, "whole", False) \
             or getattr(args, "linearizability", None):
-        problem = write_timelines(args, history, verdict)
+        problem = write_timelines(args, history, verdict,
+                                  lin.to_json() if lin is not None and not args.linearizability else None)
         if problem:
             print(shown_line(f"ledgercheck history: {problem}"), file=sys.stderr)
             return 2
     if args.json:
         out = {"file": args.file, "adapter": history.meta.adapter, "declared": history.meta.declared,
                **verdict.to_json()}
+        if lin is not None:
+            out["verdict"] = final
+            out["ok"] = final != "anomalies"
+            out["missing"] = list(verdict.missing) + unchecked_missing(lin)
+            out["linearizability"] = lin.to_json()
         print(json.dumps(out, indent=2, default=str))
     else:
-        print(shown(render(history, verdict, max_excerpts=args.max_excerpts), max_lines=None))  # a history holds adapter text
-    return EXIT[verdict.verdict]
+        text = render(history, verdict, max_excerpts=args.max_excerpts, lin=lin)
+        print(shown(text, max_lines=None))  # a history holds adapter text
+    return EXIT[final]
+
+
+def combined_verdict(verdict: Verdict, lin: Any) -> str:
+    """The class rules' verdict joined with the linearizability and cross-item checks: any
+    violation or cross-item finding is an anomaly; an item whose search passed its budget hides
+    whether it is one, so with no anomaly the verdict is INCONCLUSIVE."""
+    if verdict.anomalies or lin.violations or lin.cross:
+        return "anomalies"
+    if verdict.missing or lin.unchecked:
+        return "inconclusive"
+    return "no anomaly"
+
+
+def unchecked_missing(lin: Any) -> list[str]:
+    if not lin.unchecked:
+        return []
+    first = lin.unchecked[0]
+    return [f"{_items(len(lin.unchecked))} not checked for linearizability (first {first}: {lin.items[first].reason})"]
+
+
+def _op_records(history: History) -> dict[int, list[Record]]:
+    rows = history.op_rows()
+    out: dict[int, list[Record]] = {}
+    for i in rows.invokes:
+        rec = history.record(i)
+        out[rec.id] = [rec]  # type: ignore[union-attr]
+        c = rows.completes.get(rec.id)  # type: ignore[union-attr]
+        if c is not None:
+            out[rec.id].append(history.record(c))  # type: ignore[union-attr]
+    return out
+
+
+def _op_lines(history: History, ids: list[int], recs: dict[int, list[Record]]) -> list[str]:
+    out = []
+    for i in ids:
+        if i in recs:
+            out.extend(describe(r) for r in recs[i])
+        elif history.final is not None:
+            out.append(describe(history.final))
+    return out
+
+
+def render_linearizability(history: History, lin: Any, *, max_excerpts: int = 3) -> list[str]:
+    st = lin.stats()
+    lines = ["", f"linearizability: {st['items']} items searched against the contract model: {st['linearizable']} "
+                 f"linearizable, {st['violations']} violations, {st['unchecked']} unchecked "
+                 f"({st['states_explored']} model states, at most {st['max_states_item']} for one item)"]
+    recs = _op_records(history) if lin.violations or lin.cross else {}
+    for wid in lin.violations[:max_excerpts]:
+        r = lin.items[wid]
+        at = "the final read" if r.at == -1 else f"#{r.at}"
+        lines.append(f"not_linearizable {wid}: no order of its operations explains {at}; the model says: {r.expected}")
+        lines.extend(f"  {x}" for x in _op_lines(history, [i for i in r.excerpt if i != -1] + ([-1] if -1 in r.excerpt else []), recs))
+    if len(lin.violations) > max_excerpts:
+        lines.append(f"  ... {len(lin.violations) - max_excerpts} more not_linearizable (--json lists them all)")
+    for c in lin.cross[:max_excerpts]:
+        lines.append(f"{c['rule']}: {c['text']}")
+        lines.extend(f"  {x}" for x in _op_lines(history, c["ops"], recs))
+    if len(lin.cross) > max_excerpts:
+        lines.append(f"  ... {len(lin.cross) - max_excerpts} more cross-item findings (--json lists them all)")
+    for wid in lin.unchecked[:max_excerpts]:
+        lines.append(f"unchecked {wid}: {lin.items[wid].reason}")
+    return lines
+
+
+def explain(history: History, wid: str, spec: Any, budget: int) -> int:
+    """``--explain ITEM``: the item's operations as the search sees them and its result."""
+    from ledgercheck.spec import default_spec
+
+    from .linearize import check_item, item_ops
+
+    sp = spec if spec is not None else default_spec()
+    ops = item_ops(history, wid, sp)
+    if not ops:
+        print(shown_line(f"ledgercheck history: {history.path}: no operation of the history touches item {wid!r}"), file=sys.stderr)
+        return 2
+    wall = (history.meta.adapter or {}).get("clock", "injected") != "injected"
+    res = check_item(sp, wid, ops, wall=wall, budget=budget)
+    recs = _op_records(history)
+    lines = [f"item {wid}: {len(ops)} operations ({sum(o.optional for o in ops)} indefinite: may or may not have happened)"]
+    for o in ops:
+        tag = {"read": "  (its part of a listing)", "adopt": "  (taken as the item's state: a write on several items)",
+               "final": "  (the final read)"}.get(o.kind, "")
+        lines.extend(f"  {x}{tag}" for x in _op_lines(history, [o.id], recs))
+    if res.result == "linearizable":
+        lines.append(f"linearizable: {' -> '.join('final' if i == -1 else f'#{i}' for i in res.order)} ({res.states} model states)")
+    elif res.result == "violation":
+        at = "the final read" if res.at == -1 else f"#{res.at}"
+        lines.append(f"NOT linearizable: every order fails at {at}; the model says: {res.expected}")
+        lines.append("shortest excerpt:")
+        lines.extend(f"  {x}" for x in _op_lines(history, res.excerpt, recs))
+    else:
+        lines.append(f"unchecked: {res.reason}")
+    print(shown("\n".join(lines), max_lines=None))
+    return 1 if res.result == "violation" else (2 if res.result == "unchecked" else 0)
 
 
 def write_timelines(args: argparse.Namespace, history: History, verdict: Verdict,
@@ -109,7 +233,7 @@ EXIT = {"no anomaly": 0, "anomalies": 1, "inconclusive": 2}
 
 
 # ---------------------------------------------------------------------------------- rendering
-def render(history: History, verdict: Verdict, *, max_excerpts: int = 3) -> str:
+def render(history: History, verdict: Verdict, *, max_excerpts: int = 3, lin: Any = None) -> str:
     meta = history.meta
     name = meta.adapter.get("name") or meta.adapter.get("address") or "?"
     c = verdict.counts
@@ -137,20 +261,24 @@ def render(history: History, verdict: Verdict, *, max_excerpts: int = 3) -> str:
         lines.append("")
         lines.append("exercised:")
         lines.extend(f"  {x}" for x in exercised(verdict.coverage, c))
+    if lin is not None:
+        lines.extend(render_linearizability(history, lin, max_excerpts=max_excerpts))
     lines.append("")
-    lines.append(verdict_line(verdict))
+    lines.append(verdict_line(verdict, lin))
     return "\n".join(lines)
 
 
-def verdict_line(verdict: Verdict) -> str:
+def verdict_line(verdict: Verdict, lin: Any = None) -> str:
     """``verdict: N anomalies`` (and what was not reached, if anything), ``verdict: INCONCLUSIVE:
-    <what was not reached>``, or ``verdict: no anomaly``."""
-    n = len(verdict.anomalies)
+    <what was not reached>``, or ``verdict: no anomaly``.  With ``lin`` (the linearizability and
+    cross-item results), their violations count as anomalies and unchecked items as not reached."""
+    n = len(verdict.anomalies) + (len(lin.violations) + len(lin.cross) if lin is not None else 0)
+    missing = list(verdict.missing) + (unchecked_missing(lin) if lin is not None else [])
     if n:
         line = f"verdict: {n} anomal{'y' if n == 1 else 'ies'}"
-        return line + (f" (not reached: {'; '.join(verdict.missing)})" if verdict.missing else "")
-    if verdict.missing:
-        return f"verdict: INCONCLUSIVE: {'; '.join(verdict.missing)}"
+        return line + (f" (not reached: {'; '.join(missing)})" if missing else "")
+    if missing:
+        return f"verdict: INCONCLUSIVE: {'; '.join(missing)}"
     return "verdict: no anomaly"
 
 
