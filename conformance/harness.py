@@ -164,6 +164,7 @@ class Harness:
         self._takes_now: dict[str, bool] = {}  # operation -> whether it takes a ``now`` argument
         self._valid_selector: dict[tuple[str, str], bool] = {}  # (type, value) -> type_problem is None
         self._paths: dict[tuple[str, str], list[tuple[str, str, str]] | str] = {}  # path_to's answers
+        self.directories = 0  # ledgers opened in a directory of their own (fresh(directory=...))
 
     # ------------------------------------------------------------------ lifecycle
     def start_case(self, clause: str, seed: int | None = None) -> None:
@@ -188,6 +189,7 @@ class Harness:
         self.sent_seed = reset_seed(self.seed) if seed is None else int(seed)
         self.leave_directory()
         if directory is not None:
+            self.directories += 1  # (the plugin's timings: a test that opened one is a reopen test)
             self._connect_anew()
             self.directory = directory
         out = self.client.reset(self._reset_config())

@@ -42,6 +42,8 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         e["replay"] = props.get("ledger_replay", e["replay"])
         e["counterexample"] = props.get("ledger_counterexample", e["counterexample"])
         e["not_offered"] = sorted(set(e["not_offered"]) | set(props.get("ledger_not_offered") or []))
+        if isinstance(props.get("ledger_cost"), dict):  # its phase, process starts, round trips
+            e["cost"] = props["ledger_cost"]
         if props.get("ledger_coverage"):  # what the test exercised through the harness (the run's coverage)
             e["exercised"] = props["ledger_coverage"]
         xfail = hasattr(rep, "wasxfail")

@@ -38,7 +38,7 @@ from ledgercheck.spec import Spec, default_spec
 
 from ledgercheck import PROTOCOL_VERSION
 
-from . import reaper
+from . import costs, reaper
 from .protocol import DEFINITE, LedgerError, Outcome
 from .wire import LOAD_ERRORS, dumps, loads, result_checker, spin_until_readable
 
@@ -473,6 +473,7 @@ class WireClient(Client):
         env = dict(self.env if self.env is not None else os.environ)
         env[reaper.ADAPTER_TAG] = self._tag
         self._seen: dict[int, Any] = {}
+        started = time.perf_counter()
         try:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     bufsize=0, start_new_session=True, env=env, cwd=self.cwd)
@@ -496,10 +497,12 @@ class WireClient(Client):
             self._greet(out)
             self.snapshot()
         except AdapterError as exc:
+            costs.add_start(time.perf_counter() - started)
             self.broken = "handshake failed"
             self.kill()
             msg = str(exc)
             raise AdapterError(msg if "[adapter stderr:" in msg else msg + self._tail_suffix()) from None
+        costs.add_start(time.perf_counter() - started)
 
     def snapshot(self) -> None:
         """Remember the processes now below the adapter, so a kill reaches them even once the
@@ -541,6 +544,7 @@ class WireClient(Client):
 
     def close(self) -> None:
         proc = self.proc
+        started = time.perf_counter()
         if proc is not None and proc.poll() is None and self.broken is None:
             try:
                 assert proc.stdin is not None
@@ -550,6 +554,8 @@ class WireClient(Client):
                 pass
         self.kill()
         self.proc = None
+        if proc is not None:
+            costs.add_stop(time.perf_counter() - started)
 
     def stderr_tail(self, lines: int = 20) -> str:
         if self._stderr is None:
@@ -713,7 +719,10 @@ class WireClient(Client):
         return self._fail("adapter_crashed", f"killed at crash point {msg.get('point')!r} (occurrence {msg.get('occurrence')})")
 
     def _call(self, op: str, args: dict[str, Any]) -> Outcome:
-        return self._request(op, {k: v for k, v in args.items() if v is not None}, self.timeout)
+        started = time.perf_counter()
+        out = self._request(op, {k: v for k, v in args.items() if v is not None}, self.timeout)
+        costs.add_round_trips(1, time.perf_counter() - started)
+        return out
 
     def arm(self, point: str, occurrence: int = 1) -> Outcome:
         """Ask the adapter to stop at its own crash point: the ``occurrence``-th time it passes
