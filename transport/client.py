@@ -40,7 +40,7 @@ from ledgercheck import PROTOCOL_VERSION
 
 from . import costs, reaper
 from .protocol import DEFINITE, LedgerError, Outcome
-from .wire import LOAD_ERRORS, dumps, loads, result_checker, spin_until_readable
+from .wire import LOAD_ERRORS, Spinner, dumps, loads, result_checker
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
 HARNESS_CODES = {"timeout", "adapter_crashed", "protocol_error", "internal"}
@@ -457,6 +457,7 @@ class WireClient(Client):
         self._next_id = 1
         self._poll_in: Any = None
         self._poll_out: Any = None
+        self._spinner = Spinner()
         self._spawn()
 
     # -- process management --------------------------------------------------------------------
@@ -614,7 +615,7 @@ class WireClient(Client):
         fd = self.proc.stdout.fileno()
         parts, size = [self._buf], len(self._buf)
         self._buf = b""
-        spin_until_readable(self._poll_in)  # the answer usually comes within the spin
+        self._spinner.wait(self._poll_in)  # the answer usually comes within a short spin (when it pays)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._poll_in.poll(remaining * 1000):

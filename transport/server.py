@@ -23,7 +23,7 @@ from typing import IO, Any
 from ledgercheck import PROTOCOL_VERSION
 
 from .client import AdapterError, Dispatcher, WireClient, connect, load_inprocess, parse_address
-from .wire import LOAD_ERRORS, dumps, loads, spin_until_readable
+from .wire import LOAD_ERRORS, Spinner, dumps, loads
 
 
 class _Armed:
@@ -107,6 +107,7 @@ def _fd_lines(fd: int) -> Iterator[bytes]:
     request is waiting, so the loop can spin briefly for the next one before it blocks."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
+    spinner = Spinner()
     buf = b""
     while True:
         nl = buf.find(b"\n")
@@ -116,7 +117,7 @@ def _fd_lines(fd: int) -> Iterator[bytes]:
             continue
         parts = [buf]
         while True:
-            spin_until_readable(poller)
+            spinner.wait(poller)
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 if any(parts):
