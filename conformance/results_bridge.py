@@ -181,4 +181,46 @@ def write_run_results(config: pytest.Config, sess: Any, path: Path) -> None:
     config._ledger_results_doc = doc  # type: ignore[attr-defined]
 
 
-__all__ = ["build", "test_entries", "write_run_results"]
+WINDOW_FACTS = ("point", "occurrence", "mode", "step_class", "verdict", "clauses", "decision_observed", "effects_observed",
+                "final_status")
+
+
+def decided(doc: Any) -> dict[str, Any]:
+    """What a run of a results document decided, without what depends on how it ran (its times,
+    workers, transport, ids, paths): the clauses' outcomes and counts, every test's outcome, every
+    crash window's verdict and what it observed, the verdicts.  Runs of the same adapter, seed
+    and selection give the same answer whether serial, under ``-n N`` or over the wire (the
+    project's tests and bench/bench_certify.py compare them)."""
+    counts = ("outcome", "tests", "passed", "failed", "errors", "skipped", "xfailed", "xpassed", "not_offered")
+    return {
+        "verdict": doc["verdict"],
+        "certified_profiles": sorted(doc["certified_profiles"]),
+        "profiles": {p: v["verdict"] for p, v in doc["profiles"]["verdicts"].items()},
+        "clauses": {c["id"]: {k: c[k] for k in counts} for c in doc["clauses"]},
+        "tests": dict(sorted((t["nodeid"], t["outcome"]) for t in doc["tests"])),
+        "crash_windows": sorted(([w.get(k) for k in WINDOW_FACTS] for w in doc["crash_windows"]), key=repr),
+    }
+
+
+def differences(a: Any, b: Any, limit: int = 10) -> list[str]:
+    """Where :func:`decided` of two results documents differ, one line each (at most ``limit``)."""
+    da, db = decided(a), decided(b)
+    out: list[str] = []
+    for key in da:
+        x, y = da[key], db[key]
+        if x == y:
+            continue
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                if x.get(k) != y.get(k):
+                    out.append(f"{key}.{k}: {x.get(k)!r} != {y.get(k)!r}")
+        elif isinstance(x, list) and isinstance(y, list):
+            only_a = [w for w in x if w not in y]
+            only_b = [w for w in y if w not in x]
+            out.append(f"{key}: {len(only_a)} only in the first {only_a[:2]!r}, {len(only_b)} only in the second {only_b[:2]!r}")
+        else:
+            out.append(f"{key}: {x!r} != {y!r}")
+    return out[:limit]
+
+
+__all__ = ["build", "decided", "differences", "test_entries", "write_run_results"]
