@@ -49,6 +49,7 @@ STDERR_LINES = 200  # stderr lines kept per process
 STDERR_LINE_CHARS = 2000  # longer stderr lines are cut
 CLOSE_GRACE = 2.0  # seconds a process gets to exit after its stdin is closed
 READ_CHUNK = 1 << 20
+PIPELINE_BYTES = 16 << 10  # pipelined requests written at once: well inside a pipe's buffer (64 KiB on Linux, 16 KiB at least)
 
 _is = operator.is_
 _NONES = itertools.repeat(None)  # (endless, stateless: shared by every call)
@@ -233,7 +234,19 @@ class Client:
     # -- public ------------------------------------------------------------------------------
     def call(self, op: str, **args: Any) -> Outcome:
         self.calls += 1
-        out = self._call(op, args)
+        return self._checked(op, self._call(op, args))
+
+    def call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+        """Several independent calls, answered in order, each checked as :meth:`call` checks it.
+        A wire adapter that declares ``capabilities.pipeline`` gets them all before it answers
+        the first (docs/protocol.md, "Pipelining"); any other gets them one by one."""
+        self.calls += len(calls)
+        return [self._checked(op, out) for (op, _), out in zip(calls, self._call_many(calls), strict=True)]
+
+    def _call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+        return [self._call(op, args) for op, args in calls]
+
+    def _checked(self, op: str, out: Outcome) -> Outcome:
         if out.ok:
             chk = self.checker
             if chk is not None:
@@ -656,6 +669,62 @@ class WireClient(Client):
             return self._fail("timeout", f"{op}: the adapter did not read its input within {timeout:g}s")
         if failed:
             return self._fail("adapter_crashed", f"{op}: adapter closed its input (exit status {proc.poll()})")
+        return self._answer(op, rid, deadline, timeout)
+
+    def _call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+        """Pipelined when the adapter declared ``capabilities.pipeline`` (and the requests fit in
+        a pipe's buffer, so writing them never waits on the adapter's answers): every request is
+        written at once, then the answers are read in order, each within the per-call timeout
+        of the one before.  After a failure the client is broken, so the later calls fail too."""
+        if len(calls) < 2 or not self.pipelining or self.broken is not None:
+            return [self._call(op, args) for op, args in calls]
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.stdin.closed:
+            return [self._call(op, args) for op, args in calls]
+        lines, rids = [], []
+        for op, args in calls:
+            try:
+                lines.append(dumps({"id": self._next_id, "op": op, "args": {k: v for k, v in args.items() if v is not None}}))
+            except (TypeError, ValueError):
+                return [self._call(op, args) for op, args in calls]
+            rids.append(self._next_id)
+            self._next_id += 1
+        data = b"".join(lines)
+        if len(data) > PIPELINE_BYTES:
+            self._next_id -= len(calls)
+            return [self._call(op, args) for op, args in calls]
+        started = time.perf_counter()
+        timeout = self.timeout
+        deadline = time.monotonic() + timeout
+        if self.tap is not None:
+            for line in lines:
+                self.tap(">", line)
+        failed = self._write(data, deadline)
+        ops = [op for op, _ in calls]
+        if failed == "timeout":
+            outs = [self._fail("timeout", f"{ops[0]}: the adapter did not read its input within {timeout:g}s")]
+        elif failed:
+            outs = [self._fail("adapter_crashed", f"{ops[0]}: adapter closed its input (exit status {proc.poll()})")]
+        else:
+            outs = []
+            for op, rid in zip(ops, rids, strict=True):
+                if self.broken is not None:
+                    break
+                outs.append(self._answer(op, rid, time.monotonic() + timeout, timeout))
+        while len(outs) < len(calls):
+            op = ops[len(outs)]
+            outs.append(Outcome.error("adapter_crashed", f"{op}: adapter is unusable after an earlier failure: {self.broken}", definite=False))
+        costs.add_round_trips(len(calls), time.perf_counter() - started)
+        return outs
+
+    @property
+    def pipelining(self) -> bool:
+        return (self.handshake.get("capabilities") or {}).get("pipeline") is True
+
+    def _answer(self, op: str, rid: int, deadline: float, timeout: float) -> Outcome:
+        """Read the answer to request ``rid`` (notifications on the way are handled)."""
+        proc = self.proc
+        assert proc is not None
         notifications = 0
         while True:
             raw = self._readline(deadline)

@@ -77,6 +77,11 @@ class Server:
         if out.ok:
             if op == "hello" and isinstance(out.value, dict):
                 self.crash_points = list(out.value.get("crash_points") or [])
+                caps = out.value.get("capabilities")
+                if isinstance(caps, dict) and "pipeline" not in caps:
+                    # this server reads requests as they come and answers them in order, so the
+                    # harness may send several before reading the first answer (docs/protocol.md)
+                    return {"id": rid, "ok": True, "result": {**out.value, "capabilities": {**caps, "pipeline": True}}}
             return {"id": rid, "ok": True, "result": out.value}
         return _error(rid, out.code, out.message, out.definite)
 
