@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport import costs
 from ledgercheck.transport.reaper import descendants
 from ledgercheck.transport.reaper import gone as _gone
 from ledgercheck.transport.wire import plain
@@ -74,6 +75,7 @@ class WorkerHandle:
         self.kind = ""
         self.dirty = False  # armed and not fired: never hand it out again
         self.dead = False
+        self.spawned_at = time.perf_counter()
         try:
             self.ps: psutil.Process | None = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -95,6 +97,7 @@ class WorkerHandle:
             raise ChaosError(f"worker {self.name} sent {msg!r} instead of ready")
         self.handshake = dict(msg.get("handshake") or {})
         self.kind = str(msg.get("kind") or "")
+        costs.add_worker(time.perf_counter() - self.spawned_at)
 
     def send(self, msg: dict[str, Any]) -> None:
         try:
@@ -110,10 +113,13 @@ class WorkerHandle:
         if not ready:
             raise WorkerTimeout(f"worker {self.name} (pid {self.pid}) did not answer within {timeout:g}s")
         try:
-            return self.conn.recv()
+            msg = self.conn.recv()
         except (EOFError, OSError):
             self.dead = True
             raise WorkerDied(f"worker {self.name} (pid {self.pid}) died") from None
+        if isinstance(msg, dict) and isinstance(msg.get("costs"), dict):
+            costs.add(msg.pop("costs"))
+        return msg
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         self.send(msg)

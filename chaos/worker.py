@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport import costs
 from ledgercheck.transport.client import HARNESS_CODES, AdapterError, Client, connect
 
 from .points import DONE, leased_status
@@ -472,8 +473,21 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001
         conn.send({"event": "error", "message": f"worker start failed: {type(exc).__name__}: {exc}"})
         return
-    conn.send({"event": "ready", "pid": os.getpid(), "handshake": client.handshake, "kind": client.kind})
+    conn.send({"event": "ready", "pid": os.getpid(), "handshake": client.handshake, "kind": client.kind,
+               "costs": _costs_since_last()})
     _Session(w, conn, cfg).serve()
+
+
+_last_costs: dict[str, float] = {}
+
+
+def _costs_since_last() -> dict[str, Any]:
+    """What this worker spent on its adapter (process starts, round trips) since its last message:
+    the harness adds it to its own counts (transport/costs.py)."""
+    global _last_costs
+    out = costs.since(_last_costs)
+    _last_costs = costs.snapshot()
+    return out
 
 
 class _Session:
@@ -504,6 +518,8 @@ class _Session:
             except Exception as exc:  # noqa: BLE001 - report, never die silently
                 tb = traceback.format_exc(limit=4).strip().splitlines()[-1]
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc} ({tb})", "kind": "worker"}
+            if isinstance(reply, dict):
+                reply["costs"] = _costs_since_last()
             try:
                 self.conn.send(reply)
             except (OSError, ValueError):

@@ -45,6 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    c.add_argument("--timings", action="store_true",
+                   help="print where the run spent its time: per phase, adapter process starts, round trips (also in results.json 'timings'; with --json, under 'timings')")
     c.add_argument("--example-db", default=None, metavar="DIR|redis://HOST:PORT/DB",
                    help="a hypothesis example database shared by shards and runs (default: none)")
     from ledgercheck.reports.commands import add_history_options
@@ -333,14 +335,22 @@ def _run_suite(args: argparse.Namespace, seen: list[str], out: Path, seed: int) 
         print(shown_line(f"ledgercheck certify: the run is not recorded in the history: {problem}"), file=sys.stderr)
     line = verdict_line(doc)
     if args.json:
-        print(json.dumps({"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
-                          "line": line, "files": paths, "seed": seed}, indent=2))
+        summary = {"verdict": doc["verdict"], "certified_profiles": doc["certified_profiles"], "exit_code": doc["exit_code"],
+                   "line": line, "files": paths, "seed": seed}
+        if args.timings:
+            summary["timings"] = doc["timings"]
+        print(json.dumps(summary, indent=2))
     else:
         print()
         print(shown_line(line))  # it may quote what the adapter said
         for key in ("html", "markdown", "junit", "results", "history"):
             if key in paths:
                 print(shown_line(f"  {key:9} {paths[key]}"))
+        if args.timings:
+            from ledgercheck.reports.text import timings_table
+
+            print()
+            print(timings_table(doc))
     return int(doc["exit_code"])
 
 

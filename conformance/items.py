@@ -45,6 +45,7 @@ def _run_dir(config: pytest.Config) -> str:
 
 class LedgerItem(pytest.Item):
     kind = "clause"
+    phase = "clause"  # where the results' timings count it (a clause test that reopens: "reopen")
     clause: str | None = None
     profile: str | None = None
 

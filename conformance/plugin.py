@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from ledgercheck.reports.text import shown_line, terminal
 from ledgercheck.spec import Spec, SpecError, load_spec
+from ledgercheck.transport import costs
 from ledgercheck.transport.client import AdapterError, Client, connect
 from ledgercheck.transport.clock import plain, scaled_document, scaled_spec
 
@@ -293,7 +294,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if stop is not None and isinstance(item, LedgerItem) and stop.stopped:
         item.session.shouldstop = f"ledgercheck: {stop.stopped}"
         return True
+    if isinstance(item, LedgerItem):  # what the test costs is counted from here (_note_cost)
+        h = getattr(item.sess, "_harness", None)
+        item._ledger_cost0 = (costs.snapshot(), h.directories if h is not None else 0)  # type: ignore[attr-defined]
     return None
+
+
+def _note_cost(item: LedgerItem) -> None:
+    """The test's ``cost`` (docs/results.md): its phase, the adapter processes it started and the
+    round trips it made (transport/costs.py), recorded with the report the results keep (its
+    call's, or its setup's when that skipped or failed)."""
+    before = getattr(item, "_ledger_cost0", None)
+    if before is None:
+        return
+    snap, dirs = before
+    phase = item.phase
+    h = getattr(item.sess, "_harness", None)
+    if phase == "clause" and h is not None and h.directories > dirs:
+        phase = "reopen"
+    item.user_properties.append(("ledger_cost", {"phase": phase, **costs.since(snap)}))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -467,6 +486,7 @@ class ClauseItem(LedgerItem):
 
 class StatefulItem(LedgerItem):
     kind = "stateful"
+    phase = "stateful"
 
     def _note_advisories(self, h: Harness) -> None:
         """SHOULD-level violations the exploration went on past: each a warning of its clause."""
@@ -556,6 +576,7 @@ class ChaosItem(LedgerItem):
     and the recovery checker (see ledgercheck.chaos)."""
 
     kind = "chaos"
+    phase = "crash_windows"
 
     def __init__(self, *, point: str, **kw: Any) -> None:
         super().__init__(**kw)
@@ -625,6 +646,7 @@ class LeaseCampaignItem(LedgerItem):
     crash-window exploration cannot drive (no recovery scan, or a wall clock)."""
 
     kind = "chaos"
+    phase = "lease_campaign"
 
     def __init__(self, *, scenario: str, **kw: Any) -> None:
         super().__init__(**kw)
@@ -675,6 +697,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     if isinstance(item, LedgerItem):
         rep = outcome.get_result()
+        if call.when == "call" or (call.when == "setup" and not rep.passed):  # the report the results keep
+            _note_cost(item)
         rep.user_properties = list(item.user_properties)
         _terminal_safe(rep)
         stop: RunStop | None = getattr(item.config, "_ledger_stop", None)

@@ -42,6 +42,8 @@ def test_entries(reports: list[tuple[pytest.TestReport, dict[str, Any]]]) -> lis
         e["replay"] = props.get("ledger_replay", e["replay"])
         e["counterexample"] = props.get("ledger_counterexample", e["counterexample"])
         e["not_offered"] = sorted(set(e["not_offered"]) | set(props.get("ledger_not_offered") or []))
+        if isinstance(props.get("ledger_cost"), dict):  # its phase, process starts, round trips
+            e["cost"] = props["ledger_cost"]
         if props.get("ledger_coverage"):  # what the test exercised through the harness (the run's coverage)
             e["exercised"] = props["ledger_coverage"]
         xfail = hasattr(rep, "wasxfail")
@@ -179,4 +181,55 @@ def write_run_results(config: pytest.Config, sess: Any, path: Path) -> None:
     config._ledger_results_doc = doc  # type: ignore[attr-defined]
 
 
-__all__ = ["build", "test_entries", "write_run_results"]
+WINDOW_FACTS = ("point", "occurrence", "mode", "step_class", "verdict", "clauses", "decision_observed", "effects_observed",
+                "final_status")
+
+
+def decided(doc: Any, same_transport: bool = True) -> dict[str, Any]:
+    """What a run of a results document decided, without what depends on how it ran (its times,
+    workers, ids, paths): the clauses' outcomes, every crash window's verdict and what it
+    observed, the verdicts, and every test's outcome with the clauses' counts.  Runs of the same
+    adapter, seed and selection give the same answer whether serial or under ``-n N`` (the
+    project's tests and bench/bench_certify.py compare them).
+
+    With ``same_transport=False`` (an in-process run against a wire run of the same ledger) the
+    tests skipped as not applicable are left out, with the clauses' counts: a test that stops
+    the adapter at its own crash point (``arm``) needs a process to stop and does not apply in
+    process, so it runs over the wire only; the clauses' outcomes must still agree."""
+    counts = ("outcome", "tests", "passed", "failed", "errors", "skipped", "xfailed", "xpassed", "not_offered")
+    tests = ((t["nodeid"], t["outcome"]) for t in doc["tests"])
+    return {
+        "verdict": doc["verdict"],
+        "certified_profiles": sorted(doc["certified_profiles"]),
+        "profiles": {p: v["verdict"] for p, v in doc["profiles"]["verdicts"].items()},
+        "clauses": {c["id"]: {k: c[k] for k in (counts if same_transport else ("outcome",))} for c in doc["clauses"]},
+        "tests": dict(sorted(t for t in tests if same_transport or t[1] != "skipped")),
+        "crash_windows": sorted(([w.get(k) for k in WINDOW_FACTS] for w in doc["crash_windows"]), key=repr),
+    }
+
+
+def differences(a: Any, b: Any, limit: int = 10, same_transport: bool = True) -> list[str]:
+    """Where :func:`decided` of two results documents differ, one line each (at most ``limit``).
+    Without ``same_transport``, a test run in one and skipped in the other is no difference."""
+    da, db = decided(a, same_transport), decided(b, same_transport)
+    out: list[str] = []
+    for key in da:
+        x, y = da[key], db[key]
+        if x == y:
+            continue
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                if key == "tests" and not same_transport and (k not in x or k not in y):
+                    continue  # skipped (not applicable) in one of the runs
+                if x.get(k) != y.get(k):
+                    out.append(f"{key}.{k}: {x.get(k)!r} != {y.get(k)!r}")
+        elif isinstance(x, list) and isinstance(y, list):
+            only_a = [w for w in x if w not in y]
+            only_b = [w for w in y if w not in x]
+            out.append(f"{key}: {len(only_a)} only in the first {only_a[:2]!r}, {len(only_b)} only in the second {only_b[:2]!r}")
+        else:
+            out.append(f"{key}: {x!r} != {y!r}")
+    return out[:limit]
+
+
+__all__ = ["build", "decided", "differences", "test_entries", "write_run_results"]

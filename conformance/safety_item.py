@@ -105,6 +105,7 @@ class SafetyItem(LedgerItem):
     """The safety campaign against the adapter under test (ledgercheck.chaos.safety)."""
 
     kind = "chaos"
+    phase = "safety"
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)

@@ -152,3 +152,42 @@ def without_secrets(text: object) -> str:
     ``password=...`` setting replaced by ``***``."""
     s = _URL_SECRET.sub(lambda m: f"{m.group(1)}{SECRET_SHOWN}@", "" if text is None else str(text))
     return _KV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_SHOWN}", s)
+
+
+def timings_table(doc: Any) -> str:
+    """The ``timings`` of a results document as text (``certify --timings``): the run's wall time,
+    then one row per phase with its tests' time, the adapter processes they started and the
+    time from spawn to greeting, the time spent ending processes, the wire round trips and their
+    mean, and the chaos worker processes; the load average the run ended at (the figures depend
+    on it)."""
+    import os
+
+    t = doc["timings"]
+    lines = [f"timings: wall {t['total_s']:.1f}s, tests {t['tests_s']:.1f}s (summed over workers)"]
+    phases = t.get("phases") or {}
+    if not phases:
+        lines.append("  (the tests recorded no cost: by kind only)")
+        for kind, k in sorted(t["by_kind"].items()):
+            lines.append(f"  {kind:15} {k['count']:5} tests {k['duration_s']:9.2f}s")
+        return "\n".join(lines)
+    lines.append(f"  {'phase':15} {'tests':>5} {'time':>9} {'starts':>6} {'start':>8} {'stop':>7} "
+                 f"{'round trips':>11} {'rt time':>8} {'per rt':>8} {'workers':>7} {'w.start':>8}")
+    total: dict[str, float] = {}
+    for name, p in phases.items():
+        for k, v in p.items():
+            total[k] = total.get(k, 0) + v
+        lines.append(_timings_row(name, p))
+    lines.append(_timings_row("all", total))
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "unknown"
+    lines.append(f"  load average at the end: {load} on {os.cpu_count()} cores")
+    return "\n".join(lines)
+
+
+def _timings_row(name: str, p: Any) -> str:
+    rt = int(p["round_trips"])
+    per = f"{p['round_trip_s'] / rt * 1e6:6.0f}us" if rt else "       -"
+    return (f"  {name:15} {int(p['count']):5} {p['duration_s']:8.2f}s {int(p['starts']):6} {p['start_s']:7.2f}s "
+            f"{p['stop_s']:6.2f}s {rt:11} {p['round_trip_s']:7.2f}s {per:>8} {int(p['workers']):7} {p['worker_start_s']:7.2f}s")

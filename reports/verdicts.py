@@ -661,10 +661,37 @@ def timings(doc: Mapping[str, Any]) -> dict[str, Any]:
     for k in by_kind.values():
         k["duration_s"] = round(k["duration_s"], 6)
     slowest = sorted(items, key=lambda i: (-i[2], i[0]))[:SLOWEST]
-    return {"total_s": round(float(doc["run"]["duration_s"]), 6),
-            "tests_s": round(sum(d for _, _, d in items), 6),
-            "by_kind": by_kind,
-            "slowest": [{"nodeid": n, "duration_s": d} for n, _, d in slowest]}
+    out = {"total_s": round(float(doc["run"]["duration_s"]), 6),
+           "tests_s": round(sum(d for _, _, d in items), 6),
+           "by_kind": by_kind,
+           "slowest": [{"nodeid": n, "duration_s": d} for n, _, d in slowest]}
+    phases = cost_phases(doc["tests"])
+    if phases:
+        out["phases"] = phases
+    return out
+
+
+COST_FIELDS = ("starts", "start_s", "stop_s", "round_trips", "round_trip_s", "workers", "worker_start_s")
+
+
+def cost_phases(tests: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per phase (clause, reopen, stateful, crash_windows, lease_campaign, safety): the tests that
+    recorded their ``cost``, their time and what they spent on the adapter; {} when none did."""
+    phases: dict[str, dict[str, Any]] = {}
+    for t in tests:
+        c = t.get("cost")
+        if not isinstance(c, Mapping):
+            continue
+        p = phases.setdefault(str(c["phase"]), {"count": 0, "duration_s": 0.0, **dict.fromkeys(COST_FIELDS, 0)})
+        p["count"] += 1
+        p["duration_s"] += float(t["duration_s"])
+        for k in COST_FIELDS:
+            p[k] += c[k]
+    for p in phases.values():
+        for k in p:
+            if k.endswith("_s"):
+                p[k] = round(p[k], 6)
+    return dict(sorted(phases.items()))
 
 
 def derive(doc: Mapping[str, Any]) -> dict[str, Any]:

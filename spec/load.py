@@ -24,9 +24,10 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
+if TYPE_CHECKING:
+    import jsonschema
 
 from .checks import semantic_problems
 from .contract import (
@@ -306,6 +307,8 @@ def merged_document(paths: Sequence[str | Path] | None = None) -> tuple[dict[str
 
 @lru_cache(maxsize=1)
 def _schema_validator() -> jsonschema.protocols.Validator:
+    import jsonschema  # here: a contract known valid (see _valid_marker) is loaded without it
+
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
@@ -416,15 +419,73 @@ def schema_problems(doc: Mapping[str, Any], pos: Positions) -> list[Problem]:
     return problems
 
 
+def _cache_dir() -> Path:
+    base = os.environ.get("LEDGERCHECK_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ledgercheck")
+    return Path(base)
+
+
+@lru_cache(maxsize=1)
+def _checker_digest() -> str:
+    """What decides whether a document is valid: the schema and the code that checks it."""
+    h = hashlib.sha256()
+    for f in (SCHEMA_PATH, *sorted(HERE.glob("*.py"))):  # every module of the package may take part
+        try:
+            h.update(f.read_bytes())
+        except OSError:
+            h.update(os.urandom(16))  # unreadable: never matches a marker
+    return h.hexdigest()
+
+
+def _valid_marker(doc: Mapping[str, Any]) -> Path | None:
+    """Where the note that ``doc`` passed every check is kept (docs/contract.md, "Validation
+    cache"): named by the SHA-256 of the document's canonical JSON and of the schema and checking
+    code, so any change to either validates again.  None for a document that is not plain JSON,
+    or when LEDGERCHECK_CACHE=off."""
+    if os.environ.get("LEDGERCHECK_CACHE") == "off":
+        return None
+    from .contract import canonical_json, sha256_hex
+
+    try:
+        key = sha256_hex(canonical_json(_copy(dict(doc))) + "\n" + _checker_digest())
+    except (TypeError, ValueError):
+        return None
+    return _cache_dir() / "valid-contracts" / key
+
+
+def _known_valid(doc: Mapping[str, Any]) -> tuple[bool, Path | None]:
+    marker = _valid_marker(doc)
+    return (marker is not None and marker.is_file()), marker
+
+
+def _remember_valid(marker: Path | None) -> None:
+    if marker is None:
+        return
+    try:  # a best effort: without the note, the next process validates again
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+        tmp.write_text("valid\n", encoding="utf-8")
+        os.replace(tmp, marker)
+    except OSError:
+        pass
+
+
 def load_spec(paths: Sequence[str | Path] | None = None) -> Spec:
-    """Load, merge and validate a contract; raise SpecError listing every problem found."""
+    """Load, merge and validate a contract; raise SpecError listing every problem found.
+
+    A document that passed every check before (same content, same schema and checking code) is
+    not checked again: an adapter served over the wire (``ledgercheck serve``) loads the contract
+    in every process it starts, and the checks cost far more than the rest of the start."""
     doc, pos, files = merged_document(paths)
-    problems = schema_problems(doc, pos)
-    if problems:
-        raise SpecError(problems)
-    problems = semantic_problems(doc, pos)
-    if problems:
-        raise SpecError(problems)
+    known, marker = _known_valid(doc)
+    if not known:
+        problems = schema_problems(doc, pos)
+        if problems:
+            raise SpecError(problems)
+        problems = semantic_problems(doc, pos)
+        if problems:
+            raise SpecError(problems)
+        _remember_valid(marker)
     return build_spec(doc, files)
 
 
@@ -463,11 +524,14 @@ def spec_from_document(doc: Mapping[str, Any]) -> Spec:
 
 def _spec_from_document(doc: Mapping[str, Any]) -> Spec:
     pos = Positions()
-    problems = schema_problems(doc, pos)
-    if not problems:
-        problems = semantic_problems(doc, pos)
-    if problems:
-        raise SpecError(problems)
+    known, marker = _known_valid(doc)
+    if not known:
+        problems = schema_problems(doc, pos)
+        if not problems:
+            problems = semantic_problems(doc, pos)
+        if problems:
+            raise SpecError(problems)
+        _remember_valid(marker)
     return build_spec(_copy(dict(doc)), {})
 
 

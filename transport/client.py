@@ -38,9 +38,9 @@ from ledgercheck.spec import Spec, default_spec
 
 from ledgercheck import PROTOCOL_VERSION
 
-from . import reaper
+from . import costs, reaper
 from .protocol import DEFINITE, LedgerError, Outcome
-from .wire import LOAD_ERRORS, dumps, loads, result_checker, spin_until_readable
+from .wire import LOAD_ERRORS, Spinner, dumps, loads, result_checker
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
 HARNESS_CODES = {"timeout", "adapter_crashed", "protocol_error", "internal"}
@@ -49,6 +49,7 @@ STDERR_LINES = 200  # stderr lines kept per process
 STDERR_LINE_CHARS = 2000  # longer stderr lines are cut
 CLOSE_GRACE = 2.0  # seconds a process gets to exit after its stdin is closed
 READ_CHUNK = 1 << 20
+PIPELINE_BYTES = 16 << 10  # pipelined requests written at once: well inside a pipe's buffer (64 KiB on Linux, 16 KiB at least)
 
 _is = operator.is_
 _NONES = itertools.repeat(None)  # (endless, stateless: shared by every call)
@@ -233,7 +234,19 @@ class Client:
     # -- public ------------------------------------------------------------------------------
     def call(self, op: str, **args: Any) -> Outcome:
         self.calls += 1
-        out = self._call(op, args)
+        return self._checked(op, self._call(op, args))
+
+    def call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+        """Several independent calls, answered in order, each checked as :meth:`call` checks it.
+        A wire adapter that declares ``capabilities.pipeline`` gets them all before it answers
+        the first (docs/protocol.md, "Pipelining"); any other gets them one by one."""
+        self.calls += len(calls)
+        return [self._checked(op, out) for (op, _), out in zip(calls, self._call_many(calls), strict=True)]
+
+    def _call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+        return [self._call(op, args) for op, args in calls]
+
+    def _checked(self, op: str, out: Outcome) -> Outcome:
         if out.ok:
             chk = self.checker
             if chk is not None:
@@ -457,6 +470,7 @@ class WireClient(Client):
         self._next_id = 1
         self._poll_in: Any = None
         self._poll_out: Any = None
+        self._spinner = Spinner()
         self._spawn()
 
     # -- process management --------------------------------------------------------------------
@@ -473,6 +487,7 @@ class WireClient(Client):
         env = dict(self.env if self.env is not None else os.environ)
         env[reaper.ADAPTER_TAG] = self._tag
         self._seen: dict[int, Any] = {}
+        started = time.perf_counter()
         try:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     bufsize=0, start_new_session=True, env=env, cwd=self.cwd)
@@ -496,10 +511,12 @@ class WireClient(Client):
             self._greet(out)
             self.snapshot()
         except AdapterError as exc:
+            costs.add_start(time.perf_counter() - started)
             self.broken = "handshake failed"
             self.kill()
             msg = str(exc)
             raise AdapterError(msg if "[adapter stderr:" in msg else msg + self._tail_suffix()) from None
+        costs.add_start(time.perf_counter() - started)
 
     def snapshot(self) -> None:
         """Remember the processes now below the adapter, so a kill reaches them even once the
@@ -541,6 +558,7 @@ class WireClient(Client):
 
     def close(self) -> None:
         proc = self.proc
+        started = time.perf_counter()
         if proc is not None and proc.poll() is None and self.broken is None:
             try:
                 assert proc.stdin is not None
@@ -550,6 +568,8 @@ class WireClient(Client):
                 pass
         self.kill()
         self.proc = None
+        if proc is not None:
+            costs.add_stop(time.perf_counter() - started)
 
     def stderr_tail(self, lines: int = 20) -> str:
         if self._stderr is None:
@@ -608,7 +628,7 @@ class WireClient(Client):
         fd = self.proc.stdout.fileno()
         parts, size = [self._buf], len(self._buf)
         self._buf = b""
-        spin_until_readable(self._poll_in)  # the answer usually comes within the spin
+        self._spinner.wait(self._poll_in)  # the answer usually comes within a short spin (when it pays)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._poll_in.poll(remaining * 1000):
@@ -649,6 +669,62 @@ class WireClient(Client):
             return self._fail("timeout", f"{op}: the adapter did not read its input within {timeout:g}s")
         if failed:
             return self._fail("adapter_crashed", f"{op}: adapter closed its input (exit status {proc.poll()})")
+        return self._answer(op, rid, deadline, timeout)
+
+    def _call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+        """Pipelined when the adapter declared ``capabilities.pipeline`` (and the requests fit in
+        a pipe's buffer, so writing them never waits on the adapter's answers): every request is
+        written at once, then the answers are read in order, each within the per-call timeout
+        of the one before.  After a failure the client is broken, so the later calls fail too."""
+        if len(calls) < 2 or not self.pipelining or self.broken is not None:
+            return [self._call(op, args) for op, args in calls]
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.stdin.closed:
+            return [self._call(op, args) for op, args in calls]
+        lines, rids = [], []
+        for op, args in calls:
+            try:
+                lines.append(dumps({"id": self._next_id, "op": op, "args": {k: v for k, v in args.items() if v is not None}}))
+            except (TypeError, ValueError):
+                return [self._call(op, args) for op, args in calls]
+            rids.append(self._next_id)
+            self._next_id += 1
+        data = b"".join(lines)
+        if len(data) > PIPELINE_BYTES:
+            self._next_id -= len(calls)
+            return [self._call(op, args) for op, args in calls]
+        started = time.perf_counter()
+        timeout = self.timeout
+        deadline = time.monotonic() + timeout
+        if self.tap is not None:
+            for line in lines:
+                self.tap(">", line)
+        failed = self._write(data, deadline)
+        ops = [op for op, _ in calls]
+        if failed == "timeout":
+            outs = [self._fail("timeout", f"{ops[0]}: the adapter did not read its input within {timeout:g}s")]
+        elif failed:
+            outs = [self._fail("adapter_crashed", f"{ops[0]}: adapter closed its input (exit status {proc.poll()})")]
+        else:
+            outs = []
+            for op, rid in zip(ops, rids, strict=True):
+                if self.broken is not None:
+                    break
+                outs.append(self._answer(op, rid, time.monotonic() + timeout, timeout))
+        while len(outs) < len(calls):
+            op = ops[len(outs)]
+            outs.append(Outcome.error("adapter_crashed", f"{op}: adapter is unusable after an earlier failure: {self.broken}", definite=False))
+        costs.add_round_trips(len(calls), time.perf_counter() - started)
+        return outs
+
+    @property
+    def pipelining(self) -> bool:
+        return (self.handshake.get("capabilities") or {}).get("pipeline") is True
+
+    def _answer(self, op: str, rid: int, deadline: float, timeout: float) -> Outcome:
+        """Read the answer to request ``rid`` (notifications on the way are handled)."""
+        proc = self.proc
+        assert proc is not None
         notifications = 0
         while True:
             raw = self._readline(deadline)
@@ -713,7 +789,10 @@ class WireClient(Client):
         return self._fail("adapter_crashed", f"killed at crash point {msg.get('point')!r} (occurrence {msg.get('occurrence')})")
 
     def _call(self, op: str, args: dict[str, Any]) -> Outcome:
-        return self._request(op, {k: v for k, v in args.items() if v is not None}, self.timeout)
+        started = time.perf_counter()
+        out = self._request(op, {k: v for k, v in args.items() if v is not None}, self.timeout)
+        costs.add_round_trips(1, time.perf_counter() - started)
+        return out
 
     def arm(self, point: str, occurrence: int = 1) -> Outcome:
         """Ask the adapter to stop at its own crash point: the ``occurrence``-th time it passes

@@ -57,6 +57,81 @@ def spin_until_readable(poller: select.poll, seconds: float = SPIN_SECONDS) -> b
     return True
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def runnable_elsewhere() -> int:
+    """How many other threads are runnable right now (the kernel's instantaneous count from
+    /proc/loadavg, less this one); where that cannot be read, the one-minute load average."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+        return max(0, running - 1)
+    except (OSError, ValueError, IndexError):
+        try:
+            return int(os.getloadavg()[0])
+        except OSError:
+            return 0
+
+
+class Spinner:
+    """Decides, wait by wait, whether spinning for the peer's next line pays.
+
+    A spin pays when the peer answers within it and the CPU it burns (yielding on every turn)
+    is not wanted by anyone else.  So it spins only while (a) fewer threads are runnable than
+    there are cores (looked at every ``LOOK_EVERY`` seconds: on a busy machine every yield
+    hands the CPU to another process and the answer's wake-up waits for a time slice, so the
+    spin loses to a plain blocking wait) and (b) its recent spins were answered (after ``MISSES``
+    unanswered spins in a row it blocks at once).  Every ``PROBE_EVERY`` skipped waits it tries
+    one spin again, so it comes back when the load or the peer changes."""
+
+    LOOK_EVERY = 0.25
+    MISSES = 4
+    PROBE_EVERY = 64
+
+    def __init__(self, seconds: float | None = None, busy: Callable[[], bool] | None = None,
+                 policy: str | None = None) -> None:
+        self.seconds = SPIN_SECONDS if seconds is None else seconds
+        cores = _cores()
+        self._busy_fn = busy or (lambda: runnable_elsewhere() >= cores)
+        # LEDGERCHECK_WIRE_SPIN_POLICY=always: spin before every wait, whatever the load and the
+        # answers (the fixed spin earlier versions used; bench/bench_transport.py compares them)
+        if (policy or os.environ.get("LEDGERCHECK_WIRE_SPIN_POLICY", "adaptive")) == "always":
+            self._busy_fn = lambda: False
+            self.MISSES = 1 << 62
+        self._looked = -1e9
+        self.busy = False
+        self.misses = 0
+        self.skipped = 0
+        self.spins = self.hits = 0
+
+    def wait(self, poller: select.poll) -> bool:
+        """Spin on ``poller`` if it pays; True when it became readable during the spin."""
+        if self.seconds <= 0:
+            return False
+        now = time.monotonic()
+        if now - self._looked >= self.LOOK_EVERY:
+            self._looked = now
+            self.busy = self._busy_fn()
+        if self.busy or self.misses >= self.MISSES:
+            self.skipped += 1
+            if self.skipped < self.PROBE_EVERY:
+                return False
+        self.skipped = 0
+        self.spins += 1
+        hit = spin_until_readable(poller, self.seconds)
+        if hit:
+            self.hits += 1
+            self.misses = 0
+        else:
+            self.misses += 1
+        return hit
+
+
 STR = {"type": "string"}
 INT = {"type": "integer"}
 NUM = {"type": "number"}
@@ -186,7 +261,8 @@ def result_types(spec: Spec) -> dict[str, dict[str, Any]]:
             "name": STR, "version": STR, "protocol": STR, "profiles": {"type": "array", "items": STR},
             "capabilities": _obj({"clock": {"enum": ["injected", "wall"]}, "durable": BOOL, "concurrent": BOOL,
                                   "time_resolution": {"type": "number", "minimum": 0},
-                                  "delivery": {"enum": list(DELIVERY)}, "reclaim": {"enum": list(RECLAIM)}}, []),
+                                  "delivery": {"enum": list(DELIVERY)}, "reclaim": {"enum": list(RECLAIM)},
+                                  "pipeline": BOOL}, []),
             "crash_points": {"type": "array", "items": STR},
             "known_bugs": {"type": "object", "additionalProperties": STR},
             "artifact_sha256": _nullable(STR),

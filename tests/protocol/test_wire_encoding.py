@@ -83,3 +83,78 @@ def test_spin_setting_is_read_from_the_environment() -> None:
     assert float(run("250").stdout) == 0.00025
     bad = run("fast")
     assert bad.returncode != 0 and "LEDGERCHECK_WIRE_SPIN_US='fast'" in bad.stderr.strip().splitlines()[-1]
+
+
+class _Poller:
+    """A poller stub: readable or not, counting the polls a spin makes."""
+
+    def __init__(self, readable: bool) -> None:
+        self.readable = readable
+        self.polls = 0
+
+    def poll(self, timeout: float = 0) -> list[tuple[int, int]]:
+        self.polls += 1
+        return [(0, 1)] if self.readable else []
+
+
+def test_spinner_spins_on_a_quiet_machine_while_spins_are_answered() -> None:
+    from ledgercheck.transport.wire import Spinner
+
+    s = Spinner(0.0005, busy=lambda: False)
+    answered = _Poller(readable=True)
+    for _ in range(100):
+        assert s.wait(answered) is True
+    assert s.spins == s.hits == 100
+
+
+def test_spinner_blocks_at_once_on_a_busy_machine_and_probes_now_and_then() -> None:
+    from ledgercheck.transport.wire import Spinner
+
+    s = Spinner(0.0005, busy=lambda: True)
+    p = _Poller(readable=True)
+    results = [s.wait(p) for _ in range(Spinner.PROBE_EVERY * 3)]
+    # no spin but one probe in every PROBE_EVERY waits (the probe finds the answer there)
+    assert s.spins == 3 and results.count(True) == 3 and p.polls == 3
+
+
+def test_spinner_stops_after_unanswered_spins_and_comes_back_when_answers_come() -> None:
+    from ledgercheck.transport.wire import Spinner
+
+    s = Spinner(0.0002, busy=lambda: False)
+    silent = _Poller(readable=False)
+    for _ in range(Spinner.MISSES):
+        assert s.wait(silent) is False
+    assert s.spins == Spinner.MISSES
+    before = silent.polls
+    for _ in range(Spinner.PROBE_EVERY - 1):  # blocked at once: no poll at all
+        assert s.wait(silent) is False
+    assert silent.polls == before
+    answered = _Poller(readable=True)
+    assert s.wait(answered) is True  # the probe is answered: spinning again from here
+    assert all(s.wait(answered) for _ in range(10)) and answered.polls == 11
+
+
+def test_spinner_looks_at_the_load_again_as_it_changes() -> None:
+    from ledgercheck.transport.wire import Spinner
+
+    load = {"busy": True}
+    s = Spinner(0.0005, busy=lambda: load["busy"])
+    s.LOOK_EVERY = 0.0  # look at every wait (the default looks a few times a second)
+    p = _Poller(readable=True)
+    assert s.wait(p) is False and p.polls == 0
+    load["busy"] = False
+    assert s.wait(p) is True and p.polls == 1
+
+
+def test_spin_off_means_never_spinning() -> None:
+    from ledgercheck.transport.wire import Spinner
+
+    s = Spinner(0.0, busy=lambda: False)
+    p = _Poller(readable=True)
+    assert not any(s.wait(p) for _ in range(10)) and p.polls == 0
+
+
+def test_runnable_count_is_read() -> None:
+    from ledgercheck.transport.wire import runnable_elsewhere
+
+    assert runnable_elsewhere() >= 0
