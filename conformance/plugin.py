@@ -842,8 +842,8 @@ def incompleteness(config: pytest.Config, session: pytest.Session) -> dict[str, 
     """What the run planned and did not finish, and why; None when every planned test has an
     outcome and nothing stopped the run (docs/results.md, ``run.incomplete``)."""
     stop: RunStop | None = getattr(config, "_ledger_stop", None)
-    if stop is None:
-        return None
+    if stop is None or (config.option.collectonly and not stop.stopped):
+        return None  # --collect-only plans the run and runs nothing
     reports = getattr(config, "_ledger_reports", [])
     finished = {rep.nodeid for rep, _ in reports}
     planned = list(stop.planned or [])
