@@ -4,8 +4,8 @@ A bug that one call exposes should be reported within seconds, whatever profile 
 a run (``ledgercheck certify``, ``pytest --ledger-adapter ...``) goes in four phases:
 
 1. one case of every clause (its first: the clause modules yield a clause's simplest case first),
-   the profiles taken in turns, so that the contract's last profile is not reached only after
-   every case of the first ones;
+   in contract order, so that a clause of the contract's last profile is reached after about one
+   case per clause (a hundred or so short tests), not after every case of the profiles before it;
 2. the remaining clause cases, in the order they were generated;
 3. the stateful machines;
 4. crash windows, lease crash campaigns and the safety campaign (the long tests).
@@ -28,7 +28,7 @@ PHASES = ("first case of every clause", "remaining clause cases", "stateful mach
 
 
 def phase_of(item: Any, firsts: set[int]) -> int:
-    """The phase (index into PHASES) of a ledger item; ``firsts`` holds ids of phase-0 items."""
+    """The phase (index into PHASES) of a ledger item; ``firsts`` holds ids of first-phase items."""
     kind = getattr(item, "kind", None)
     if kind == "clause":
         return 0 if id(item) in firsts else 1
@@ -46,23 +46,16 @@ def order_items(items: Sequence[T]) -> list[T]:
     within each phase, and the same for the same input whatever the run's size or workers."""
     others = [it for it in items if not is_ledger(it)]
     ledger = [it for it in items if is_ledger(it)]
-    # phase 0: the first case of each clause, grouped by profile in order of first appearance
-    per_profile: dict[str, list[T]] = {}
+    # phase 1: the first case of each clause, in the order the clauses were generated
+    first: list[T] = []
     seen_clauses: set[tuple[str, str]] = set()
     for it in ledger:
         if getattr(it, "kind", None) != "clause":
             continue
         key = (str(getattr(it, "profile", "")), str(getattr(it, "clause", "")))
-        if key in seen_clauses:
-            continue
-        seen_clauses.add(key)
-        per_profile.setdefault(key[0], []).append(it)
-    first: list[T] = []
-    queues = list(per_profile.values())
-    depth = 0
-    while any(depth < len(q) for q in queues):  # the profiles in turns: one clause of each
-        first += [q[depth] for q in queues if depth < len(q)]
-        depth += 1
+        if key not in seen_clauses:
+            seen_clauses.add(key)
+            first.append(it)
     firsts = {id(it) for it in first}
     rest: list[list[T]] = [[], [], [], []]
     for it in ledger:
