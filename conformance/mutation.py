@@ -684,6 +684,15 @@ def _field_schema(defs: Mapping[str, Any], ret: str, path: str) -> Mapping[str, 
     return schema
 
 
+def _stale_answer(first: Any, now: Any) -> Any:
+    """A replay's answer with what it describes frozen at the first answer: the objects in it (a
+    snapshot, a receipt) as first answered, its own flags (``created``: whether this call made
+    the item) as answered now; an answer that is one object or a list, as first answered."""
+    if isinstance(first, dict) and isinstance(now, dict) and any(isinstance(v, (dict, list)) for v in now.values()):
+        return {k: (json.loads(json.dumps(first[k])) if isinstance(v, (dict, list)) and k in first else v) for k, v in now.items()}
+    return json.loads(json.dumps(first))
+
+
 def _shift_timing(value: Any, by: float) -> Any:
     """A per-item timing moved by ``by`` seconds: a duration, or the durations in a retry policy
     (None when nothing in it is a duration, or the shift would leave a non-positive one)."""
@@ -841,12 +850,13 @@ class MutantServer(Server):
                 and op not in ("hello", "reset"):
             key = (op, dumps({k: v for k, v in args.items() if k != "now"}).decode())
             first = self.first_answer.setdefault(key, json.loads(json.dumps(resp.get("result"))))
-            if first != resp.get("result"):
+            stale = _stale_answer(first, resp.get("result"))
+            if stale != resp.get("result"):
                 if fam == "observe":
                     self._note("replay_changed", op)
                 elif op == self.mutant.params[0]:
                     self._fire()
-                    resp = {**resp, "result": json.loads(json.dumps(first))}
+                    resp = {**resp, "result": stale}
         if fam == "observe":
             self._observe_answer(op, args, resp)
         return self._rewrite_answer(op, args, resp)
