@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ledgercheck.spec import Spec, rules
+from ledgercheck.spec.args import arg_problem
 from ledgercheck.spec.contract import parse_duration
 from ledgercheck.transport.clock import QUANTUM, plain
 from ledgercheck.transport.server import Server, _lines
@@ -59,6 +60,8 @@ TIMING_KEYS = ("ttl", "grace", "timeouts", "initial_backoff", "max_backoff", "ti
 # integer limits of the contract, shifted by one
 LIMIT_PATHS = (("retry", "policy", "max_attempts"), ("inbox", "max_nacks"), ("inbox", "drain_max"),
                ("outbox", "pending_max"), ("eventlog", "first_seq"))
+# operators rewriting a call's arguments in ways only a valid call can show (an invalid one is refused first)
+ARG_FAMILIES = ("arg_instant", "fence_owner", "seq_first", "drop_option")
 # what a clause statement says of an operation whose repeated call is answered from what it did first
 REPLAY_WORDS = ("replay", "idempot", "again", "duplicate")
 BENIGN_FAMILIES = ("shuffle_keys", "extra_fields", "reword", "omit_definite", "delay")
@@ -446,7 +449,10 @@ def _generate(spec: Spec) -> list[Mutant]:
     for op in ops:
         for name, arg in spec.operations[op].args.items():
             if not arg.required and name not in ("now",):
-                out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name]), site=("arg", op, name),
+                # an argument the ledger records: the clause owning that field, and those of the events it writes
+                owner = rules.field_owner(spec, name)
+                extra = ([owner] if owner is not None else []) + (_event_clauses(spec, op) if name in _event_fields(spec, op) else [])
+                out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name], extra), site=("arg", op, name),
                                   what=f"{op} ignores its optional argument {name}"))
     # one row of a contract table handled like another: the reference runs with the row's
     # entries replaced by the next row's (tables whose rows an operation argument names)
@@ -863,6 +869,8 @@ class MutantServer(Server):
 
     def _rewrite_request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         fam, p = self.mutant.family, self.mutant.params
+        if fam in ARG_FAMILIES and op in self.spec.operations and arg_problem(self.spec, op, args) is not None:
+            return args  # a call the contract refuses for its arguments is the input checks' business: left alone
         if op == "reset" and fam == "row_swap" and isinstance(args.get("config"), dict):
             contract = args["config"].get("contract")
             table = _get_path(contract, p[0].split(".")) if isinstance(contract, dict) else None

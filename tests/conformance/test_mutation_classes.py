@@ -66,6 +66,8 @@ def test_a_fence_by_owner_passes_a_stale_token_only_when_its_owner_holds_the_ite
 
 def test_a_sequence_check_off_at_its_first_value_only() -> None:
     server, call, adapter = _server("seq_first:log_append")
+    bad = call("log_append", stream="s", expected_seq=-1, kind="k", now=0.0)  # an invalid call: the input checks' business
+    assert bad["error"]["code"] == "invalid_argument" and server.fired == 0
     assert call("log_append", stream="s", expected_seq=SPEC.first_seq + 4, kind="k", now=0.0)["ok"] and server.fired == 1
     later = call("log_append", stream="s", expected_seq=SPEC.first_seq + 6, kind="k", now=0.0)
     assert not later["ok"] and later["error"]["code"] == "concurrent_append"  # a stream with entries: checked
