@@ -462,8 +462,12 @@ def _generate(spec: Spec) -> list[Mutant]:
             other = rows[(i + 1) % len(rows)]
             if _rule_of(table[row]) == _rule_of(table[other]):
                 continue  # rows that differ in their prose only
-            subjects = [row, other, path[-1], *_rule_of(table[row])]
-            out.append(Mutant("row_swap", (".".join(path), row, other), own=own_clauses(spec, None, subjects),
+            rule = _rule_of(table[row])
+            subjects = [row, other, path[-1], *rule]
+            # a row's flag is named inside other words too: "retryable" in retry.non_retryable
+            flags = [k for k, v in rule.items() if isinstance(v, bool)]
+            extra = [c.id for c in spec.clauses if any(f in (c.statement + " " + c.id).lower() for f in flags)]
+            out.append(Mutant("row_swap", (".".join(path), row, other), own=own_clauses(spec, None, subjects, extra),
                               what=f"the reference handles the {row} row of {'.'.join(path)} like the {other} row"))
     for path in LIMIT_PATHS:
         if _get_path(doc, path) is None:
