@@ -133,16 +133,21 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="ledgercheck-bench-ff-") as tmp:
-        for i, (group, label, addr) in enumerate(subjects, 1):
-            work = Path(tmp) / str(i)
-            work.mkdir()
-            row = {"group": group, "subject": label}
-            for order in ("failfast", "generated"):
-                row[order] = first_failure(addr, order, args.budget, work)
-            rows.append(row)
-            new, old = row["failfast"], row["generated"]
-            print(f"[{i}/{len(subjects)}] {group:14} {label[:48]:48} new {new['seconds']:6.1f}s ({new['tests_run']} tests, "
-                  f"{new['clause']})  old {old['seconds']:6.1f}s ({old['tests_run']} tests)", flush=True)
+        try:
+            for i, (group, label, addr) in enumerate(subjects, 1):
+                work = Path(tmp) / str(i)
+                work.mkdir()
+                row = {"group": group, "subject": label}
+                for order in ("failfast", "generated"):
+                    row[order] = first_failure(addr, order, args.budget, work)
+                rows.append(row)
+                new, old = row["failfast"], row["generated"]
+                print(f"[{i}/{len(subjects)}] {group:14} {label[:48]:48} new {new['seconds']:6.1f}s ({new['tests_run']} tests, "
+                      f"{new['clause']})  old {old['seconds']:6.1f}s ({old['tests_run']} tests)", flush=True)
+        except KeyboardInterrupt:  # Ctrl-C: the figures of the subjects measured so far
+            print(f"interrupted: {len(rows)} of {len(subjects)} subjects measured", flush=True)
+            if not rows:
+                return 2
     load = (load + os.getloadavg()[0]) / 2
     print(f"\ntime to first failure (pytest -x, whole process), load average {load:.1f} on {os.cpu_count()} cores")
     print(f"{'':16} {'runs':>4} {'median new':>11} {'median old':>11} {'ratio':>6} {'worst new':>10} {'worst old':>10} {'ratio':>6}")
