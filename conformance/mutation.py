@@ -1608,7 +1608,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from ledgercheck.spec import default_spec
 
     for m in generate(default_spec()):
-        print(f"{m.name}\t{'benign' if m.benign else 'own: ' + ','.join(m.own)}\t{m.what}")
+        print(f"{m.name}\t{'benign' if m.benign else 'own: ' + ','.join(m.own)}\t{m.what}\tclass: {m.klass}")
     return 0
 
 
