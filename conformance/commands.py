@@ -42,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--no-chaos", action="store_true", help="skip the crash-window exploration; the recovery clauses only it decides are then reported as errors (not checked), so the recovery profile cannot be certified")
     c.add_argument("--breaker", type=int, default=3, metavar="N",
                    help="stop the run (INCOMPLETE, exit 2) after N tests in a row end in an adapter timeout or crash; 0 never stops (default 3)")
+    c.add_argument("-x", "--exitfirst", dest="maxfail", action="store_const", const=1, default=0,
+                   help="stop at the first failing test (verdict NOT CERTIFIED, exit status 1; the report lists what was not run)")
+    c.add_argument("--maxfail", dest="maxfail", type=int, metavar="N",
+                   help="stop after N failing tests (as -x; the first tests are one case of every clause)")
     c.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression (the report says so)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
@@ -207,6 +211,9 @@ def _certify(args: argparse.Namespace, seen: list[str]) -> int:
     from ledgercheck.spec import SpecError, load_spec
     from ledgercheck.transport.client import AdapterError, connect
 
+    if args.maxfail is not None and args.maxfail < 0:
+        print(f"ledgercheck certify: --maxfail {args.maxfail}: must be 0 (never stop) or more", file=sys.stderr)
+        return EXIT_ERROR
     # Fail fast, in one line, on a contract or adapter that cannot even start.
     try:
         spec = load_spec(args.spec or None)
@@ -296,6 +303,8 @@ def _run_suite(args: argparse.Namespace, seen: list[str], out: Path, seed: int) 
         if args.keyword:
             pyargs += ["-k", args.keyword]
         pyargs += ["--ledger-breaker", str(args.breaker)]
+        if args.maxfail:
+            pyargs += ["--maxfail", str(args.maxfail)]
         if args.workers:
             # long tests (crash points, stateful machines) go to whichever worker is free
             pyargs += ["-p", "xdist", "-n", str(args.workers), "--dist", "worksteal"]

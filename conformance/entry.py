@@ -47,6 +47,8 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--ledger-example-db", dict(metavar="DIR|redis://HOST:PORT/DB", default=None,
                                  help="a hypothesis example database shared by shards and runs (default: none)")),
     ("--ledger-reproduce", dict(metavar="CMD", default=None, help=argparse.SUPPRESS)),
+    # the order before fail-fast ordering, kept for bench/bench_first_failure.py's baseline
+    ("--ledger-order", dict(default="failfast", choices=["failfast", "generated"], help=argparse.SUPPRESS)),
 ]
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ledgercheck.spec import Spec, rules
+from ledgercheck.spec.args import arg_problem
 from ledgercheck.spec.contract import parse_duration
 from ledgercheck.transport.clock import QUANTUM, plain
 from ledgercheck.transport.server import Server, _lines
@@ -59,7 +60,18 @@ TIMING_KEYS = ("ttl", "grace", "timeouts", "initial_backoff", "max_backoff", "ti
 # integer limits of the contract, shifted by one
 LIMIT_PATHS = (("retry", "policy", "max_attempts"), ("inbox", "max_nacks"), ("inbox", "drain_max"),
                ("outbox", "pending_max"), ("eventlog", "first_seq"))
+# operators rewriting a call's arguments in ways only a valid call can show (an invalid one is refused first)
+ARG_FAMILIES = ("arg_instant", "fence_owner", "seq_first", "drop_option")
+# what a clause statement says of an operation whose repeated call is answered from what it did first
+REPLAY_WORDS = ("replay", "idempot", "again", "duplicate")
 BENIGN_FAMILIES = ("shuffle_keys", "extra_fields", "reword", "omit_definite", "delay")
+# the class of bug each family of operators stands for (Mutant.klass; docs/selfcheck.md)
+CLASS_OF = {
+    "refuse_ok": "refusal", "refuse_swap": "refusal", "drop_field": "shape", "alter": "value", "reorder": "list",
+    "drop_item": "list", "fold_case": "ident", "claim_last": "choice", "limit": "bound", "seq_first": "bound",
+    "timing": "instant", "arg_instant": "instant", "fence_owner": "fence", "drop_option": "option", "row_swap": "row",
+    "replay_stale": "replay",
+}
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,16 @@ class Mutant:
     @property
     def name(self) -> str:
         return ":".join((self.family, *self.params))
+
+    @property
+    def klass(self) -> str:
+        """The class of bug the mutant stands for (docs/selfcheck.md): the unit the self-check
+        reports its rates per, besides overall."""
+        if self.benign:
+            return "benign"
+        if self.family == "skip_fence":
+            return "bound" if self.params[1:2] == ("expected_seq",) else "fence"
+        return CLASS_OF.get(self.family, self.family)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -394,6 +416,59 @@ def _generate(spec: Spec) -> list[Mutant]:
             out.append(Mutant("timing", (".".join(path), sign), benign=benign, own=() if benign else own_clauses(spec, None, subjects),
                               what=f"the reference runs with {'.'.join(path)} {sign} {QUANTUM:g}s"
                               + (" (the contract sets it as a minimum)" if benign else "")))
+    # a per-item override of a timing (an operation's duration argument, the duration fields of a
+    # per-item retry policy) one quantum off: the third source of a time rule's instant
+    for op in ops:
+        for name, arg in spec.operations[op].args.items():
+            if arg.type not in ("duration", "retry_policy"):
+                continue
+            for sign in ("+", "-"):
+                out.append(Mutant("arg_instant", (op, name, sign), own=own_clauses(spec, op, [name]), site=("arg", op, name),
+                                  what=f"{op}'s {name} (a per-item timing) is taken {sign} {QUANTUM:g}s"))
+    # a fence keyed on the owner's name: a stale token passes when the worker it was handed to
+    # holds the item again (the same worker re-acquiring)
+    for op in ops:
+        args = spec.operations[op].args
+        if "token" in args and "work_id" in args:
+            out.append(Mutant("fence_owner", (op,), own=own_clauses(spec, op, ["stale_lease"], ["lease.fencing"]),
+                              site=("stale_same_owner", op), what=f"{op} accepts a stale lease token its owner was given before"))
+        if "expected_seq" in args:
+            out.append(Mutant("seq_first", (op,), own=own_clauses(spec, op, ["expected_seq"]), site=("stale_first", op),
+                              what=f"{op} on an empty stream accepts any expected_seq (the check is off at its first value)"))
+    # a replay answered as it was first answered, though its context changed since (the item or
+    # its parent finished, cancelled, its lease lost, the ledger reopened): for the operations a
+    # clause says are replayed or idempotent
+    for op in ops:
+        terms = _op_terms(spec, op)
+        said = [c for c in spec.clauses if any(mentions(c.statement, t) for t in terms)
+                and any(w in c.statement.lower() for w in REPLAY_WORDS)]
+        if said:
+            out.append(Mutant("replay_stale", (op,), own=own_clauses(spec, op, [], [c.id for c in said]), site=("replay_changed", op),
+                              what=f"a replayed {op} is answered as it was first answered, though the answer changed since"))
+    # an optional argument ignored: left out of the call before the ledger sees it
+    for op in ops:
+        for name, arg in spec.operations[op].args.items():
+            if not arg.required and name not in ("now",):
+                # an argument the ledger records: the clause owning that field, and those of the events it writes
+                owner = rules.field_owner(spec, name)
+                extra = ([owner] if owner is not None else []) + (_event_clauses(spec, op) if name in _event_fields(spec, op) else [])
+                out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name], extra), site=("arg", op, name),
+                                  what=f"{op} ignores its optional argument {name}"))
+    # one row of a contract table handled like another: the reference runs with the row's
+    # entries replaced by the next row's (tables whose rows an operation argument names)
+    for path, rows in _row_tables(spec, doc):
+        table = _get_path(doc, path)
+        for i, row in enumerate(rows):
+            other = rows[(i + 1) % len(rows)]
+            if _rule_of(table[row]) == _rule_of(table[other]):
+                continue  # rows that differ in their prose only
+            rule = _rule_of(table[row])
+            subjects = [row, other, path[-1], *rule]
+            # a row's flag is named inside other words too: "retryable" in retry.non_retryable
+            flags = [k for k, v in rule.items() if isinstance(v, bool)]
+            extra = [c.id for c in spec.clauses if any(f in (c.statement + " " + c.id).lower() for f in flags)]
+            out.append(Mutant("row_swap", (".".join(path), row, other), own=own_clauses(spec, None, subjects, extra),
+                              what=f"the reference handles the {row} row of {'.'.join(path)} like the {other} row"))
     for path in LIMIT_PATHS:
         if _get_path(doc, path) is None:
             continue
@@ -401,6 +476,33 @@ def _generate(spec: Spec) -> list[Mutant]:
             out.append(Mutant("limit", (".".join(path), sign), own=own_clauses(spec, None, [path[-1]]),
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"))
     return out + _benign_rewrites()
+
+
+def _rule_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A table row without its prose (``description``): what a ledger acts on."""
+    return {k: v for k, v in row.items() if k != "description"}
+
+
+def _row_tables(spec: Spec, doc: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], list[str]]]:
+    """(path, row names) of the contract's tables whose rows an operation argument names: mappings
+    of two or more rows of one shape whose names are exactly the values some argument type takes."""
+    from ledgercheck.spec.args import type_problem
+
+    types = {a.type for o in spec.operations.values() for a in o.args.values()}
+
+    def walk(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], list[str]]]:
+        if not isinstance(node, dict):
+            return
+        rows = list(node)
+        if len(rows) >= 2 and all(isinstance(v, dict) for v in node.values()) \
+                and len({tuple(sorted(v)) for v in node.values()}) == 1 \
+                and any(all(type_problem(spec, t, r) is None for r in rows) and type_problem(spec, t, "x-not-a-row") is not None
+                        and t not in ("string", "nonempty_string", "any") for t in types):
+            yield path, rows
+        for k, v in node.items():
+            yield from walk(v, (*path, str(k)))
+
+    yield from walk(doc, ())
 
 
 def _benign_rewrites() -> list[Mutant]:
@@ -592,6 +694,36 @@ def _field_schema(defs: Mapping[str, Any], ret: str, path: str) -> Mapping[str, 
     return schema
 
 
+def _stale_answer(first: Any, now: Any) -> Any:
+    """A replay's answer with what it describes frozen at the first answer: the objects in it (a
+    snapshot, a receipt) as first answered, its own flags (``created``: whether this call made
+    the item) as answered now; an answer that is one object or a list, as first answered."""
+    if isinstance(first, dict) and isinstance(now, dict) and any(isinstance(v, (dict, list)) for v in now.values()):
+        return {k: (json.loads(json.dumps(first[k])) if isinstance(v, (dict, list)) and k in first else v) for k, v in now.items()}
+    return json.loads(json.dumps(first))
+
+
+def _shift_timing(value: Any, by: float) -> Any:
+    """A per-item timing moved by ``by`` seconds: a duration, or the durations in a retry policy
+    (None when nothing in it is a duration, or the shift would leave a non-positive one)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value + by if value + by > 0 else None
+    if isinstance(value, dict):
+        out, moved = dict(value), False
+        for k, v in value.items():
+            if k in TIMING_KEYS:
+                try:
+                    base = parse_duration(v)
+                except (ValueError, TypeError):
+                    continue
+                if base + by > 0:
+                    out[k], moved = base + by, True
+        return out if moved else None
+    return None
+
+
 def _reverse_keys(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _reverse_keys(value[k]) for k in reversed(list(value))}
@@ -625,6 +757,8 @@ class MutantServer(Server):
         ops = [o for o in spec.operations if o not in ("hello", "reset")] if fam == "benign" else []
         self.optional = [(name, f) for name, f, required in _answer_fields(spec, ops, self.defs) if not required]
         self.free_order = {op for op, _ in _list_answers(spec, ops, self.defs) if not _order_bearing(spec, op)}
+        self.token_owner: dict[str, str] = {}  # every work lease token answered so far -> the owner it went to
+        self.first_answer: dict[tuple[str, str], Any] = {}  # (op, its arguments but now) -> its first result
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _note(self, *site: str) -> None:
@@ -660,6 +794,27 @@ class MutantServer(Server):
             wid = rec.get("work_id") if isinstance(rec, dict) else None
         snap = self._call("get", work_id=wid) if isinstance(wid, str) else None
         return snap.get("lease_token") if isinstance(snap, dict) else None
+
+    def _holder(self, args: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(live lease token, owner) of the work item a call names."""
+        wid = args.get("work_id")
+        snap = self._call("get", work_id=wid) if isinstance(wid, str) else None
+        return (snap.get("lease_token"), snap.get("owner")) if isinstance(snap, dict) else (None, None)
+
+    def _same_owner_stale(self, args: Mapping[str, Any]) -> str | None:
+        """The live token when the call's token is stale but was handed to the item's current owner."""
+        tok = args.get("token")
+        if not isinstance(tok, str):
+            return None
+        live, owner = self._holder(args)
+        if isinstance(live, str) and live != tok and owner is not None and self.token_owner.get(tok) == owner:
+            return live
+        return None
+
+    def _note_tokens(self, value: Any) -> None:
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, dict) and isinstance(v.get("lease_token"), str) and isinstance(v.get("owner"), str):
+                self.token_owner.setdefault(v["lease_token"], v["owner"])
 
     def _live_lane_token(self, session_key: str, lane: str) -> str | None:
         """The token of a lane's current lease (None when the lane is free or released): no
@@ -699,12 +854,38 @@ class MutantServer(Server):
         args = self._rewrite_request(op, args)
         req["args"] = args
         resp = super().handle(dumps(req))
+        if fam in ("observe", "fence_owner") and resp.get("ok") is True:
+            self._note_tokens(resp.get("result"))
+        if fam in ("observe", "replay_stale") and resp.get("ok") is True and op in self.spec.operations \
+                and op not in ("hello", "reset"):
+            key = (op, dumps({k: v for k, v in args.items() if k != "now"}).decode())
+            first = self.first_answer.setdefault(key, json.loads(json.dumps(resp.get("result"))))
+            stale = _stale_answer(first, resp.get("result"))
+            if stale != resp.get("result"):
+                if fam == "observe":
+                    self._note("replay_changed", op)
+                elif op == self.mutant.params[0]:
+                    self._fire()
+                    resp = {**resp, "result": stale}
         if fam == "observe":
             self._observe_answer(op, args, resp)
         return self._rewrite_answer(op, args, resp)
 
     def _rewrite_request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         fam, p = self.mutant.family, self.mutant.params
+        if fam in ARG_FAMILIES and op in self.spec.operations and arg_problem(self.spec, op, args) is not None:
+            return args  # a call the contract refuses for its arguments is the input checks' business: left alone
+        if op == "reset" and fam == "row_swap" and isinstance(args.get("config"), dict):
+            contract = args["config"].get("contract")
+            table = _get_path(contract, p[0].split(".")) if isinstance(contract, dict) else None
+            if isinstance(table, dict) and p[1] in table and p[2] in table:
+                config = dict(args["config"])
+                config["contract"] = contract = json.loads(json.dumps(contract))
+                table = _get_path(contract, p[0].split("."))
+                table[p[1]] = json.loads(json.dumps(table[p[2]]))
+                self._fire()
+                return {**args, "config": config}
+            return args
         if op == "reset" and fam in ("timing", "limit") and isinstance(args.get("config"), dict):
             contract = args["config"].get("contract")
             if isinstance(contract, dict):
@@ -734,6 +915,24 @@ class MutantServer(Server):
                 if last is not None and last != args["expected_seq"]:
                     self._fire()
                     return {**args, "expected_seq": last}
+        if fam == "arg_instant" and op == p[0] and args.get(p[1]) is not None:
+            new = _shift_timing(args[p[1]], QUANTUM if p[2] == "+" else -QUANTUM)
+            if new is not None and new != args[p[1]]:
+                self._fire()
+                return {**args, p[1]: new}
+        if fam == "fence_owner" and op == p[0]:
+            live = self._same_owner_stale(args)
+            if live is not None:
+                self._fire()
+                return {**args, "token": live}
+        if fam == "seq_first" and op == p[0] and isinstance(args.get("expected_seq"), int):
+            last = self._last_seq(args.get("stream"))
+            if last == self.spec.first_seq - 1 and last != args["expected_seq"]:
+                self._fire()
+                return {**args, "expected_seq": last}
+        if fam == "drop_option" and op == p[0] and args.get(p[1]) is not None:
+            self._fire()
+            return {k: v for k, v in args.items() if k != p[1]}
         if fam == "claim_last" and op == "claim" and args.get("work_id") is None:
             cands = self._claim_candidates()
             if len(cands) >= 2 and cands[-1]["work_id"] != cands[0]["work_id"]:
@@ -878,6 +1077,15 @@ class MutantServer(Server):
             cands = self._claim_candidates()
             if len(cands) >= 2:
                 self._note("choice", "claim")
+        for name, v in args.items():
+            if v is not None and name in self.spec.operations[op].args:
+                self._note("arg", op, name)
+        if "work_id" in args and self._same_owner_stale(args) is not None:
+            self._note("stale_same_owner", op)
+        if isinstance(args.get("expected_seq"), int):
+            last = self._last_seq(args.get("stream"))
+            if last == self.spec.first_seq - 1 and last != args["expected_seq"]:
+                self._note("stale_first", op)
 
     def _observe_answer(self, op: str, args: Mapping[str, Any], resp: Mapping[str, Any]) -> None:
         if op not in self.spec.operations or op in ("hello", "reset"):
@@ -964,6 +1172,7 @@ class Verdict:
     tests_run: int = 0
     seconds: float = 0.0
     exercised: bool = True  # False: the suite never reaches the mutant's site (not run)
+    klass: str = ""  # the class of bug (Mutant.klass): rates are reported per class too
 
     @property
     def first_clauses(self) -> list[str]:
@@ -1062,7 +1271,7 @@ def judge(spec: Spec, mutant: Mutant, *, exhaustive: bool = False, only: Callabl
 
     from .harness import Harness
 
-    v = Verdict(mutant.name, mutant.family, mutant.benign, list(mutant.own), mutant.what)
+    v = Verdict(mutant.name, mutant.family, mutant.benign, list(mutant.own), mutant.what, klass=mutant.klass)
     cases = [c for c in _cases(spec) if only is None or only(c)]
     own = set(mutant.own)
     near = _near_profiles(spec, mutant)
@@ -1147,6 +1356,7 @@ class Figures:
     not_fired: int
     control_flagged: int
     seconds: float
+    per_class: dict[str, dict[str, int]] = field(default_factory=dict)  # class_figures(rows)
 
     @property
     def caught_fraction(self) -> float:
@@ -1193,10 +1403,10 @@ def campaign(spec: Spec, *, names: list[str] | None = None, jobs: int = 1, exhau
     for m in chosen:
         old = (keep or {}).get(m.name)
         if m.site is not None and tuple(m.site) not in sites:
-            rows.append(asdict(Verdict(m.name, m.family, m.benign, list(m.own), m.what, exercised=False)))
+            rows.append(asdict(Verdict(m.name, m.family, m.benign, list(m.own), m.what, exercised=False, klass=m.klass)))
         elif old is not None and not m.benign and old.get("own_caught") and old.get("own") == list(m.own) \
                 and old.get("fired") and not any(c["test"].startswith("stateful::") for c in old.get("catches", [])):
-            rows.append({**old, "resumed": True})
+            rows.append({**old, "klass": m.klass, "resumed": True})
             kept += 1
         else:
             todo.append(m.name)
@@ -1229,8 +1439,57 @@ def campaign(spec: Spec, *, names: list[str] | None = None, jobs: int = 1, exhau
                    caught=sum(r["caught"] for r in bad), own_caught=sum(r["own_caught"] for r in bad if r["caught"]),
                    benign=len(good), benign_flagged=sum(r["caught"] for r in good),
                    not_fired=len([r for r in rows if r["exercised"] and not r["fired"]]), control_flagged=len(control),
-                   seconds=round(time.monotonic() - t0, 1))
+                   seconds=round(time.monotonic() - t0, 1), per_class=class_figures(rows))
     return figs, rows
+
+
+def class_figures(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per class of bug (Mutant.klass), the counts the overall figures are made of: generated,
+    exercised, did not fire, non-benign judged, caught, caught by an own clause, benign judged and
+    benign flagged (a row of an older campaign without a class gets its family's)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        k = r.get("klass") or ("benign" if r["benign"] else CLASS_OF.get(r["family"], r["family"]))
+        c = out.setdefault(k, dict.fromkeys(("generated", "exercised", "not_fired", "non_benign", "caught", "own_caught",
+                                             "benign", "benign_flagged"), 0))
+        c["generated"] += 1
+        if not r["exercised"]:
+            continue
+        c["exercised"] += 1
+        if not r["fired"]:
+            c["not_fired"] += 1
+        elif r["benign"]:
+            c["benign"] += 1
+            c["benign_flagged"] += int(bool(r["caught"]))
+        else:
+            c["non_benign"] += 1
+            c["caught"] += int(bool(r["caught"]))
+            c["own_caught"] += int(bool(r["caught"] and r["own_caught"]))
+    return dict(sorted(out.items()))
+
+
+def class_floors_missed(f: Figures) -> list[str]:
+    """The classes whose rates are below the floors (a class with nothing judged misses none)."""
+    bad = []
+    for k, c in f.per_class.items():
+        if c["non_benign"] and c["caught"] / c["non_benign"] < FLOOR_CAUGHT:
+            bad.append(k)
+        elif c["caught"] and c["own_caught"] / c["caught"] < FLOOR_OWN:
+            bad.append(k)
+        elif c["benign_flagged"]:
+            bad.append(k)
+    return bad
+
+
+def class_lines(f: Figures) -> list[str]:
+    """One line per class: ``fence  caught 16/17 (94.1%)  own 15/16 (93.8%)  benign flagged 0/0 ...``."""
+    out = []
+    for k, c in f.per_class.items():
+        caught = f"{c['caught']}/{c['non_benign']}" + (f" ({c['caught'] / c['non_benign']:.1%})" if c["non_benign"] else "")
+        own = f"{c['own_caught']}/{c['caught']}" + (f" ({c['own_caught'] / c['caught']:.1%})" if c["caught"] else "")
+        out.append(f"  {k:8} caught {caught:16} own clause {own:16} benign flagged {c['benign_flagged']}/{c['benign']}  "
+                   f"({c['generated']} generated, {c['exercised']} exercised, {c['not_fired']} did not fire)")
+    return out
 
 
 def _progress_line(i: int, n: int, r: Mapping[str, Any]) -> str:
@@ -1249,17 +1508,22 @@ def figures_text(f: Figures) -> str:
             f"caught: {f.caught}/{f.non_benign} non-benign ({f.caught_fraction:.1%}; floor {FLOOR_CAUGHT:.0%})\n"
             f"own clause: {f.own_caught}/{f.caught} of those caught ({f.own_fraction:.1%}; floor {FLOOR_OWN:.0%})\n"
             f"benign flagged: {f.benign_flagged}/{f.benign} (floor 0); control flagged: {f.control_flagged}\n"
-            f"time: {f.seconds}s")
+            f"time: {f.seconds}s"
+            + ("\nper class:\n" + "\n".join(class_lines(f)) if f.per_class else ""))
 
 
 def floors_hold(f: Figures) -> bool:
     return (f.caught_fraction >= FLOOR_CAUGHT and f.own_fraction >= FLOOR_OWN and f.benign_flagged == 0
-            and f.control_flagged == 0)
+            and f.control_flagged == 0 and not class_floors_missed(f))
 
 
 def markdown(f: Figures, rows: list[dict[str, Any]]) -> str:
     lines = ["# Mutation self-check", "", "```text", figures_text(f), "```", "",
-             "| mutant | benign | verdict | first failure names | own clauses | what |", "|---|---|---|---|---|---|"]
+             "| class | generated | exercised | caught | own clause | benign flagged |", "|---|--:|--:|--:|--:|--:|"]
+    for k, c in f.per_class.items():
+        lines.append(f"| {k} | {c['generated']} | {c['exercised']} | {c['caught']}/{c['non_benign']} | {c['own_caught']}/{c['caught']} | "
+                     f"{c['benign_flagged']}/{c['benign']} |")
+    lines += ["", "| mutant | class | benign | verdict | first failure names | own clauses | what |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["exercised"]:
             verdict = "not exercised"
@@ -1270,7 +1534,8 @@ def markdown(f: Figures, rows: list[dict[str, Any]]) -> str:
         else:
             verdict = ("own clause" if r["own_caught"] else "caught (other clause)") if r["caught"] else "**survived**"
         first = ", ".join(r["catches"][0]["clauses"]) if r["catches"] else ""
-        lines.append(f"| `{r['mutant']}` | {'yes' if r['benign'] else ''} | {verdict} | {first} | "
+        klass = r.get("klass") or ("benign" if r["benign"] else CLASS_OF.get(r["family"], r["family"]))
+        lines.append(f"| `{r['mutant']}` | {klass} | {'yes' if r['benign'] else ''} | {verdict} | {first} | "
                      f"{', '.join(r['own'])} | {r['what']} |")
     return "\n".join(lines) + "\n"
 
@@ -1343,7 +1608,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from ledgercheck.spec import default_spec
 
     for m in generate(default_spec()):
-        print(f"{m.name}\t{'benign' if m.benign else 'own: ' + ','.join(m.own)}\t{m.what}")
+        print(f"{m.name}\t{'benign' if m.benign else 'own: ' + ','.join(m.own)}\t{m.what}\tclass: {m.klass}")
     return 0
 
 

@@ -399,6 +399,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         clause = getattr(it, "clause", None)
         if clause in known:
             it.add_marker(pytest.mark.xfail(reason=f"known bug declared by the adapter: {known[clause]}", strict=True))
+    if _opt(config, "ledger_order") != "generated":
+        from .order import order_items  # fail fast: one case of every clause first (docs/architecture.md)
+
+        new = order_items(new)
     items.extend(new)
 
 
@@ -797,7 +801,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if session.exitstatus == pytest.ExitCode.OK and any(not f.get("known_bug") for _, f in side_findings(config)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     config._ledger_incomplete = incomplete = incompleteness(config, session)  # type: ignore[attr-defined]
-    if incomplete is not None:
+    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    if stop is not None and not stop.stopped and stopped_after_failures(config) \
+            and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        # -x/--maxfail stopped the run (pytest-xdist reports that as an interruption): the run
+        # found a failure, which is exit status 1; 2 is for usage and adapter errors
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if incomplete is not None and incomplete["reason"] == "stopped_after_failure":
+        print(shown_line(f"ledgercheck: NOT CERTIFIED: {incomplete['message']}"), file=sys.stderr, flush=True)
+    elif incomplete is not None:
         print(shown_line(f"ledgercheck: INCOMPLETE: {incomplete['message']}"), file=sys.stderr, flush=True)
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -837,6 +849,16 @@ def progress_line(line: str) -> None:
         pass
 
 
+def stopped_after_failures(config: pytest.Config) -> int:
+    """The number of failed ledger tests when -x/--maxfail asked the run to stop after that many
+    and it reached them (0 otherwise); counted as pytest and pytest-xdist count them."""
+    maxfail = int(getattr(config.option, "maxfail", 0) or 0)
+    if maxfail <= 0:
+        return 0
+    failed = sum(1 for rep, _ in getattr(config, "_ledger_reports", []) if rep.failed)
+    return failed if failed >= maxfail else 0
+
+
 MAX_UNFINISHED = 200  # node ids of unfinished tests the results list by name
 
 
@@ -844,8 +866,8 @@ def incompleteness(config: pytest.Config, session: pytest.Session) -> dict[str, 
     """What the run planned and did not finish, and why; None when every planned test has an
     outcome and nothing stopped the run (docs/results.md, ``run.incomplete``)."""
     stop: RunStop | None = getattr(config, "_ledger_stop", None)
-    if stop is None:
-        return None
+    if stop is None or (config.option.collectonly and not stop.stopped):
+        return None  # --collect-only plans the run and runs nothing
     reports = getattr(config, "_ledger_reports", [])
     finished = {rep.nodeid for rep, _ in reports}
     planned = list(stop.planned or [])
@@ -861,6 +883,11 @@ def incompleteness(config: pytest.Config, session: pytest.Session) -> dict[str, 
         reason, message = "breaker", stop.breaker
     elif status == pytest.ExitCode.INTERNAL_ERROR:
         reason, message = "harness_error", "the harness failed (pytest internal error) before the run finished"
+    elif stopped_after_failures(config) and unfinished:
+        n = stopped_after_failures(config)
+        reason = "stopped_after_failure"
+        message = (f"stopped after {n} failed test{'s' if n != 1 else ''} (-x/--maxfail); "
+                   f"{len(unfinished)} planned test{'s' if len(unfinished) != 1 else ''} not run")
     elif status == pytest.ExitCode.INTERRUPTED:
         reason, message = "interrupted", f"the run was stopped ({session.shouldstop or 'interrupted'})"
     elif unfinished:

@@ -687,6 +687,9 @@ def _merged_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+STOPPED_AFTER_FAILURE = "stopped_after_failure"  # run.incomplete.reason of a run -x/--maxfail ended
+
+
 def merged_incomplete(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The parts that did not finish, as one record (None when every part finished)."""
     parts = [r["incomplete"] for r in runs if r.get("incomplete")]
@@ -696,7 +699,8 @@ def merged_incomplete(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
         return copy.deepcopy(dict(parts[0]))
     planned = [p["crash_windows"].get("planned") for p in parts]
     return {
-        "reason": parts[0]["reason"],
+        # a part stopped by -x/--maxfail after a failure yields to a part that was interrupted
+        "reason": next((p["reason"] for p in parts if p["reason"] != STOPPED_AFTER_FAILURE), parts[0]["reason"]),
         "message": "; ".join(p["message"] for p in parts),
         "signal": next((p.get("signal") for p in parts if p.get("signal")), None),
         "tests": {"planned": sum(p["tests"]["planned"] for p in parts),

@@ -235,12 +235,15 @@ def overall(doc: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -
     """INCOMPLETE > ERROR > NOT CERTIFIED (a definite failure) > INCONCLUSIVE > CERTIFIED."""
     prof = doc["profiles"]
     in_scope = [p for p in prof["defined"] if p in prof["requested"] and p in prof["claimed"]]
-    if doc["run"].get("incomplete"):  # first: a run that did not finish decides nothing
+    inc = doc["run"].get("incomplete")
+    # a run stopped by -x/--maxfail after a failure found that failure: NOT CERTIFIED (or ERROR),
+    # never certified; any other run that did not finish decides nothing
+    if inc and inc.get("reason") != "stopped_after_failure":
         return "INCOMPLETE", []
     if (doc["run"].get("error") or any(v["verdict"] == "error" for v in verdicts.values())
             or unattributed_failures(doc) or anonymous_adapter(doc)):
         return "ERROR", []
-    if not in_scope or any(verdicts[p]["verdict"] in ("failed", "not_offered") for p in in_scope):
+    if inc or not in_scope or any(verdicts[p]["verdict"] in ("failed", "not_offered") for p in in_scope):
         return "NOT CERTIFIED", []
     if any(verdicts[p]["verdict"] == "inconclusive" for p in in_scope) or inconclusive_campaigns(doc):
         return "INCONCLUSIVE", []
@@ -625,6 +628,10 @@ def headline(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]], found
     if not in_scope(doc):
         requested = ", ".join(doc["profiles"]["requested"]) or "none"
         return f"NOT CERTIFIED: the adapter claims none of the requested profiles ({requested})"
+    inc = doc["run"].get("incomplete")
+    if inc:  # stopped by -x/--maxfail: say what was not run
+        t = inc["tests"]
+        tail.append(f"stopped after the first failure(s) (-x/--maxfail): ran {t['finished']} of {t['planned']} tests")
     camps = doc.get("safety") or []
     safe = bool(camps) and not violations and all(c.get("verdict") == "pass" for c in camps)
     if safe:

@@ -1,0 +1,130 @@
+"""The mutant classes of the self-check (conformance/mutation.py, docs/selfcheck.md): each new
+operator rewrites exactly the calls of its class and leaves the others alone, and the rates are
+reported per class."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+
+from ledgercheck.conformance import mutation as M
+from ledgercheck.reference.adapter import ReferenceAdapter
+from ledgercheck.spec import default_spec
+from ledgercheck.transport.clock import QUANTUM, plain
+
+SPEC = default_spec()
+
+
+def _server(name: str) -> tuple[M.MutantServer, Callable[..., dict], ReferenceAdapter]:
+    adapter = ReferenceAdapter(SPEC)
+    adapter.reset({})
+    server = M.MutantServer(adapter, io.BytesIO(), SPEC, M.parse_mutant(SPEC, name))
+
+    def call(op: str, **args: object) -> dict:
+        return server.handle(json.dumps({"id": 1, "op": op, "args": args}).encode())
+
+    return server, call, adapter
+
+
+def _created(call: Callable[..., dict], **extra: object) -> str:
+    return call("create", source_system="manual", source_id="x", now=0.0, **extra)["result"]["work"]["work_id"]
+
+
+def test_every_mutant_has_a_class_and_the_new_classes_are_generated() -> None:
+    mutants = M.generate(SPEC)
+    classes = {m.klass for m in mutants}
+    assert classes <= set(M.CLASS_OF.values()) | {"benign", "fence", "bound"}
+    assert {"instant", "fence", "bound", "ident", "option", "row", "replay"} <= classes
+    assert all(m.klass == "benign" for m in mutants if m.benign)
+    assert {m.klass for m in mutants if m.family == "skip_fence"} == {"fence", "bound"}
+    # derived from the contract: every duration argument, every token-fenced work operation,
+    # every optional argument but the clock
+    durations = {(o, n) for o, op in SPEC.operations.items() for n, a in op.args.items() if a.type in ("duration", "retry_policy")}
+    assert {m.params[:2] for m in mutants if m.family == "arg_instant"} == durations
+    fenced = {o for o, op in SPEC.operations.items() if "token" in op.args and "work_id" in op.args}
+    assert {m.params[0] for m in mutants if m.family == "fence_owner"} == fenced
+    optional = {(o, n) for o, op in SPEC.operations.items() if o not in ("hello", "reset")
+                for n, a in op.args.items() if not a.required and n != "now"}
+    assert {m.params for m in mutants if m.family == "drop_option"} == optional
+    rows = [m for m in mutants if m.family == "row_swap"]
+    assert rows and all(m.params[0] != "source_systems" for m in rows)  # rows that differ in prose only are skipped
+
+
+def test_a_fence_by_owner_passes_a_stale_token_only_when_its_owner_holds_the_item_again() -> None:
+    for second, passes in (("A", True), ("B", False)):
+        server, call, adapter = _server("fence_owner:renew")
+        w = _created(call)
+        old = call("claim", owner="A", now=0.0)["result"]["lease_token"]
+        call("expire", now=1000.0)
+        assert call("requeue", work_id=w, now=1000.0)["ok"]
+        assert call("claim", owner=second, now=1000.0)["result"]["lease_token"] != old
+        out = call("renew", work_id=w, token=old, now=1000.0)
+        assert out["ok"] is passes and server.fired == int(passes), second  # the reference alone refuses it
+        adapter.close()
+
+
+def test_a_sequence_check_off_at_its_first_value_only() -> None:
+    server, call, adapter = _server("seq_first:log_append")
+    bad = call("log_append", stream="s", expected_seq=-1, kind="k", now=0.0)  # an invalid call: the input checks' business
+    assert bad["error"]["code"] == "invalid_argument" and server.fired == 0
+    assert call("log_append", stream="s", expected_seq=SPEC.first_seq + 4, kind="k", now=0.0)["ok"] and server.fired == 1
+    later = call("log_append", stream="s", expected_seq=SPEC.first_seq + 6, kind="k", now=0.0)
+    assert not later["ok"] and later["error"]["code"] == "concurrent_append"  # a stream with entries: checked
+    adapter.close()
+
+
+def test_an_ignored_optional_argument_and_a_per_item_timing_moved_by_one_quantum() -> None:
+    server, call, adapter = _server("drop_option:create:priority")
+    w = _created(call, priority=SPEC.priority_min)
+    assert call("get", work_id=w)["result"]["priority"] != SPEC.priority_min and server.fired == 1
+    adapter.close()
+    assert M._shift_timing(10, QUANTUM) == 10 + QUANTUM and M._shift_timing(QUANTUM, -QUANTUM) is None
+    assert M._shift_timing({"initial_backoff": 2, "max_attempts": 3}, -QUANTUM) == {"initial_backoff": 2 - QUANTUM, "max_attempts": 3}
+    assert M._shift_timing({"max_attempts": 3}, QUANTUM) is None and M._shift_timing(True, QUANTUM) is None
+
+
+def test_a_table_row_handled_like_the_next_row() -> None:
+    m = next(m for m in M.generate(SPEC) if m.family == "row_swap" and m.params[0] == "retry.error_classes")
+    server, _, adapter = _server(m.name)
+    doc = plain(SPEC.document)
+    out = server._rewrite_request("reset", {"config": {"contract": doc}})
+    table = M._get_path(out["config"]["contract"], m.params[0].split("."))
+    assert table[m.params[1]] == table[m.params[2]] != M._get_path(doc, m.params[0].split("."))[m.params[1]]
+    assert M._get_path(doc, m.params[0].split("."))[m.params[1]] != table[m.params[1]]  # the caller's copy untouched
+    adapter.close()
+
+
+def test_a_replay_answered_as_first_after_its_context_changed() -> None:
+    server, call, adapter = _server("replay_stale:create")
+    w = _created(call)
+    again = call("create", source_system="manual", source_id="x", now=1.0)
+    assert again["result"]["work"]["work_id"] == w and server.fired == 0  # nothing changed: the same answer, not rewritten
+    call("claim", owner="A", now=2.0)
+    third = call("create", source_system="manual", source_id="x", now=3.0)
+    assert third["result"]["work"]["status"] == SPEC.initial_status and server.fired == 1  # the reference says running
+    adapter.close()
+
+
+def _row(name: str, klass: str, *, benign: bool = False, caught: bool = True, own: bool = True) -> dict:
+    return {"mutant": name, "family": name.split(":")[0], "klass": klass, "benign": benign, "exercised": True, "fired": True,
+            "caught": caught, "own_caught": caught and own}
+
+
+def test_rates_per_class_and_a_class_below_its_floor_fails_the_campaign() -> None:
+    rows = [_row(f"refuse_ok:{i}", "refusal") for i in range(40)] + [_row("fence_owner:renew", "fence", caught=False),
+                                                                      _row("fence_owner:fail", "fence"),
+                                                                      _row("reword", "benign", benign=True, caught=False)]
+    per = M.class_figures(rows)
+    assert per["fence"]["non_benign"] == 2 and per["fence"]["caught"] == 1 and per["refusal"]["caught"] == 40
+    assert per["benign"] == {**per["benign"], "benign": 1, "benign_flagged": 0}
+    figs = M.Figures(generated=43, exercised=43, non_benign=42, caught=41, own_caught=41, benign=1, benign_flagged=0, not_fired=0,
+                     control_flagged=0, seconds=1.0, per_class=per)
+    assert figs.caught_fraction >= M.FLOOR_CAUGHT  # overall the floors hold ...
+    assert M.class_floors_missed(figs) == ["fence"] and not M.floors_hold(figs)  # ... not for the fence class
+    text = M.figures_text(figs)
+    assert "per class:" in text and any(ln.strip().startswith("fence") and "caught 1/2 (50.0%)" in ln for ln in text.splitlines())
+    md = M.markdown(figs, [{**r, "own": [], "what": "", "catches": []} for r in rows])
+    assert "| fence | 2 | 2 | 1/2 | 1/1 | 0/0 |" in md
+    # rows of an older campaign (no class) get their family's
+    assert "refusal" in M.class_figures([{k: v for k, v in _row("refuse_ok:x", "refusal").items() if k != "klass"}])
