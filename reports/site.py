@@ -9,7 +9,8 @@ and filters the index, is allowed by its hash and is not needed to read anything
 - ``index.html``: every implementation with its verdict (safety first: UNSAFE when the safety
   campaign found anomalies), version, the contract's version and digest, the date, and one cell
   per profile of the contract.
-- ``impl/<slug>.html``: one page per implementation, its newest version first: the verdict line,
+- ``impl/<slug>.html`` (and ``impl/<slug>/<version>.html`` for every version given): one page per
+  implementation at its newest version (and one per version): the verdict line,
   the safety campaign's anomalies with their excerpts, the clause results, the crash windows, what
   the run did not reach, what changed since the previous version given (or recorded in the
   history: clauses fixed and regressed), the command that reproduces the run and each finding's
@@ -324,13 +325,32 @@ def _changes(prev: Run, cur: Run, history_text: str = "") -> str:
     return "".join(parts)
 
 
-def implementation_page(impl: Implementation, history: Any) -> str:
-    r = impl.latest
+def versions(impl: Implementation) -> list[Run]:
+    """The newest run of each version of ``impl``, newest first."""
+    out: dict[str, Run] = {}
+    for r in impl.runs:
+        out.setdefault(r.version, r)
+    return list(out.values())
+
+
+def version_path(impl: Implementation, r: Run) -> str:
+    return f"impl/{impl.slug}/{slug(r.version or 'unversioned')}.html"
+
+
+def implementation_page(impl: Implementation, history: Any, r: Run | None = None) -> str:
+    """The page of ``impl`` at its newest version (``impl/<name>.html``), or at the version of
+    ``r`` (``impl/<name>/<version>.html``)."""
+    latest = r is None
+    r = impl.latest if r is None else r
+    depth = 1 if latest else 2
+    up = "../" * depth
     doc = r.doc
     out = [f'<p class="verdict {_verdict_class(r.label)}" id="verdict">{h(doc.get("verdict_line") or r.label)}</p>',
            f"<p>Version {h(r.version)} · contract {h(str((doc.get('spec') or {}).get('version')))} "
            f"<code>{h(str((doc.get('spec') or {}).get('digest') or '')[:12])}</code> · finished {h(r.finished)} · "
-           f'badge: <img src="../badges/{h(impl.slug)}.svg" alt="badge"> <code>badges/{h(impl.slug)}.svg</code></p>',
+           f'badge: <img src="{up}badges/{h(impl.slug)}.svg" alt="badge"> <code>badges/{h(impl.slug)}.svg</code>'
+           + ("" if latest else f' (the newest version: <a href="{up}impl/{h(impl.slug)}.html">{h(impl.latest.version)}</a>)')
+           + "</p>",
            f"<h2>Reproduce</h2><pre>{h(str(doc['run'].get('command') or ''))}</pre>"]
     camps = doc.get("safety") or []
     out.append("<h2>Safety campaign</h2>")
@@ -366,13 +386,14 @@ def implementation_page(impl: Implementation, history: Any) -> str:
     out.append("<h2>Coverage</h2>" + ("<ul>" + "".join(f"<li>{h(str(f.get('words')))}: {h(', '.join(f.get('clauses') or []))}</li>"
                                                        for f in gaps) + "</ul>" if gaps else "<p>Everything in scope was reached.</p>"))
     out.append("<h2>Since the previous version</h2>")
-    older = [x for x in impl.runs[1:] if x.version != r.version]
+    vs = versions(impl)
+    older = vs[vs.index(next(v for v in vs if v.version == r.version)) + 1:]
     out.append(_changes(older[0], r) if older else '<p class="muted">No earlier version given.</p>')
-    if len(impl.runs) > 1:
-        out.append("<h2>Runs given</h2><ul>" + "".join(f"<li>{h(x.version)} · {h(x.finished)} · {h(x.label)}</li>"
-                                                       for x in impl.runs) + "</ul>")
+    out.append("<h2>Versions</h2><ul>" + "".join(
+        f'<li><a href="{up}{h(version_path(impl, x))}">{h(x.version)}</a> · {h(x.finished)} · '
+        f'<span class="{_verdict_class(x.label)}">{h(x.label)}</span></li>' for x in vs) + "</ul>")
     out.append(trends(history, impl.name))
-    return _page(f"{impl.name} {r.version}", "\n".join(out), depth=1)
+    return _page(f"{impl.name} {r.version}", "\n".join(out), depth=depth)
 
 
 # ------------------------------------------------------------------------------------ track record
@@ -460,6 +481,8 @@ def build(results: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
     write("index.html", index_page(impls))
     for impl in impls:
         write(f"impl/{impl.slug}.html", implementation_page(impl, hist))
+        for r in versions(impl):
+            write(version_path(impl, r), implementation_page(impl, hist, r))
         write(f"badges/{impl.slug}.svg", badge_svg("ledgercheck", impl.latest.badge))
         for p, v in ((impl.latest.doc.get("profiles") or {}).get("verdicts") or {}).items():
             if v.get("verdict") in ("not_requested", "not_claimed"):

@@ -104,6 +104,10 @@ def test_an_implementation_page_shows_its_findings_changes_and_trends(chromium, 
     new = runs["docs"]["new"]
     assert re.search(r'id="verdict">([^<]*)<', dom).group(1) == new["verdict_line"].replace("&", "&amp;")
     assert "Against version 2.4.0" in dom and "<h3>Regressed</h3>" in dom
+    # one page per version too, the older one with nothing before it
+    older = (out / "impl" / "acme-ledger" / "2-4-0.html").read_text(encoding="utf-8")
+    assert "No earlier version given" in older and 'id="verdict">CERTIFIED' in older
+    assert (out / "impl" / "acme-ledger" / "2-4-1.html").read_text(encoding="utf-8").count("<h3>Regressed</h3>") == 1
     regressed = [c["id"] for c in new["clauses"] if c["outcome"] == "fail"]
     assert all(f"<code>{c}</code>: pass → fail" in dom for c in regressed)
     # the history's two runs drawn: one point per run in each chart
