@@ -811,3 +811,13 @@ def merge_histories(paths: Iterable[str | os.PathLike[str]], out: str | os.PathL
                 obj = {**obj, "id": ids[key]}
             fh.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS))
     return len(rows)
+
+
+def _register() -> None:
+    """Let the reports draw timelines from history files (reports import nothing of chaos)."""
+    from ledgercheck.reports.timeline import register_history_loader
+
+    register_history_loader(load_history)
+
+
+_register()

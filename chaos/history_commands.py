@@ -219,7 +219,7 @@ def write_timelines(args: argparse.Namespace, history: History, verdict: Verdict
         if not isinstance(lin, dict) or not isinstance(lin.get("items"), dict):
             return f"{args.linearizability}: not a linearizability result (no \"items\" object)"
     try:
-        page = render_page(history, verdict, lin, items=args.item, whole=args.whole)
+        page = render_page(history, verdict, lin, items=args.item, whole=args.whole, verdict_text=verdict_line(verdict))
         atomic_write(Path(args.html), page.encode("utf-8"))
     except TimelineError as exc:
         return f"{history.path}: {exc}"

@@ -308,8 +308,6 @@ def _timelines(doc: Mapping[str, Any]) -> str:
     (``linearizability``), its violation.  Drawn from the campaign's history file while it can be
     read (the window around the item, with the faults); else an anomaly's timeline is drawn from the
     records of its proof, which results.json holds, and a violation is named with why it is not drawn."""
-    from ledgercheck.chaos.history import HistoryError, load_history
-
     from .timeline import (
         CSS,
         MAX_TIMELINES,
@@ -317,8 +315,11 @@ def _timelines(doc: Mapping[str, Any]) -> str:
         anomaly_ids,
         collect,
         failing_items,
+        history_loader,
         render_timeline,
     )
+
+    load_history = history_loader()
 
     body: list[str] = []
     drawn = 0
@@ -328,10 +329,12 @@ def _timelines(doc: Mapping[str, Any]) -> str:
         if not failing:
             continue
         ops, problem = None, "the campaign kept no history"
-        if camp.get("history"):
+        if camp.get("history") and load_history is None:
+            problem = "no history reader is loaded (ledgercheck.chaos.history)"
+        elif camp.get("history"):
             try:
                 ops = collect(load_history(str(camp["history"])))
-            except (HistoryError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the reader's one-line HistoryError, or an OSError
                 problem = str(exc)
         parts, left = [], 0
         for wid, f in failing.items():

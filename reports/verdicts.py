@@ -504,14 +504,6 @@ def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]],
         out.append({"severity": "violation", "what": c["id"], "words": c.get("headline") or f"breaks {c['id']}",
                     "count": 1, "clauses": [c["id"]], "message": c["message"], "impact": c.get("impact") or "behaviour",
                     "known_bug": c["outcome"] == "xfail"})
-    if stopped:
-        named = [f"{c} at {'/'.join(o)}" for c, o in stopped]
-        out.append({"severity": "not_reached", "what": "blocked",
-                    "words": f"{len(stopped)} clause{'s' if len(stopped) != 1 else ''} not judged: every test of "
-                             f"{'them' if len(stopped) != 1 else 'it'} stopped at another clause's violation "
-                             f"({_listed(named, 2)})",
-                    "count": len(stopped), "clauses": [c for c, _ in stopped], "message": None, "impact": None,
-                    "known_bug": False})
     lacking: dict[str, list[str]] = {}
     for c in mine:
         if c["level"] == "MUST" and c["outcome"] == "not_offered":
@@ -520,6 +512,14 @@ def findings(doc: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]],
     for op, ids in sorted(lacking.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         out.append({"severity": "not_offered", "what": op, "words": lack_words(op), "count": len(ids),
                     "clauses": ids, "message": None, "impact": None, "known_bug": False})
+    if stopped:
+        named = [f"{c} at {'/'.join(o)}" for c, o in stopped]
+        out.append({"severity": "not_reached", "what": "blocked",
+                    "words": f"{len(stopped)} clause{'s' if len(stopped) != 1 else ''} not judged: every test of "
+                             f"{'them' if len(stopped) != 1 else 'it'} stopped at another clause's violation "
+                             f"({_listed(named, 2)})",
+                    "count": len(stopped), "clauses": [c for c, _ in stopped], "message": None, "impact": None,
+                    "known_bug": False})
     out += not_reached(cov, doc)
     for c in by_impact([c for c in mine if c["level"] != "MUST" and c["outcome"] in ("fail", "xfail", "not_offered")]):
         out.append({"severity": "warning", "what": c["id"], "words": c["outcome"].replace("_", " "), "count": 1,

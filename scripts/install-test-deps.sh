@@ -3,6 +3,7 @@
 #   initdb, pg_ctl, postgres  (package postgresql)    the queue libraries' tests start their own server
 #   chromium                  (package chromium)      the HTML report is opened in a real browser
 #   node                      (package nodejs)        adapters and ledgers written in JavaScript
+#   npm                       (package npm)           the npm packages of the JavaScript library adapters
 #   redis-server              (package redis-server)  a shared hypothesis example store, started by a test
 #   ip                        (package iproute2)      network namespaces
 # and then the npm packages of the adapters written in JavaScript for real libraries
@@ -71,7 +72,7 @@ npm_deps() {
 }
 
 if [ -z "$need" ]; then
-  echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, redis-server, iproute2 present)"
+  echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, npm, redis-server, iproute2 present)"
   npm_deps || exit 1
   exit 0
 fi

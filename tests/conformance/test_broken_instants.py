@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the old clause tests drive promote_due at exactly next_retry_at for work with its own policy:
 # a retry promoted late leaves those scenarios stuck, blamed on the transition table
-ALSO = {"PromoteOwnPolicyStrictlyAfter": {"retry.bounds", "retry.cap", "retry.exhausted", "retry.policy_override"},
+ALSO = {"PromoteOwnPolicyStrictlyAfter": {"retry.bounds", "retry.cap", "retry.exhausted", "retry.policy_override",
+                                          "retry.non_retryable"},
         "StreamNameFolded": {"eventlog.read"}}
 
 # missed on their own clause by the clause tests before these cases (the other six were caught)

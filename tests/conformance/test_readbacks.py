@@ -50,6 +50,14 @@ def _harness(spec: Spec) -> tuple[Harness, _Lying, Counter[str]]:
         return call(op, **args)
 
     client.call = counted  # type: ignore[method-assign]
+    many = client.call_many
+
+    def counted_many(calls: list[tuple[str, dict[str, Any]]]) -> Any:  # read-backs sent together (pipelining)
+        for op, _ in calls:
+            seen[op] += 1
+        return many(calls)
+
+    client.call_many = counted_many  # type: ignore[method-assign]
     h = Harness(client, spec, client.profiles)
     h.fresh()
     for i in range(3):

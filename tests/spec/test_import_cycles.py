@@ -211,19 +211,26 @@ def test_a_listed_cycle_passes_only_while_it_exists(tmp_path: Path, known: bool)
 # (the protocol's types, client, wire, server, clocks) sits on it alone; the reference, chaos and
 # reports never import the harness; only fixtures (adapters, broken and independent ledgers) may
 # reach everything.  The root package ``ledgercheck`` (the CLI, the version) is outside the layers.
+# "model" is conformance/model, the contract's executable model (the oracle every check asks):
+# it reads only the contract and the protocol's types, so the history checkers of chaos ask it too
+# (chaos/linearize.py) without going through the rest of conformance.  chaos may open the reference
+# ledger itself (chaos/powerloss.py: the SQLite ledger whose files a power cut damages).
 LAYERS: dict[str, set[str]] = {
     "spec": set(),
     "transport": {"spec"},
     "reports": {"spec"},
+    "model": {"spec", "transport"},
     "reference": {"spec", "transport", "reports"},
-    "chaos": {"spec", "transport", "reports"},
-    "conformance": {"spec", "transport", "reports", "chaos"},
-    "fixtures": {"spec", "transport", "reports", "chaos", "conformance", "reference"},
+    "chaos": {"spec", "transport", "reports", "model", "reference"},
+    "conformance": {"spec", "transport", "reports", "chaos", "model"},
+    "fixtures": {"spec", "transport", "reports", "chaos", "conformance", "model", "reference"},
 }
 
 
 def _layer(module: str) -> str | None:
     parts = module.split(".")
+    if parts[1:3] == ["conformance", "model"]:
+        return "model"
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
 
 
