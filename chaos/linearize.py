@@ -17,6 +17,9 @@ What the model cannot know from a history is never held against the ledger:
 * an indefinite operation that may have changed the item leaves its state *unknown* from there on
   (the answer that would say how is missing) until an ``ok`` answer shows the whole item again (a
   snapshot), which the search then takes as the item's state; nothing is judged while unknown;
+* no snapshot shows the item's receipts, so such an operation also leaves them unknown (every
+  receipt of the item, and those the model looks at for it): an operation whose judgment reads an
+  unknown receipt is not judged, and the receipts an answer shows are the model's again;
 * a claim with no ``work_id`` that did not answer, or a monitor run that did not answer, may have
   moved any item: it is a candidate of every item's search;
 * a monitor run (expire, recover, promote_due) is part of an item's search only where its answer
