@@ -17,6 +17,9 @@ What the model cannot know from a history is never held against the ledger:
 * an indefinite operation that may have changed the item leaves its state *unknown* from there on
   (the answer that would say how is missing) until an ``ok`` answer shows the whole item again (a
   snapshot), which the search then takes as the item's state; nothing is judged while unknown;
+* no snapshot shows the item's receipts, so such an operation also leaves them unknown (every
+  receipt of the item, and those the model looks at for it): an operation whose judgment reads an
+  unknown receipt is not judged, and the receipts an answer shows are the model's again;
 * a claim with no ``work_id`` that did not answer, or a monitor run that did not answer, may have
   moved any item: it is a candidate of every item's search;
 * a monitor run (expire, recover, promote_due) is part of an item's search only where its answer
@@ -259,6 +262,85 @@ def _judged(found: list[Any]) -> list[Any]:
     return [v for v in found if _LACKS not in v.message]
 
 
+State = tuple[bool, frozenset[str]]  # (the item's fields unknown, keys of receipts unknown)
+KNOWN: State = (False, frozenset())
+
+
+class _SeenDict(dict):  # type: ignore[type-arg]
+    """The model's receipts, noting which keys the model looks at (``whole``: all of them)."""
+
+    seen: set[str]
+    whole: bool
+
+    def get(self, k: Any, d: Any = None) -> Any:
+        self.seen.add(k)
+        return super().get(k, d)
+
+    def __getitem__(self, k: Any) -> Any:
+        self.seen.add(k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k: Any) -> bool:
+        self.seen.add(k)
+        return super().__contains__(k)
+
+    def __iter__(self) -> Any:
+        self.whole = True
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self.whole = True
+        return super().keys()
+
+    def values(self) -> Any:
+        self.whole = True
+        return super().values()
+
+    def items(self) -> Any:
+        self.whole = True
+        return super().items()
+
+
+class _SeenList(list):  # type: ignore[type-arg]
+    """The model's journal order: walking it looks at every receipt."""
+
+    owner: _SeenDict
+
+    def __iter__(self) -> Any:
+        self.owner.whole = True
+        return super().__iter__()
+
+
+class _Watch:
+    """Which receipts the model reads while it judges one operation: the receipts (and the
+    journal's order) are lent to it in containers that note every key looked at."""
+
+    def __init__(self, m: Model) -> None:
+        self.m = m
+        d = _SeenDict(m.receipts)
+        d.seen, d.whole = set(), False
+        order = _SeenList(m.receipt_order)
+        order.owner = d
+        self.d, self.order = d, order
+        m.receipts, m.receipt_order = d, order
+        self.seen: frozenset[str] = frozenset()
+        self.whole = False
+
+    def close(self) -> bool:
+        m, d = self.m, self.d
+        if m.receipts is d:
+            m.receipts = dict.copy(d)
+        if m.receipt_order is self.order:
+            m.receipt_order = list.copy(self.order)
+        self.seen = frozenset(k for k in d.seen if isinstance(k, str))
+        self.whole = d.whole
+        return True
+
+    def reads(self, stale: frozenset[str]) -> bool:
+        """Whether it read a receipt that is not known."""
+        return bool(stale) and (self.whole or not self.seen.isdisjoint(stale))
+
+
 class _Search:
     """The search for one item."""
 
@@ -296,72 +378,132 @@ class _Search:
         for a, v in copy.deepcopy(dict(st)).items():
             setattr(m, a, v)
 
-    def key(self, m: Model, unknown: bool) -> str:
-        if unknown:
-            return "?"
-        return repr((m.items.get(self.wid), m.receipts, m.tokens.get(self.wid), m.policies.get(self.wid), m.open_fields.get(self.wid)))
+    def key(self, m: Model, st: State) -> str:
+        unknown, stale = st
+        if unknown:  # the item's fields will be taken from an answer; its journal may still be known
+            return repr(("?", m.receipts, sorted(stale)))
+        return repr((m.items.get(self.wid), m.receipts, sorted(stale), m.tokens.get(self.wid), m.policies.get(self.wid),
+                     m.open_fields.get(self.wid)))
 
     # -- one step
-    def step(self, m: Model, op: LinOp, unknown: bool) -> tuple[bool, bool, str]:
-        """Apply ``op`` to the model: (consistent, unknown afterwards, the model's word when not)."""
+    def step(self, m: Model, op: LinOp, st: State) -> tuple[bool, State, str]:
+        """Apply ``op`` to the model: (consistent, the state of knowledge afterwards, the model's
+        word when not)."""
+        unknown, stale = st
         snap = op.read if op.kind in ("read", "final", "adopt") else (_snapshot_of(op.op, op.result) if op.outcome == "ok" else None)
         if op.kind == "adopt":  # an answer of a write on several items: the item as it left it
             if snap is not None:
                 self.adopt(m, snap)
-            return True, False, ""
+            return True, (False, stale), ""
         if op.kind in ("read", "final"):
             if snap is None:
-                return True, unknown, ""
+                return True, st, ""
             if unknown:
                 self.adopt(m, snap)
-                return True, False, ""
+                return True, (False, stale), ""
             if self.wid not in m.items:
-                return False, False, "the item does not exist yet"
+                return False, st, "the item does not exist yet"
             bad = _judged(m.check_work(dict(snap), self.wid))
-            return (not bad), False, "; ".join(v.message for v in bad)
-        if unknown:
-            if op.outcome == "ok" and snap is not None and snap.get("work_id") == self.wid:
-                self.adopt(m, snap)
-                return True, False, ""
-            return True, True, ""
+            return (not bad), st, "; ".join(v.message for v in bad)
+        if unknown:  # nothing is judged; what the operation may have written becomes unknown too
+            return True, self.unjudged(m, op, snap, stale, self.may_touch(m, op), True), ""
         if op.op != "create" and self.wid not in m.items and snap is not None and snap.get("work_id") == self.wid:
             # made by another item's operation (a spawn): the item as its answer shows it
             self.adopt(m, snap)
-            return True, False, ""
+            return True, (False, stale), ""
         if op.op != "create" and self.wid not in m.items:
             # the item is created by an operation not yet linearized: nothing before it can act on it
-            return (op.outcome != "ok"), False, "the item does not exist yet"
+            return (op.outcome != "ok"), st, "the item does not exist yet"
         m.slack = (op.t1 - op.t0) if self.slack and op.t1 != INF else (1.0 if self.slack else 0.0)
+        watch = _Watch(m)
         try:
             exp = m.expect(op.op, op.args)
         except (KeyError, TypeError, ValueError) as exc:
-            return True, True, f"the model cannot judge {op.op}: {exc}"
+            watch.close()
+            return True, (True, stale | set(m.receipts) | watch.seen), f"the model cannot judge {op.op}: {exc}"
+        watch.close()
+        if watch.reads(stale):
+            return True, self.unjudged(m, op, snap, stale, watch.seen), ""
         if op.outcome == "indefinite":
             if isinstance(exp, Refuse):
-                return True, False, ""
-            return True, True, ""
+                return True, st, ""
+            # it may have taken effect: the item and its journal (every receipt, and those it
+            # names) are unknown until answers show them again
+            return True, (True, stale | set(m.receipts) | watch.seen), ""
         if op.outcome == "refused":
             code = op.error.get("code") if isinstance(op.error, Mapping) else None
             if isinstance(exp, Refuse):
-                return True, False, ""
+                return True, st, ""
             if code in STATE_CODES and code not in exp.also_refuse:
-                return False, False, f"{op.op} must succeed here ({exp.why}), it was refused {code}"
-            return True, False, ""
+                return False, st, f"{op.op} must succeed here ({exp.why}), it was refused {code}"
+            return True, st, ""
         # ok
         if snap is not None and snap.get("work_id") == self.wid:
             self._take_open(m, snap)
             exp = m.expect(op.op, op.args)
         if isinstance(exp, Refuse):
-            return False, False, f"{op.op} must be refused here with {'/'.join(sorted(exp.codes))} ({exp.why})"
+            return False, st, f"{op.op} must be refused here with {'/'.join(sorted(exp.codes))} ({exp.why})"
         assert isinstance(exp, Accept)
+        saved, watch = (self.save(m), _Watch(m)) if stale else (None, None)  # judging the answer may read a receipt not known
         try:
             bad = m.settle(op.op, exp, Outcome(True, copy.deepcopy(op.result)))
         except Exception as exc:  # noqa: BLE001 - the model could not read the answer: say so
-            return False, False, f"{op.op}: the answer cannot be read by the model ({exc})"
+            if watch is not None and saved is not None and watch.close() and watch.reads(stale):
+                self.restore(m, saved)
+                return True, self.unjudged(m, op, snap, stale, watch.seen), ""
+            return False, st, f"{op.op}: the answer cannot be read by the model ({exc})"
+        if watch is not None and saved is not None and watch.close() and watch.reads(stale):
+            self.restore(m, saved)
+            return True, self.unjudged(m, op, snap, stale, watch.seen), ""
         bad = _judged(bad)
         if bad:
-            return False, False, "; ".join(v.message for v in bad)
-        return True, False, ""
+            return False, st, "; ".join(v.message for v in bad)
+        return True, st, ""
+
+    def unjudged(self, m: Model, op: LinOp, snap: Mapping[str, Any] | None, stale: frozenset[str], touched: frozenset[str],
+                 unknown: bool = False) -> State:
+        """An operation whose answer depends on a receipt the search does not know (an
+        indefinite operation may have changed it): not judged.  A refusal changed nothing; an
+        answer shows what it shows (receipts, the item); otherwise the item is unknown too,
+        unless the operation only reads.  ``touched``: the receipts the model looked at for it."""
+        if op.outcome == "refused":
+            return unknown, stale
+        writes = self.spec.operations[op.op].kind != "read"
+        if writes:  # it may have written any receipt of the item, and those it names
+            stale = stale | set(m.receipts) | touched
+        if op.outcome == "ok":
+            stale = self.take_receipts(m, op, stale)
+            if snap is not None and snap.get("work_id") == self.wid:
+                self.adopt(m, snap)
+                return False, stale
+        return unknown or writes, stale
+
+    def may_touch(self, m: Model, op: LinOp) -> frozenset[str]:
+        """The receipts the model would look at for ``op`` (those it names; a receipt it may
+        create), asked even where the item itself is unknown."""
+        watch = _Watch(m)
+        try:
+            m.expect(op.op, op.args)
+        except Exception:  # noqa: BLE001,S110 - the model could not even start: what it looked at is all we learn
+            pass
+        finally:
+            watch.close()
+        return watch.seen
+
+    def take_receipts(self, m: Model, op: LinOp, stale: frozenset[str]) -> frozenset[str]:
+        """The receipts of the item an ok answer shows become the model's (and known again)."""
+        res = op.result
+        shown: list[tuple[str, Any]] = []
+        for r in (res if isinstance(res, list) else [res, res.get("receipt") if isinstance(res, Mapping) else None]):
+            if (isinstance(r, Mapping) and isinstance(r.get("key"), str) and r.get("work_id") == self.wid
+                    and "state" in r):
+                shown.append((r["key"], r))
+        key = op.args.get("key")
+        if res is None and isinstance(key, str) and key in stale and self.spec.operations[op.op].kind == "read":
+            shown.append((key, None))  # a lookup that found no receipt under the key
+        for k, r in shown:
+            m.adopt_receipt(k, r)
+        return stale - {k for k, _ in shown} if shown else stale
 
     def _take_open(self, m: Model, snap: Mapping[str, Any]) -> None:
         """Fields the contract left open after the item's last change (a promotion may keep
@@ -392,9 +534,9 @@ class _Search:
         ops = self.ops
         definite = [i for i in ops_idx if ops[i].definite]
         self.need = len(definite)
-        return self._dfs(m, frozenset(), ops_idx, [], False, 0)
+        return self._dfs(m, frozenset(), ops_idx, [], KNOWN, 0)
 
-    def _dfs(self, m: Model, done: frozenset[int], pool: list[int], order: list[int], unknown: bool, ndef: int) -> list[int] | None:
+    def _dfs(self, m: Model, done: frozenset[int], pool: list[int], order: list[int], unknown: State, ndef: int) -> list[int] | None:
         ops = self.ops
         while True:
             if ndef == self.need:
@@ -509,7 +651,7 @@ def _word(s: _Search, idx: list[int], at: int, budget: int) -> str:
     if order is None:
         order = sub.best
     m = sub.fresh()
-    unknown = False
+    unknown = KNOWN
     for j in order:
         _, unknown, _ = sub.step(m, ops[j], unknown)
     return sub.step(m, ops[at], unknown)[2]

@@ -7,6 +7,9 @@ from typing import Any
 
 from .base import Accept, Expectation, ModelBase, Refuse, Violation, _Bad, _is_map, same_json
 
+# what the model keeps of a receipt (and compares with the implementation's)
+RECEIPT_FIELDS = ("key", "work_id", "step_id", "tool", "step_class", "input_hash", "state", "result")
+
 
 class IdempotencyOps(ModelBase):
     PROFILE = "idempotency"
@@ -43,13 +46,27 @@ class IdempotencyOps(ModelBase):
                 return out + self._compare_receipt(existing, res["receipt"], "idem.begin")
             if res.get("created") is not True:
                 out.append(Violation("idem.begin", f"beginning key {key[:12]} the first time must report created=true"))
-            rec = {"key": key, "work_id": wid, "step_id": a["step_id"], "tool": a["tool"], "step_class": a["step_class"],
-                   "input_hash": ih, "state": "pending", "result": None}
+            rec = dict(zip(RECEIPT_FIELDS, (key, wid, a["step_id"], a["tool"], a["step_class"], ih, "pending", None), strict=True))
             self.receipts[key] = rec
             self.receipt_order.append(key)
             return out + self._compare_receipt(rec, res["receipt"], "idem.begin")
 
         return Accept(h, "idem.begin", "beginning an effect is always accepted")
+
+    def adopt_receipt(self, key: str, receipt: Any) -> None:
+        """Take an implementation's receipt under ``key`` as the model's (``None``: it has none),
+        as :meth:`adopt` does for an item after an indefinite error."""
+        old = self.receipts.pop(key, None)
+        if receipt is None:
+            if key in self.receipt_order:
+                self.receipt_order.remove(key)
+        else:
+            if key not in self.receipt_order:
+                self.receipt_order.append(key)
+            self.receipts[key] = {f: copy.deepcopy(receipt.get(f)) for f in RECEIPT_FIELDS} | {"key": key}
+        for wid in {r["work_id"] for r in (old, self.receipts.get(key)) if r is not None}:
+            if not any(r.get("may_be") for r in self.receipts.values() if r["work_id"] == wid):
+                self.unresolved.discard(wid)
 
     def _settled_receipt(self, rec: dict[str, Any]) -> None:
         """A later operation set the receipt's state: recovery's marking no longer speaks for it."""
