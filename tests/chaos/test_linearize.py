@@ -130,17 +130,8 @@ CORRECT = {"reference": "reference", "shared-mem": "python:ledgercheck.fixtures.
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s == 1 else [pytest.mark.thorough]) for s in range(1, SEEDS + 1)])
 @pytest.mark.parametrize("name", sorted(CORRECT))
-def test_campaigns_of_correct_ledgers_give_no_false_alarm(name: str, seed: int, tmp_path: Path, scratch: str | None,
-                                                          request: pytest.FixtureRequest) -> None:
+def test_campaigns_of_correct_ledgers_give_no_false_alarm(name: str, seed: int, tmp_path: Path, scratch: str | None) -> None:
     from ledgercheck.chaos.safety import run_campaign
-
-    # A KNOWN FALSE ALARM, not yet explained (docs/safety.md, "Known limits of the per-item checker"):
-    # on some interleavings under load (seen on the event-sourced ledger at seeds 1 and 2 and once on
-    # the reference at seed 1; not in 12 quiet repeats) the checker says a read's `result` should be
-    # null where a correct ledger shows the close-out's result.  Every run shows it as xfail/xpass
-    # until it is fixed: a false alarm is a defect of the checker, never of these ledgers.
-    request.node.add_marker(pytest.mark.xfail(strict=False, reason="known intermittent false alarm of the "
-                                              "per-item checker under load (docs/safety.md)"))
 
     r = run_campaign(CORRECT[name], seed=seed, out_dir=str(tmp_path), tmp_root=scratch, items=16, duration=1.6, time_limit=60.0)
     h = load_history(r.history)
