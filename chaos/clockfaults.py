@@ -206,6 +206,35 @@ class FakeClock:
         self.close()
 
 
+def postgres_on_clock(clock: FakeClock | str, **kwargs: Any) -> Any:
+    """A PostgreSQL server (``transport.pgserver.PostgresServer``, not started; use it as a context
+    manager) whose processes run on ``clock`` (a :class:`FakeClock` or a clock file): set its
+    rate to run the server fast, so that the database's own time (``now()``,
+    ``clock_timestamp()``, its timers) passes N times as fast as the real one.  The clock file
+    must be readable by the server's account (FakeClock's is)."""
+    from ledgercheck.transport.pgserver import PostgresServer, PostgresUnavailable
+
+    path = clock.path if isinstance(clock, FakeClock) else str(clock)
+
+    class _OnClock(PostgresServer):
+        def _run(self, argv: list[str], *, timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
+            assert self.bindir is not None
+            env = faketime_env(path, {k: v for k, v in os.environ.items() if not k.startswith("PG")})
+            env["LC_ALL"] = "C"
+            extra: dict[str, Any] = {}
+            if self._account is not None:
+                extra.update(user=self._account.pw_uid, group=self._account.pw_gid, extra_groups=[])
+                env["HOME"] = str(self.root)
+            proc = subprocess.run([str(self.bindir / argv[0]), *argv[1:]], capture_output=True, text=True,
+                                  timeout=timeout, env=env, cwd=str(self.root), start_new_session=True, **extra)
+            if check and proc.returncode != 0:
+                raise PostgresUnavailable(f"{argv[0]} failed (exit {proc.returncode}): "
+                                          f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+            return proc
+
+    return _OnClock(**kwargs)
+
+
 # ------------------------------------------------------------------------------ fault plans
 @dataclass
 class ClockPlan:
@@ -436,7 +465,7 @@ def skewed_workers(records: Iterable[Mapping[str, Any]], grace: float | None = N
         return []
     invokes: dict[Any, Mapping[str, Any]] = {}
     lease: dict[str, dict[str, float]] = {}  # process -> work_id -> lease expiry (ledger time)
-    out = [w for ws in windows.values() for w in ws]
+    out = sorted((w for ws in windows.values() for w in ws), key=lambda w: w["from"])
     for w in out:
         w.update(writes=0, ok=0, refused=0, indefinite=0, ok_after_lapse=0, refused_while_live=0,
                  refused_after_lapse=0, claims=0)
