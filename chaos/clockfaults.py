@@ -335,11 +335,13 @@ class CampaignClocks:
         return cls(d, seed, lapse, record, lib)
 
     def spawned(self, cfg: dict[str, Any], slot: int, worker: str, pid: int) -> None:
-        """A worker process ``pid`` is about to start in ``slot``: its clock file, real to begin with."""
+        """A worker process ``pid`` is about to start in ``slot``: its clock file, real to begin with,
+        and its adapter in a process of its own (libfaketime is loaded at exec)."""
         path = os.path.join(self.directory, f"clock.{slot}")
         write_clock(path)
         self.clocks[slot] = _Clock(path, worker, pid)
         cfg["clock_env"] = faketime_env(path, {}, lib=self.lib)
+        cfg["address"] = serving_address(str(cfg["address"]))
 
     def strike(self, f: Any, holders: Sequence[Any], cands: Sequence[Any], may_wait: bool, may_wait_long: bool,
                notes: list[str]) -> bool:

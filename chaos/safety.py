@@ -919,8 +919,7 @@ class _Campaign:
         }
         self.clocks = clockfaults.CampaignClocks.for_campaign(self.p.faults, self.work, self.p.seed, self.lapse_real,
                                                               self.durable, self._record)
-        if self.clocks is not None:  # libfaketime is loaded at exec: every adapter runs in a process of its own
-            self.base_cfg["address"] = clockfaults.serving_address(self.base_cfg["address"])
+        if self.clocks is not None:
             self.counts.update(dict.fromkeys([f for f in self.p.faults if f in nemesis.CLOCK_FAULTS], 0))
         own = set(worker_points(self.spec))
         passed = own - {"after_waiting_set"} - (
