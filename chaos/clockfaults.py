@@ -459,6 +459,8 @@ def skewed_workers(records: Iterable[Mapping[str, Any]], grace: float | None = N
             continue
         f, p = r.get("fault"), str(r.get("process"))
         if f in CLOCK_FAULTS:
+            if windows.get(p) and windows[p][-1]["to"] is None:  # a fault on a clock still off (a fast one's gain)
+                windows[p][-1]["to"] = r.get("t")
             windows.setdefault(p, []).append({"worker": p, "fault": f, "params": r.get("point"), "from": r.get("t"),
                                               "to": None})
         elif f == END and windows.get(p) and windows[p][-1]["to"] is None:
