@@ -1845,7 +1845,8 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
     """Run one safety campaign against ``address`` and return its result.
 
     ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"), each done at
-    least ``min_each`` times when the duration allows; ``partition``
+    least ``min_each`` times when the duration allows (and the clock faults ``skew``, ``bump``,
+    ``strobe``, ``fast``: chaos/clockfaults.py, they need libfaketime); ``partition``
     needs ``hosts``, a created :class:`~ledgercheck.chaos.hosts.HostNet` whose namespaces the workers
     run in (round robin); ``reset`` adds keys to every process's ``reset`` (a ``server_dsn`` the
     hosts reach, for a ledger on a database server).  ``out_dir`` receives
