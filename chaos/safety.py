@@ -65,7 +65,7 @@ from ledgercheck.transport.clock import VIRTUAL_EPOCH, plain, scaled_document
 from ledgercheck.transport.protocol import Outcome
 from ledgercheck.transport.reaper import gone
 
-from . import nemesis
+from . import clockfaults, nemesis
 from .forkserver import ForkServerError, fork_server
 from .history import HistoryWriter, merge_histories, process_path
 from .points import ChaosError, worker_points
@@ -618,6 +618,7 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
             from .hosts import enter
 
             enter(str(cfg["netns"]))
+        clockfaults.enter(cfg)  # a clock-faulted worker: its adapter process reads the worker's clock file
         spec = _spec_from(cfg)
         client = connect(cfg["address"], spec, timeout=float(cfg["op_timeout"]))
         if cfg.get("reopen"):
@@ -847,6 +848,7 @@ class _Campaign:
         self.heals: list[tuple[float, Any]] = []  # (when, which host) a partition ends
         self.cut_watch: dict[int, tuple[int, float]] = {}  # id(host) -> (watch of its holder's item, safety net)
         self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
+        self.clocks: clockfaults.CampaignClocks | None = None  # clock faults (chaos/clockfaults.py)
 
     # -- setup ---------------------------------------------------------------------------------
     def probe(self) -> None:
@@ -915,6 +917,10 @@ class _Campaign:
             "step_class": STEP_CLASS.get(self.declared.delivery, PLAIN_CLASS), "delivery": self.declared.delivery,
             "latency": list(self.p.latency), "renew_p": self.p.renew_p, "fail_p": self.p.fail_p,
         }
+        self.clocks = clockfaults.CampaignClocks.for_campaign(self.p.faults, self.work, self.p.seed, self.lapse_real,
+                                                              self.durable, self._record)
+        if self.clocks is not None:
+            self.counts.update(dict.fromkeys([f for f in self.p.faults if f in nemesis.CLOCK_FAULTS], 0))
         own = set(worker_points(self.spec))
         passed = own - {"after_waiting_set"} - (
             set() if self.declared.delivery == "effectively-once" else {"after_intent_before_submit"})
@@ -985,6 +991,8 @@ class _Campaign:
         if self.p.hosts is not None and role == "worker":
             cfg["netns"] = self.p.hosts.host_of(slot).path
             self.placed[name] = self.p.hosts.host_of(slot).netns
+        if self.clocks is not None and role == "worker":
+            self.clocks.spawned(cfg, slot, name, pid)
         conn.send(cfg)
         proc = _Proc(name, role, pid, conn, slot, starting=True, start_by=time.monotonic() + 60.0)
         self.procs.append(proc)
@@ -1152,13 +1160,16 @@ class _Campaign:
             # a takeover waits for another worker's claim: look at the shared map often
             watching = [now + 0.005] if self.takeovers else []
             nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes]
-                      + [t for t, _ in self.heals] + watching + [now + 0.05])
+                      + [t for t, _ in self.heals] + watching + [now + 0.05]
+                      + ([t for t in [self.clocks.next_due()] if t is not None] if self.clocks else []))
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
             self._starting_due(now)
             self._takeovers_due(now)
             self._resume_due(now)
             self._heal_due(now)
+            if self.clocks is not None:
+                self.clocks.due(now)
             self._disarm_due(now)
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
@@ -1183,6 +1194,8 @@ class _Campaign:
         for _, host in list(self.heals):
             self._heal(host)
         self.heals.clear()
+        if self.clocks is not None:
+            self.clocks.end_all()
         for proc in self._workers():
             if proc.armed:
                 self._disarm(proc)
@@ -1211,6 +1224,8 @@ class _Campaign:
         holders = [p for p in cands if self.flags[p.slot]]
         if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
             holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
+        if f.fault in nemesis.CLOCK_FAULTS and self.clocks is not None:
+            return self.clocks.strike(f, holders, cands, may_wait, may_wait_long, self.notes)
         if may_wait and not holders and not (f.fault == "kill" and f.point):
             return False
         if f.fault == "reopen":
@@ -1830,7 +1845,8 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
     """Run one safety campaign against ``address`` and return its result.
 
     ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"), each done at
-    least ``min_each`` times when the duration allows; ``partition``
+    least ``min_each`` times when the duration allows (and the clock faults ``skew``, ``bump``,
+    ``strobe``, ``fast``: chaos/clockfaults.py, they need libfaketime); ``partition``
     needs ``hosts``, a created :class:`~ledgercheck.chaos.hosts.HostNet` whose namespaces the workers
     run in (round robin); ``reset`` adds keys to every process's ``reset`` (a ``server_dsn`` the
     hosts reach, for a ledger on a database server).  ``out_dir`` receives
@@ -1862,4 +1878,5 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
             shutil.rmtree(camp.out, ignore_errors=True)
     if record and check and result.history:
         attach_verdict(result, check_history(result.history, spec))
+        clockfaults.attach(result)
     return result
