@@ -1,0 +1,283 @@
+"""Lost replies and slow links: a seeded TCP relay between the workers and a ledger's server.
+
+A ledger on a database server (the PostgreSQL reference, ``fixtures/pg_ledger.py``, the libraries
+on PostgreSQL) is reached over TCP.  :class:`TcpRelay` listens on a local port and forwards every
+connection to the server, and on the way does what a network can do to a request and its answer:
+
+``lose``   after the server answered the ``COMMIT`` of a transaction that wrote (``INSERT``,
+           ``UPDATE`` or ``DELETE`` completed in it), the relay withholds that answer and cuts the
+           connection (client and server side): the write is committed, the client never hears
+           so.  The client sees its connection lost in the middle of the commit: the outcome is
+           unknown, and a correct client reports it as such (an indefinite outcome in the history),
+           neither as done nor as failed.  Only transactions that wrote lose their answer: a lost
+           read is indistinguishable from one never sent, and the campaign's final read must see
+           the ledger.  With ``marker=None`` (a protocol the relay does not read) any answer may be
+           lost, with the same probability per chunk the server sends.
+``delay``  each chunk, in either direction, is held back for a seeded time (``delay_p`` of the
+           chunks, by a uniform draw from ``delay``): a slow link.  Order within a connection is
+           kept (TCP would keep it), so a delay moves a request later relative to the other
+           workers' requests: concurrent requests reach the server reordered.
+
+What TCP does not let through cannot be simulated here: a byte stream is never duplicated or
+reordered inside a connection (netem duplicates and reorders packets, and TCP hides both from the
+client; :func:`netem` applies them to the hosts' links all the same, for what they do to timing).
+Duplicated and reordered *requests* are possible where a client retries: a client that retries a
+write whose answer was lost sends it twice, which is what the lost-reply fault provokes.
+
+Each draw comes from ``random.Random(f"replies/{seed}/{connection}/{direction}")`` (connections
+numbered in the order they were accepted), so a seed names the same faults for the same traffic.
+:attr:`TcpRelay.counts` says what was done (``connections``, ``replies_lost``, ``chunks_delayed``);
+:attr:`TcpRelay.events` lists each lost reply (monotonic time, connection number).
+
+:func:`relayed_dsn` rewrites a libpq DSN to reach the server through the relay; pass it as the
+campaign's ``reset={"server_dsn": ...}`` (``run_campaign``) and every worker's connection goes
+through the relay.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .points import ChaosError
+
+# PostgreSQL's CommandComplete message ('C', int32 length, tag, NUL) for the tags that matter.
+_COMMIT = b"C\x00\x00\x00\x0bCOMMIT\x00"
+_ROLLBACK = b"C\x00\x00\x00\x0dROLLBACK\x00"
+_WROTE = re.compile(rb"C\x00\x00\x00.(?:INSERT \d+ [1-9]\d*|UPDATE [1-9]\d*|DELETE [1-9]\d*)\x00", re.S)
+PG_MARKER = "postgres"
+CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class LinkFaults:
+    """What the relay does: ``lose`` is the chance that the answer to a committed write is lost
+    (the connection cut after the commit); ``delay_p`` the chance that a chunk is held back by a
+    uniform draw from ``delay`` seconds."""
+
+    seed: int = 0
+    lose: float = 0.0
+    delay_p: float = 0.0
+    delay: tuple[float, float] = (0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        for name in ("lose", "delay_p"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ChaosError(f"link faults: {name} must be between 0 and 1, not {v!r}")
+        lo, hi = self.delay
+        if lo < 0 or hi < lo:
+            raise ChaosError(f"link faults: delay must be (low, high) seconds with 0 <= low <= high, not {self.delay!r}")
+
+
+@dataclass
+class TcpRelay:
+    """A relay from ``127.0.0.1:<port>`` (or ``listen``) to ``target``; see the module docstring."""
+
+    target: tuple[str, int]
+    faults: LinkFaults = field(default_factory=LinkFaults)
+    listen: str = "127.0.0.1"
+    marker: str | None = PG_MARKER
+    counts: dict[str, int] = field(default_factory=lambda: {"connections": 0, "replies_lost": 0, "chunks_delayed": 0})
+    events: list[tuple[float, int]] = field(default_factory=list)
+    port: int = 0
+    _sock: socket.socket | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _open: set[socket.socket] = field(default_factory=set)
+    _closed: bool = False
+    _calm: bool = False
+
+    def start(self) -> TcpRelay:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((self.listen, 0))
+        s.listen(128)
+        self._sock, self.port = s, s.getsockname()[1]
+        threading.Thread(target=self._accept, name="relay-accept", daemon=True).start()
+        return self
+
+    def __enter__(self) -> TcpRelay:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def calm(self, calm: bool = True) -> None:
+        """Stop (or restart) doing faults; connections go on being relayed."""
+        self._calm = calm
+
+    def close(self) -> None:
+        self._closed = True
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        with self._lock:
+            socks = list(self._open)
+            self._open.clear()
+        for s in socks:
+            _shut(s)
+
+    # -- relaying
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while not self._closed:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                _shut(client)
+                continue
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                n = self.counts["connections"]
+                self.counts["connections"] = n + 1
+                self._open.update((client, server))
+            seed = self.faults.seed
+            pair = _Pair(client, server)
+            threading.Thread(target=self._pump, args=(pair, client, server, random.Random(f"replies/{seed}/{n}/up"), n, False),
+                             name=f"relay-{n}-up", daemon=True).start()
+            threading.Thread(target=self._pump, args=(pair, server, client, random.Random(f"replies/{seed}/{n}/down"), n, True),
+                             name=f"relay-{n}-down", daemon=True).start()
+
+    def _pump(self, pair: _Pair, src: socket.socket, dst: socket.socket, rng: random.Random, n: int,
+              answers: bool) -> None:
+        f = self.faults
+        wrote = False
+        due = 0.0  # when the last chunk went out: a delay never lets a later chunk overtake it
+        try:
+            while not pair.cut:
+                try:
+                    data = src.recv(CHUNK)
+                except OSError:
+                    break
+                if not data:
+                    break
+                if f.delay_p and not self._calm and rng.random() < f.delay_p:
+                    due = max(due, time.monotonic() + rng.uniform(*f.delay))
+                    with self._lock:
+                        self.counts["chunks_delayed"] += 1
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                if answers and f.lose and not self._calm:
+                    if self.marker == PG_MARKER:
+                        wrote = wrote or _WROTE.search(data) is not None
+                        ends = _COMMIT in data
+                        lost = ends and wrote and rng.random() < f.lose
+                        if ends or _ROLLBACK in data:
+                            wrote = False
+                    else:
+                        lost = rng.random() < f.lose
+                    if lost:
+                        with self._lock:
+                            self.counts["replies_lost"] += 1
+                            self.events.append((time.monotonic(), n))
+                        break
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    break
+        finally:
+            pair.cut = True
+            for s in (src, dst):
+                _shut(s)
+                with self._lock:
+                    self._open.discard(s)
+
+
+class _Pair:
+    def __init__(self, client: socket.socket, server: socket.socket) -> None:
+        self.client, self.server, self.cut = client, server, False
+
+
+def _shut(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        s.close()
+    except OSError:
+        pass
+
+
+_KV = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def dsn_target(dsn: str) -> tuple[str, int]:
+    """(host, port) of a key=value libpq DSN (host 127.0.0.1 and port 5432 when not given)."""
+    kv = dict(_KV.findall(dsn))
+    host = kv.get("host", "127.0.0.1").strip("'")
+    if host.startswith("/"):
+        raise ChaosError(f"the relay needs a TCP server address, not a socket directory ({host})")
+    return host, int(kv.get("port", "5432").strip("'"))
+
+
+def relayed_dsn(dsn: str, relay: TcpRelay) -> str:
+    """``dsn`` with its host and port replaced by the relay's."""
+    rest = " ".join(f"{k}={v}" for k, v in _KV.findall(dsn) if k not in ("host", "hostaddr", "port"))
+    return f"host={relay.listen} port={relay.port} {rest}".strip()
+
+
+@contextmanager
+def lossy_link(server_dsn: str, faults: LinkFaults, marker: str | None = PG_MARKER) -> Iterator[tuple[TcpRelay, str]]:
+    """A relay in front of the server of ``server_dsn``; yields it and the DSN that reaches the
+    server through it."""
+    relay = TcpRelay(dsn_target(server_dsn), faults, marker=marker).start()
+    try:
+        yield relay, relayed_dsn(server_dsn, relay)
+    finally:
+        relay.close()
+
+
+# ------------------------------------------------------------------------------ netem on hosts
+def netem(host: Any, *, delay_ms: float = 0.0, jitter_ms: float = 0.0, loss: float = 0.0, duplicate: float = 0.0,
+          reorder: float = 0.0) -> list[str]:
+    """Put a netem qdisc on a host's end of its link (``chaos/hosts.py``'s :class:`Host`): every
+    packet the host sends is delayed by ``delay_ms`` (+- ``jitter_ms``), and lost, duplicated or
+    sent ahead of its turn with the given percentages.  TCP retransmits what is lost and drops
+    what is duplicated: the client sees a slow link, never a changed byte stream.  Returns the tc
+    command's arguments; raises ChaosError (one line) when tc refuses."""
+    args = ["qdisc", "replace", "dev", host.link, "root", "netem"]
+    if delay_ms or jitter_ms:
+        args += ["delay", f"{delay_ms:g}ms", f"{jitter_ms:g}ms"]
+    if loss:
+        args += ["loss", f"{loss:g}%"]
+    if duplicate:
+        args += ["duplicate", f"{duplicate:g}%"]
+    if reorder:
+        if not delay_ms:
+            raise ChaosError("netem: reorder needs a delay (packets sent ahead of their turn skip it)")
+        args += ["reorder", f"{reorder:g}%"]
+    _tc(host, args)
+    return args
+
+
+def clear_netem(host: Any) -> None:
+    """Remove the host's netem qdisc (nothing when it has none)."""
+    subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "del", "dev", host.link, "root"],
+                   capture_output=True, text=True, timeout=30)
+
+
+def _tc(host: Any, args: list[str]) -> None:
+    try:
+        proc = subprocess.run(["ip", "netns", "exec", host.netns, "tc", *args], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise ChaosError("netem needs the 'ip' and 'tc' tools (iproute2)") from None
+    if proc.returncode != 0:
+        raise ChaosError(f"tc {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
