@@ -281,3 +281,185 @@ def _tc(host: Any, args: list[str]) -> None:
         raise ChaosError("netem needs the 'ip' and 'tc' tools (iproute2)") from None
     if proc.returncode != 0:
         raise ChaosError(f"tc {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
+
+
+# ------------------------------------------------------------------ the wire protocol's relay
+@dataclass(frozen=True)
+class WireFaults:
+    """What the wire relay does to one adapter's JSON lines (docs/safety.md, "Lost replies"):
+    ``lose`` the chance that the answer to a write is lost after the adapter gave it (the harness
+    is told ``internal``, indefinite: what a transport that saw its connection go says);
+    ``delay_p``/``delay`` requests and answers held back; ``duplicate`` the chance that a
+    token-fenced write (the contract's ``requires_lease`` operations) is delivered twice, and
+    ``reorder`` the chance that the second copy comes late, after the next request."""
+
+    seed: int = 0
+    lose: float = 0.0
+    delay_p: float = 0.0
+    delay: tuple[float, float] = (0.0, 0.0)
+    duplicate: float = 0.0
+    reorder: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("lose", "delay_p", "duplicate", "reorder"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ChaosError(f"wire faults: {name} must be between 0 and 1, not {v!r}")
+        lo, hi = self.delay
+        if lo < 0 or hi < lo:
+            raise ChaosError(f"wire faults: delay must be (low, high) seconds with 0 <= low <= high, not {self.delay!r}")
+
+    def args(self) -> list[str]:
+        """The relay's command-line options for these faults."""
+        return ["--seed", str(self.seed), "--lose", f"{self.lose:g}", "--delay-p", f"{self.delay_p:g}",
+                "--delay", f"{self.delay[0]:g},{self.delay[1]:g}", "--duplicate", f"{self.duplicate:g}",
+                "--reorder", f"{self.reorder:g}"]
+
+
+LOST_MESSAGE = "the answer was lost on the way: the adapter answered, the reply relay dropped it (chaos/replies.py)"
+
+
+def wire_address(adapter_command: str, faults: WireFaults) -> str:
+    """An ``exec:`` address that runs ``adapter_command`` behind the wire relay."""
+    import shlex
+    import sys
+
+    return "exec:" + shlex.join([sys.executable, "-m", "ledgercheck.chaos.replies", *faults.args(), "--"]) + " " + adapter_command
+
+
+class WireRelay:
+    """Between the harness (this process's stdin/stdout) and the adapter (a child process)."""
+
+    def __init__(self, argv: list[str], faults: WireFaults, spec: Any = None) -> None:
+        import os
+
+        from ledgercheck.spec import default_spec
+
+        spec = spec or default_spec()
+        ops = spec.operations
+        self.writes = frozenset(n for n, o in ops.items() if o.kind not in ("read", "session"))
+        self.fenced = frozenset(n for n, o in ops.items() if o.requires_lease)
+        self.faults = faults
+        self.rng = random.Random(f"replies/{faults.seed}/wire")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.lost: set[Any] = set()
+        self.lock = threading.Lock()
+        self.out = os.fdopen(os.dup(1), "wb", buffering=0)
+        self.counts = {"replies_lost": 0, "delayed": 0, "duplicated": 0, "reordered": 0}
+
+    def _hold(self) -> None:
+        f = self.faults
+        if f.delay_p and self.rng.random() < f.delay_p:
+            time.sleep(self.rng.uniform(*f.delay))
+
+    def up(self, stdin: Any) -> None:
+        import orjson
+
+        f = self.faults
+        assert self.proc.stdin is not None
+        held: bytes | None = None  # a second copy that arrives after the next request
+        dup_id = 0
+        for line in stdin:
+            try:
+                msg = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                msg = None
+            op = msg.get("op") if isinstance(msg, dict) else None
+            copy = late = None
+            with self.lock:
+                self._hold()
+                if op in self.writes and f.lose and self.rng.random() < f.lose:
+                    self.lost.add(msg.get("id"))
+                if op in self.fenced and f.duplicate and self.rng.random() < f.duplicate:
+                    dup_id -= 1
+                    copy = orjson.dumps({**msg, "id": dup_id}) + b"\n"
+                    self.counts["duplicated"] += 1
+                    if f.reorder and self.rng.random() < f.reorder:
+                        copy, late = None, copy
+                        self.counts["reordered"] += 1
+            try:
+                self.proc.stdin.write(line)
+                if held is not None:
+                    self.proc.stdin.write(held)
+                if copy is not None:
+                    self.proc.stdin.write(copy)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                break
+            held = late
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def down(self) -> None:
+        import orjson
+
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                msg = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                msg = None
+            if isinstance(msg, dict) and "id" in msg:
+                rid = msg.get("id")
+                if isinstance(rid, int) and rid < 0:
+                    continue  # the answer to a duplicate: nobody asked for it
+                with self.lock:
+                    self._hold()
+                    lost = rid in self.lost
+                    self.lost.discard(rid)
+                    if lost:
+                        self.counts["replies_lost"] += 1
+                if lost:
+                    line = orjson.dumps({"id": rid, "ok": False, "error": {"code": "internal", "message": LOST_MESSAGE,
+                                                                         "definite": False}}) + b"\n"
+            try:
+                self.out.write(line)
+            except (BrokenPipeError, OSError):
+                break
+
+    def run(self) -> int:
+        import sys
+
+        t = threading.Thread(target=self.down, daemon=True)
+        t.start()
+        self.up(sys.stdin.buffer)
+        code = self.proc.wait()
+        t.join(5)
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ledgercheck.chaos.replies [options] -- ADAPTER COMMAND...``: run the adapter
+    behind the wire relay (see :class:`WireFaults` for the options)."""
+    import argparse
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        print("replies: usage: python -m ledgercheck.chaos.replies [options] -- ADAPTER COMMAND...", file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    p = argparse.ArgumentParser(prog="python -m ledgercheck.chaos.replies")
+    p.add_argument("--seed", type=int, default=0)
+    for name in ("lose", "delay-p", "duplicate", "reorder"):
+        p.add_argument(f"--{name}", type=float, default=0.0)
+    p.add_argument("--delay", default="0,0")
+    a = p.parse_args(argv[:cut])
+    try:
+        lo, hi = (float(x) for x in a.delay.split(","))
+        faults = WireFaults(a.seed, a.lose, a.delay_p, (lo, hi), a.duplicate, a.reorder)
+    except (ValueError, ChaosError) as exc:
+        print(f"replies: {exc}", file=sys.stderr)
+        return 2
+    try:
+        relay = WireRelay(argv[cut + 1:], faults)
+    except OSError as exc:
+        print(f"replies: cannot start {argv[cut + 1]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return relay.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
