@@ -162,3 +162,99 @@ def test_correct_ledgers_are_clean_under_lost_replies_and_slow_links(pg: Any, ad
         lost += relay.counts["replies_lost"]
         indefinite += _indefinite(r)
     assert lost > 0 and indefinite > 0  # replies were lost, and the history says the outcome was unknown
+
+
+# ------------------------------------------------------------------------------ the wire relay
+def _wire(faults: Any, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    import shutil
+    import subprocess
+    import sys
+
+    import orjson
+
+    cmd = [sys.executable, "-m", "ledgercheck.chaos.replies", *faults.args(), "--", shutil.which("ledgercheck") or "ledgercheck",
+           "serve", "reference"]
+    data = b"".join(orjson.dumps(x) + b"\n" for x in lines)
+    proc = subprocess.run(cmd, input=data, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-500:]
+    return [orjson.loads(x) for x in proc.stdout.splitlines()]
+
+
+@pytest.mark.thorough  # two adapter processes: seconds on a busy machine
+def test_the_wire_relay_loses_answers_to_writes_after_the_adapter_gave_them_and_delivers_fenced_writes_twice() -> None:
+    from ledgercheck.chaos.replies import LOST_MESSAGE, WireFaults
+
+    now = 1_000_000.0
+    script = [{"id": 1, "op": "hello", "args": {"protocol": "1.0"}}, {"id": 2, "op": "reset", "args": {"config": {}}},
+              {"id": 3, "op": "create", "args": {"source_system": "manual", "source_id": "a", "now": now}},
+              {"id": 4, "op": "claim", "args": {"owner": "w", "now": now}},
+              {"id": 5, "op": "list", "args": {}}]
+    out = _wire(WireFaults(seed=1, lose=1.0), script)  # every write loses its answer
+    assert [m["id"] for m in out] == [1, 2, 3, 4, 5]
+    assert out[0]["ok"] and out[1]["ok"]  # the session is never touched
+    for m in out[2:4]:  # the create and the claim happened; their answers were lost
+        assert m["error"] == {"code": "internal", "message": LOST_MESSAGE, "definite": False}
+    assert out[4]["ok"] and [w["status"] for w in out[4]["result"]] == ["running"]  # a read is never lost
+    # a close-out delivered twice: the harness gets the first delivery's answer; the second, refused, goes nowhere
+    import shutil
+    import subprocess
+    import sys
+
+    import orjson
+
+    cmd = [sys.executable, "-m", "ledgercheck.chaos.replies", *WireFaults(seed=1, duplicate=1.0).args(), "--",
+           shutil.which("ledgercheck") or "ledgercheck", "serve", "reference"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def ask(msg: dict[str, Any]) -> dict[str, Any]:
+        proc.stdin.write(orjson.dumps(msg) + b"\n")
+        proc.stdin.flush()
+        return orjson.loads(proc.stdout.readline())
+
+    try:
+        for m in script[:3]:
+            assert ask(m)["ok"]
+        held = ask(script[3])["result"]
+        wid, token = held["work_id"], held["lease_token"]
+        renewed = ask({"id": 7, "op": "renew", "args": {"work_id": wid, "token": token, "now": now + 0.5}})
+        assert renewed["id"] == 7 and renewed["ok"], renewed
+        closed = ask({"id": 5, "op": "close_out", "args": {"work_id": wid, "token": token, "status": "done", "now": now + 1}})
+        assert closed["id"] == 5 and closed["ok"] and closed["result"]["status"] == "done", closed
+        events = ask({"id": 6, "op": "events", "args": {"work_id": wid}})
+        assert events["id"] == 6  # the duplicate's answer never reached the harness
+        kinds = [e.get("type") for e in events["result"]]
+        assert kinds.count("closed_out") == 1, kinds  # the second close-out was refused
+        assert kinds.count("lease_renewed") == 2, kinds  # the renewal was delivered twice, and applied twice
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_the_wire_relay_says_what_is_wrong_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    bad = subprocess.run([sys.executable, "-m", "ledgercheck.chaos.replies", "--lose", "2", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == "replies: wire faults: lose must be between 0 and 1, not 2.0"
+    usage = subprocess.run([sys.executable, "-m", "ledgercheck.chaos.replies"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.thorough
+def test_the_reference_is_clean_behind_the_wire_relay(tmp_path: Any) -> None:
+    import shutil
+
+    from ledgercheck.chaos.replies import LOST_MESSAGE, WireFaults, wire_address
+
+    lost = 0
+    for seed in _seeds():
+        f = WireFaults(seed=seed, lose=0.1, delay_p=0.1, delay=(0.0, 0.005), duplicate=0.3, reorder=0.5)
+        address = wire_address(f"{shutil.which('ledgercheck')} serve reference", f)
+        r = run_campaign(address, workers=4, items=30, seed=seed, time_limit=90.0, out_dir=str(tmp_path / f"wire-{seed}"))
+        assert r.anomalies == [], (seed, r.anomalies[:1])
+        assert r.verdict == "pass", (seed, r.missing if hasattr(r, "missing") else r.notes[:3])
+        with open(r.history, encoding="utf-8") as fh:
+            lost += sum(1 for line in fh if LOST_MESSAGE in line)
+    assert lost > 0
