@@ -46,6 +46,7 @@ import msgspec
 from ledgercheck.spec import Spec, default_spec
 
 from .history import EffectRow, Final, History, HistoryError, Meta, Nemesis, Record, no_gc, to_dict
+from .replies import duplicate_items
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work", "refused_but_applied")
@@ -1573,6 +1574,7 @@ class _Checker:
         if not self.cov["late_write_after_takeover"] and not self.cov["holder_displaced"]:
             self.refused_takeovers(item_grants)  # only then does it matter (see coverage())
         self.effects_then_kill()
+        duplicate_items(self)  # one source's work made into two items (chaos/replies.py)
         self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
         self.observe(permitted, reclaimed)
         coverage, missing = self.coverage()

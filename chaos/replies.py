@@ -463,3 +463,47 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ------------------------------------------------------------------ what a lost create answer shows
+def duplicate_items(ck: Any) -> None:
+    """One unit of work made into two items that both ran: creates that asked for one source
+    identity (``source_system``, ``source_id``, no ``source_run_id``) and two items of that identity,
+    each with its effect applied.  The contract makes a create idempotent on its identity, so a
+    correct ledger hands a repeated create (the producer repeats one whose answer was lost) the same
+    item; a ledger, or a client, that makes a new one (a retry under a fresh idempotency key) runs
+    the work twice.  Reported as ``duplicate_effect`` whatever the declared delivery: at-least-once
+    allows one item's effect to run again, not a second item for the same work.  ``ck`` is the
+    checker of chaos/anomalies.py (its items, operations and final read)."""
+    if ck.final is None:
+        return
+    asked: dict[tuple[Any, Any], list[Any]] = {}
+    for it in ck.items.values():
+        for op in it.creates:
+            if op.maybe and not op.args.get("source_run_id"):
+                asked.setdefault((op.args.get("source_system"), op.args.get("source_id")), []).append(op)
+    for ops in ck.pending_creates.values():  # indefinite creates no item was found for
+        for op in ops:
+            if op.work_id is None and op.maybe and not op.args.get("source_run_id"):
+                asked.setdefault((op.args.get("source_system"), op.args.get("source_id")), []).append(op)
+    if not asked:
+        return
+    made: dict[tuple[Any, Any], list[str]] = {}
+    for wid, w in ck.final.items.items():
+        if isinstance(w, dict):
+            src = (w.get("source_system"), w.get("source_id"))
+            if src in asked:
+                made.setdefault(src, []).append(str(wid))
+    for src, wids in made.items():
+        ran = [w for w in dict.fromkeys(wids) if ck.items.get(w) is not None and ck.items[w].effects]
+        if len(ran) < 2:
+            continue
+        first, second = ran[0], ran[1]
+        fin = ck.final_excerpt(first)
+        fin.items[second] = ck.final.items[second]
+        effects = [ck.h.record(next(iter(ck.items[w].effects.values()))[0]) for w in (first, second)]
+        ops = sorted(asked[src], key=lambda o: o.t0)
+        why = (f"{src[0]}/{src[1]} was created as two items, {first} and {second}, and the work of both ran: "
+               f"{len(ops)} create{'s' if len(ops) != 1 else ''} asked for that one source identity (a create "
+               f"repeated after its answer was lost must get the same item back)")
+        ck.add("duplicate_effect", second, why, [*ops, *effects, fin])

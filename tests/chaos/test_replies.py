@@ -258,3 +258,22 @@ def test_the_reference_is_clean_behind_the_wire_relay(tmp_path: Any) -> None:
         with open(r.history, encoding="utf-8") as fh:
             lost += sum(1 for line in fh if LOST_MESSAGE in line)
     assert lost > 0
+
+
+@pytest.mark.thorough
+def test_a_create_repeated_under_a_fresh_key_is_caught_only_when_answers_are_lost(tmp_path: Any) -> None:
+    import shutil
+
+    from ledgercheck.chaos.replies import WireFaults, wire_address
+
+    command = f"{shutil.which('ledgercheck')} serve python:ledgercheck.fixtures.broken_replies:FreshKeyCreate"
+    clean = run_campaign(wire_address(command, WireFaults(seed=1)), workers=4, items=30, seed=1, time_limit=90.0,
+                         out_dir=str(tmp_path / "clean"))
+    assert clean.anomalies == [], clean.anomalies[:1]
+    found = run_campaign(wire_address(command, WireFaults(seed=1, lose=0.1)), workers=4, items=30, seed=1,
+                         time_limit=90.0, out_dir=str(tmp_path / "lost"))
+    assert {a["class"] for a in found.anomalies} == {"duplicate_effect"}, found.anomalies[:1]
+    a = found.anomalies[0]
+    creates = [x for x in a["excerpt"] if x.get("type") == "invoke" and x.get("op") == "create"]
+    assert len(creates) >= 2 and len({x["args"]["source_id"] for x in creates}) == 1, a["excerpt"]
+    assert sum(1 for x in a["excerpt"] if x.get("type") == "effect") == 2
