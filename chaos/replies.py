@@ -280,7 +280,14 @@ def _tc(host: Any, args: list[str]) -> None:
     except FileNotFoundError:
         raise ChaosError("netem needs the 'ip' and 'tc' tools (iproute2)") from None
     if proc.returncode != 0:
-        raise ChaosError(f"tc {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
+        why = (proc.stderr or proc.stdout).strip()
+        if "qdisc kind is unknown" in why:
+            raise NetemUnavailable(f"netem: this kernel has no netem qdisc (sch_netem): tc {' '.join(args[:6])} failed: {why}")
+        raise ChaosError(f"tc {' '.join(args)} failed: {why}")
+
+
+class NetemUnavailable(ChaosError):
+    """The kernel has no netem queueing discipline; the message says so in one line."""
 
 
 # ------------------------------------------------------------------ the wire protocol's relay

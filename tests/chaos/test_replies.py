@@ -277,3 +277,43 @@ def test_a_create_repeated_under_a_fresh_key_is_caught_only_when_answers_are_los
     creates = [x for x in a["excerpt"] if x.get("type") == "invoke" and x.get("op") == "create"]
     assert len(creates) >= 2 and len({x["args"]["source_id"] for x in creates}) == 1, a["excerpt"]
     assert sum(1 for x in a["excerpt"] if x.get("type") == "effect") == 2
+
+
+# ------------------------------------------------------------------------------ netem on hosts
+@pytest.mark.thorough
+def test_netem_on_the_hosts_links_and_a_correct_ledger_stays_clean(tmp_path: Any) -> None:
+    import subprocess
+
+    from ledgercheck.chaos.hosts import allowed_to_skip, hosts_with_postgres, unavailable
+    from ledgercheck.chaos.replies import clear_netem, netem
+
+    why = unavailable()
+    if why:
+        if allowed_to_skip():
+            pytest.skip(why)
+        pytest.fail(why)
+
+    def shown(h: Any) -> str:
+        return subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "show", "dev", h.link],
+                              capture_output=True, text=True, timeout=30).stdout
+
+    from ledgercheck.chaos.replies import NetemUnavailable
+
+    with hosts_with_postgres(2) as ph:
+        for h in ph.net.hosts:
+            try:
+                netem(h, delay_ms=4, jitter_ms=2, loss=2, duplicate=2, reorder=10)
+            except NetemUnavailable as exc:  # a kernel built without sch_netem: nothing to test here
+                pytest.skip(str(exc))
+            assert "netem" in shown(h) and "loss 2%" in shown(h) and "duplicate 2%" in shown(h), shown(h)
+        with pytest.raises(ChaosError, match="reorder needs a delay"):
+            netem(ph.net.hosts[0], reorder=5)
+        r = run_campaign("python:ledgercheck.fixtures.pg_ledger:PgLedger", workers=4, items=ITEMS, seed=1,
+                         faults="kill,pause", hosts=ph.net, reset={"server_dsn": ph.server_dsn}, latency=(0.05, 0.3),
+                         out_dir=str(tmp_path / "netem"), time_limit=90.0)
+        assert any(n.startswith("4 workers on 2 hosts") for n in r.notes), r.notes
+        assert r.anomalies == [], r.anomalies[:1]
+        assert set(r.final) <= {"done", "quarantined"} and sum(r.final.values()) == ITEMS, r.final
+        for h in ph.net.hosts:
+            clear_netem(h)
+            assert "netem" not in shown(h)
