@@ -3,6 +3,7 @@ exactly as a vendor's package would register its own."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -308,6 +309,7 @@ class PgReferenceAdapter(ReferenceAdapter):
         if not callable(got):
             return got
 
+        @functools.wraps(got)  # its signature: the harness checks arguments against it
         def op(*args: Any, **kwargs: Any) -> Any:
             ledger = self.__dict__.get("ledger")
             if ledger is not None and _connection_lost(ledger) and self.__dict__.get("_reopen") is not None:
@@ -324,6 +326,9 @@ class PgReferenceAdapter(ReferenceAdapter):
                     raise LedgerError("busy", f"{name}: the ledger's connection was lost and cannot be opened "
                                               f"again; nothing was done: {exc}") from None
             return getattr(self.ledger, name)(*args, **kwargs)
+        d = self.__dict__  # kept until another ledger is set, as ReferenceAdapter keeps its operations
+        d[name] = op
+        d.setdefault("_forwarded", []).append(name)
         return op
 
     @staticmethod
