@@ -357,6 +357,7 @@ class WireRelay:
     def _hold(self) -> None:
         f = self.faults
         if f.delay_p and self.rng.random() < f.delay_p:
+            self.counts["delayed"] += 1
             time.sleep(self.rng.uniform(*f.delay))
 
     def up(self, stdin: Any) -> None:
@@ -434,6 +435,9 @@ class WireRelay:
         self.up(sys.stdin.buffer)
         code = self.proc.wait()
         t.join(5)
+        c = self.counts
+        print(f"replies: {c['replies_lost']} answers lost, {c['delayed']} lines delayed, {c['duplicated']} writes "
+              f"delivered twice ({c['reordered']} of them late)", file=sys.stderr)
         return code
 
 
