@@ -46,6 +46,7 @@ import msgspec
 from ledgercheck.spec import Spec, default_spec
 
 from .history import EffectRow, Final, History, HistoryError, Meta, Nemesis, Record, no_gc, to_dict
+from .replies import duplicate_items
 
 CLASSES = ("lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed",
            "stuck_work", "refused_but_applied")
@@ -877,12 +878,17 @@ class _Checker:
                 return False
         return True
 
-    def _close_seen(self, it: _Item, op: Op) -> Snap | None:
+    def _close_seen(self, it: _Item, op: Op, loose: bool = False) -> Snap | None:
         """A later snapshot showing the write of an indefinite (or refused) close-out, if any: its
-        status, time and result, which no other close-out that may have happened would leave."""
+        status, time and result, which no other close-out that may have happened would leave.
+        ``loose`` (a refused close-out): a ledger that stamps its own clock's time (a wall-clock
+        ledger whose reply was lost, then refused the repeat) shows the status and a result no
+        other close-out that may have happened carries (chaos/replies.py)."""
         close_outs = self.R.close_outs
         if op.name not in close_outs or op.now is None:
             return None
+        if loose:
+            return self._close_seen(it, op) or self._close_seen_untimed(it, op)
         now, t0 = op.now, op.t0
         want = (op.args.get("status"), now, op.args.get("result"))
         found = None
@@ -902,6 +908,19 @@ class _Checker:
                     (other.args.get("status"), other.now, other.args.get("result")) == want:
                 return None
         return found
+
+    def _close_seen_untimed(self, it: _Item, op: Op) -> Snap | None:
+        """The final read showing a close-out's status and (non-null) result, which no other
+        close-out of the item that may have happened would leave: a refused one took effect."""
+        result, fw = op.args.get("result"), it.final
+        if result is None or fw is None or (fw.get("status"), fw.get("result")) != (op.args.get("status"), result):
+            return None
+        close_outs = self.R.close_outs
+        for other in it.ops:
+            if other is not op and other.name in close_outs and other.maybe and \
+                    (other.args.get("status"), other.args.get("result")) == (op.args.get("status"), result):
+                return None
+        return Snap(fw, None, INF, INF)
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:
@@ -1266,11 +1285,12 @@ class _Checker:
                        f"may have happened made it")
                 self.add("refused_but_applied", it.work_id, why, [first, shown])
         for op in it.refused_closes or ():
-            s = self._close_seen(it, op)
+            s = self._close_seen(it, op, loose=True)
             if s is None:
                 continue
+            shown = "status, time and result" if s.work.get("finished_at") == op.now else "status and result"
             why = (f"{op.name} by {op.process} (status {op.args.get('status')}) was refused ({_code(op, self.h)}), "
-                   f"which says it did not happen, yet a later read shows its status, time and result")
+                   f"which says it did not happen, yet a later read shows its {shown}")
             self.add("refused_but_applied", it.work_id, why,
                      [op, s.op if s.op is not None else self.final_excerpt(it.work_id)])
             return
@@ -1554,6 +1574,7 @@ class _Checker:
         if not self.cov["late_write_after_takeover"] and not self.cov["holder_displaced"]:
             self.refused_takeovers(item_grants)  # only then does it matter (see coverage())
         self.effects_then_kill()
+        duplicate_items(self)  # one source's work made into two items (chaos/replies.py)
         self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
         self.observe(permitted, reclaimed)
         coverage, missing = self.coverage()

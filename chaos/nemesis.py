@@ -22,6 +22,11 @@ Three faults, each done to real processes:
             by a constant offset, jumped forward or back and returned, flipped back and forth, or
             run N times as fast; the harness's own clock (the history's) stays real.
 
+Lost replies and slow links (chaos/replies.py) are not in this schedule: a relay between the
+workers and the ledger's server (TCP), or between the harness and an ``exec:`` adapter (its JSON
+lines), loses the answers to committed writes, delays, duplicates and reorders with its own seeded
+draws on every request; what it did shows as indefinite completions in the history.
+
 The schedule is drawn from ``random.Random(seed)`` before the campaign starts, so a seed names
 the same sequence of faults (which worker is hit depends on who is alive and holding work at
 that moment, chosen with the schedule's own draws).  Every fault is recorded in the history as a
