@@ -53,6 +53,84 @@ from ledgercheck.spec import Spec, default_spec
 from .history import History
 
 
+def roles(spec: Spec) -> dict[str, str | None]:
+    """The operations the cross-item rules (and the safety campaign's ``profiles`` workload) play
+    with, found from what the contract says they take and answer (None: the contract has none)."""
+    ops = spec.operations
+
+    def one(pred: Any) -> str | None:
+        return next((n for n, o in ops.items() if pred(o)), None)
+
+    def write(o: Any) -> bool:
+        return bool(o.kind != "read")
+
+    return {
+        "spawn": one(lambda o: o.returns == "create_result" and o.kind != "create"),
+        "join": one(lambda o: o.kind == "read" and o.returns == "work_list" and "work_id" in o.args),
+        "cascade": one(lambda o: write(o) and o.returns == "work_list" and "work_id" in o.args),
+        "deliver": one(lambda o: write(o) and "message_id" in o.args and "sender" in o.args),
+        "drain": one(lambda o: write(o) and o.returns == "message_list"),
+        "ack": one(lambda o: write(o) and "message_id" in o.args and "sender" not in o.args and o.returns == "none"),
+        "nack": one(lambda o: write(o) and "message_id" in o.args and o.returns == "nack_result"),
+        "enqueue": one(lambda o: write(o) and o.returns == "enqueue_result"),
+        "listing": one(lambda o: o.kind == "read" and o.returns == "outbox_list"),
+        "mark": one(lambda o: write(o) and o.returns == "outbox_message" and "key" in o.args),
+    }
+
+
+def cross_coverage(history: History, spec: Spec | None = None) -> tuple[dict[str, int], list[str]]:
+    """What the history reached of the behaviours the cross-item rules judge, and one line for
+    each profile the history drove (some operation of it was invoked) without reaching what its
+    rules need: such a run says nothing about them (the verdict is INCONCLUSIVE, as for claims)."""
+    spec = spec or default_spec()
+    r = roles(spec)
+    cov = dict.fromkeys(("spawn_ok", "join_ok", "tree_cancel_ok", "inbox_delivered", "inbox_handed",
+                         "inbox_handed_after_nack", "inbox_acked", "outbox_enqueued", "outbox_listed",
+                         "outbox_marked_sent"), 0)
+    invoked: set[str | None] = set()
+    nacked: set[tuple[Any, Any]] = set()
+    for inv, comp in _ops(history):
+        name = inv.op
+        invoked.add(name)
+        ok = comp is not None and comp.outcome == "ok"
+        if not ok:
+            continue
+        res = comp.result
+        if name == r["spawn"]:
+            cov["spawn_ok"] += 1
+        elif name == r["join"]:
+            cov["join_ok"] += 1
+        elif name == r["cascade"]:
+            cov["tree_cancel_ok"] += 1
+        elif name == r["deliver"] and isinstance(res, Mapping) and res.get("delivered") is True:
+            cov["inbox_delivered"] += 1
+        elif name == r["drain"] and isinstance(res, list):
+            for m in res:
+                if isinstance(m, Mapping):
+                    cov["inbox_handed"] += 1
+                    cov["inbox_handed_after_nack"] += (inv.args.get("recipient"), m.get("message_id")) in nacked
+        elif name == r["nack"]:
+            nacked.add((inv.args.get("recipient"), inv.args.get("message_id")))
+        elif name == r["ack"]:
+            cov["inbox_acked"] += 1
+        elif name == r["enqueue"] and isinstance(res, Mapping) and res.get("created") is True:
+            cov["outbox_enqueued"] += 1
+        elif name == r["listing"] and isinstance(res, list):
+            cov["outbox_listed"] += len(res)
+        elif name == r["mark"]:
+            cov["outbox_marked_sent"] += 1
+    missing: list[str] = []
+    if r["spawn"] in invoked and not (cov["spawn_ok"] and cov["join_ok"]):
+        missing.append(f"spawn trees were driven but {'no spawn' if not cov['spawn_ok'] else 'no join'} completed ok: "
+                       f"the spawn rules judged nothing")
+    if {r["deliver"], r["drain"]} & invoked and not cov["inbox_handed"]:
+        missing.append("the inbox was driven but no message was ever handed out: its cross-item rules judged nothing")
+    if {r["enqueue"], r["listing"]} & invoked and not (cov["outbox_listed"] and cov["outbox_marked_sent"]):
+        missing.append("the outbox was driven but " + ("no listing handed the relay a message" if not cov["outbox_listed"]
+                                                       else "no message was marked sent") + ": its cross-item rules judged little")
+    return cov, missing
+
+
 def _ops(history: History) -> list[tuple[Any, Any]]:
     rows = history.rows
     idx = history.op_rows()
@@ -268,3 +346,26 @@ def _outbox(recs: list[tuple[Any, Any]], spec: Spec) -> list[dict[str, Any]]:
                                   f"{k!r}, enqueued by #{e.id} before it and never marked sent"})
     return found
 
+
+
+def attach_cross(result: Any, verdict: Any, spec: Spec | None = None) -> Any:
+    """The cross-item rules on a safety campaign's history (chaos/safety.attach_verdict calls
+    this for the ``profiles`` workload): each finding joins the result's anomalies (``class`` is
+    the rule, ``work_id`` the first item or message it names, ``explanation`` its text), the
+    reached behaviours its coverage, and what the run drove without reaching its ``missing`` (in
+    ``verdict`` too, so a rendering of the verdict says it); the result's verdict again."""
+    from .history import load_history
+
+    history = load_history(result.history)
+    found = check_cross(history, spec)
+    cov, missing = cross_coverage(history, spec)
+    result.anomalies = list(result.anomalies or []) + [
+        {"class": f["rule"], "work_id": f["items"][0], "explanation": f["text"], "items": f["items"], "ops": f["ops"],
+         "excerpt": [], "context": [], "cause": []} for f in found]
+    result.coverage.update({k: v for k, v in cov.items()})
+    for m in missing:
+        if m not in verdict.missing:
+            verdict.missing.append(m)
+    result.missing = list(verdict.missing)
+    result.verdict = "fail" if result.anomalies else "inconclusive" if result.missing else "pass"
+    return result

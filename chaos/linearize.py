@@ -107,6 +107,10 @@ class ItemResult:
 class Linearizability:
     items: dict[str, ItemResult]
     cross: list[dict[str, Any]] = field(default_factory=list)
+    # what the history reached of the behaviours the cross-item rules judge, and what it drove
+    # without reaching (crossitem.cross_coverage)
+    cross_coverage: dict[str, int] = field(default_factory=dict)
+    cross_missing: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> list[str]:
@@ -125,7 +129,8 @@ class Linearizability:
                 "max_states_item": max((r.states for r in rs), default=0)}
 
     def to_json(self) -> dict[str, Any]:
-        return {"items": {w: r.to_json() for w, r in self.items.items()}, "cross": self.cross, "stats": self.stats()}
+        return {"items": {w: r.to_json() for w, r in self.items.items()}, "cross": self.cross, "stats": self.stats(),
+                "cross_coverage": self.cross_coverage, "cross_missing": self.cross_missing}
 
 
 # ------------------------------------------------------------------------------- projection
@@ -276,7 +281,7 @@ class _Budget(Exception):
     pass
 
 
-_MODELS: dict[int, tuple[Spec, Model, dict[str, Any]]] = {}
+_MODELS: dict[int, tuple[Spec, Model, dict[str, Any], frozenset[str]]] = {}
 _LACKS = "snapshot lacks field"  # the model's word for a field an answer does not carry (base.py)
 
 
@@ -374,8 +379,10 @@ class _Search:
         held = _MODELS.get(id(spec))
         if held is None or held[0] is not spec:
             m = Model(spec)
-            held = _MODELS[id(spec)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS})
-        self._model, self._empty = held[1], held[2]
+            # operations that make an item from another one (answering a create_result, not a create)
+            makers = frozenset(n for n, o in spec.operations.items() if o.returns == "create_result" and o.kind != "create")
+            held = _MODELS[id(spec)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS}, makers)
+        self._model, self._empty, self.makers = held[1], held[2], held[3]
         self.wid = wid
         self.ops = ops
         self.slack = slack
@@ -433,8 +440,11 @@ class _Search:
             return (not bad), st, "; ".join(v.message for v in bad)
         if unknown:  # nothing is judged; what the operation may have written becomes unknown too
             return True, self.unjudged(m, op, snap, stale, self.may_touch(m, op), True), ""
-        if op.op != "create" and self.wid not in m.items and snap is not None and snap.get("work_id") == self.wid:
-            # made by another item's operation (a spawn): the item as its answer shows it
+        if op.op != "create" and snap is not None and snap.get("work_id") == self.wid and \
+                (self.wid not in m.items or op.op in self.makers):
+            # made by another item's operation (a spawn), or that operation replayed (answering the
+            # child it made before): judging it needs the other item, which this search does not
+            # hold; the item as its answer shows it
             self.adopt(m, snap)
             return True, (False, stale), ""
         if op.op != "create" and self.wid not in m.items:
