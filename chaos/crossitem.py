@@ -39,6 +39,11 @@ read answering an ``outbox_list``; *marking sent* names a ``key`` and answers an
   batch holds, without a message whose enqueue was answered ok before the listing was invoked and
   that no mark-sent (not refused) invoked before the listing's answer can have taken out.
 
+``roles`` names the operations (the safety campaign's ``profiles`` workload drives them too);
+``cross_coverage`` says what a history reached of what these rules judge, and which profile it
+drove without reaching what its rules need (a line of the verdict's ``missing``); ``attach_cross``
+adds findings and coverage to a campaign's result.
+
 Each finding: ``{"rule", "items", "ops", "text"}`` (op ids of the merged history; ``items`` names
 work items, or for the inbox ``recipient/message_id`` and for the outbox ``outbox:key``).
 """

@@ -421,6 +421,8 @@ class _Ctx:
         lease = {"expires": held.get("lease_expires_at")}
         hooks.mark(wid, None, 0, "acquired")
         hooks.hit("after_claim")
+        if self.steps is not None:
+            self.steps.begin(rec.call, rec.name, held, self.now, rng)
         if self.retryable and "fail" not in self.unsupported and rng.random() < self.fail_p and (held.get("attempt") or 1) <= 1:
             out = rec.call("fail", work_id=wid, token=token, error_class=self.retryable,
                            message="a transient failure before the effect", now=self.now())
