@@ -114,7 +114,8 @@ class Rules:
             leaving = set().union(*(data(o, dst) for o, dst in movers))
             parked[s] = (tuple(sorted(entering & leaving & times)), frozenset(o for o, _ in movers))
         return cls(terminal=terminal, leased=leased, claimable=claimable, statuses=frozenset(spec.statuses),
-                   parked=parked, creates=frozenset(n for n, o in ops.items() if o.kind == "create"),
+                   parked=parked,  # a spawn (answering a create_result) creates its child
+                   creates=frozenset(n for n, o in ops.items() if o.kind == "create" or o.returns == "create_result"),
                    grants=grants, claims=claims,
                    token_writes=frozenset(n for n, o in ops.items() if o.requires_lease), releases=releasing,
                    close_outs=close_outs, renews=frozenset(n for n, o in ops.items() if o.lease == "renew"),

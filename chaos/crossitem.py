@@ -13,10 +13,39 @@ profile's transitions lead to.
   descendant spawned (ok) before the cancel was invoked, and that descendant later reached a
   terminal status other than a cancelled one through an operation invoked after the cancel
   completed.
-Not yet checked (the safety workload does not exercise them): an outbox message for a close-out
-that never happened, an inbox message handed to two holders.
 
-Each finding: ``{"rule", "items", "ops", "text"}`` (op ids of the merged history).
+The inbox and the outbox are shared by every holder (a recipient's messages, the one outbound
+queue), so no item's search sees them; their rules follow from the inbox and outbox clauses, the
+operations again found by what the contract says they take and answer: a *delivery* takes a
+``message_id`` and a ``sender``; a *drain* is a write answering a ``message_list`` (what it hands
+out); a *nack* names a message and answers a ``nack_result`` (the one operation that returns a
+handed-out message to pending); an *enqueue* answers an ``enqueue_result``; a *relay listing* is a
+read answering an ``outbox_list``; *marking sent* names a ``key`` and answers an
+``outbox_message``.  An operation answered ``refused`` did not happen; one answered ``indefinite``
+(or never answered) may have happened at any time after its invoke.
+
+* ``inbox_handed_twice`` (inbox.drain.inflight, inbox.ack): a message of one recipient handed out
+  by two drains answered ok with no nack of it (not refused) that can come between them in real
+  time, or handed out more times than one plus its nacks: two holders at once.
+* ``inbox_delivered_twice`` (inbox.deliver.idempotent): two deliveries of one message id to one
+  recipient both answered as new.
+* ``outbox_phantom`` (outbox.intent_first): a relay listing or a mark-sent answered ok with a
+  message whose key no enqueue that was not refused, invoked before that answer, could have made
+  (an outbound message for a write that never happened).
+* ``outbox_created_twice`` (outbox.dedupe): two enqueues of one key both answered ``created``.
+* ``outbox_sent_still_pending`` (outbox.mark_sent): a relay listing invoked after a mark-sent of a
+  key was answered ok still hands that message to the relay (it would be sent twice).
+* ``outbox_dropped`` (outbox.intent_first): a relay listing answered with fewer messages than its
+  batch holds, without a message whose enqueue was answered ok before the listing was invoked and
+  that no mark-sent (not refused) invoked before the listing's answer can have taken out.
+
+``roles`` names the operations (the safety campaign's ``profiles`` workload drives them too);
+``cross_coverage`` says what a history reached of what these rules judge, and which profile it
+drove without reaching what its rules need (a line of the verdict's ``missing``); ``attach_cross``
+adds findings and coverage to a campaign's result.
+
+Each finding: ``{"rule", "items", "ops", "text"}`` (op ids of the merged history; ``items`` names
+work items, or for the inbox ``recipient/message_id`` and for the outbox ``outbox:key``).
 """
 
 from __future__ import annotations
@@ -27,6 +56,84 @@ from typing import Any
 from ledgercheck.spec import Spec, default_spec
 
 from .history import History
+
+
+def roles(spec: Spec) -> dict[str, str | None]:
+    """The operations the cross-item rules (and the safety campaign's ``profiles`` workload) play
+    with, found from what the contract says they take and answer (None: the contract has none)."""
+    ops = spec.operations
+
+    def one(pred: Any) -> str | None:
+        return next((n for n, o in ops.items() if pred(o)), None)
+
+    def write(o: Any) -> bool:
+        return bool(o.kind != "read")
+
+    return {
+        "spawn": one(lambda o: o.returns == "create_result" and o.kind != "create"),
+        "join": one(lambda o: o.kind == "read" and o.returns == "work_list" and "work_id" in o.args),
+        "cascade": one(lambda o: write(o) and o.returns == "work_list" and "work_id" in o.args),
+        "deliver": one(lambda o: write(o) and "message_id" in o.args and "sender" in o.args),
+        "drain": one(lambda o: write(o) and o.returns == "message_list"),
+        "ack": one(lambda o: write(o) and "message_id" in o.args and "sender" not in o.args and o.returns == "none"),
+        "nack": one(lambda o: write(o) and "message_id" in o.args and o.returns == "nack_result"),
+        "enqueue": one(lambda o: write(o) and o.returns == "enqueue_result"),
+        "listing": one(lambda o: o.kind == "read" and o.returns == "outbox_list"),
+        "mark": one(lambda o: write(o) and o.returns == "outbox_message" and "key" in o.args),
+    }
+
+
+def cross_coverage(history: History, spec: Spec | None = None) -> tuple[dict[str, int], list[str]]:
+    """What the history reached of the behaviours the cross-item rules judge, and one line for
+    each profile the history drove (some operation of it was invoked) without reaching what its
+    rules need: such a run says nothing about them (the verdict is INCONCLUSIVE, as for claims)."""
+    spec = spec or default_spec()
+    r = roles(spec)
+    cov = dict.fromkeys(("spawn_ok", "join_ok", "tree_cancel_ok", "inbox_delivered", "inbox_handed",
+                         "inbox_handed_after_nack", "inbox_acked", "outbox_enqueued", "outbox_listed",
+                         "outbox_marked_sent"), 0)
+    invoked: set[str | None] = set()
+    nacked: set[tuple[Any, Any]] = set()
+    for inv, comp in _ops(history):
+        name = inv.op
+        invoked.add(name)
+        ok = comp is not None and comp.outcome == "ok"
+        if not ok:
+            continue
+        res = comp.result
+        if name == r["spawn"]:
+            cov["spawn_ok"] += 1
+        elif name == r["join"]:
+            cov["join_ok"] += 1
+        elif name == r["cascade"]:
+            cov["tree_cancel_ok"] += 1
+        elif name == r["deliver"] and isinstance(res, Mapping) and res.get("delivered") is True:
+            cov["inbox_delivered"] += 1
+        elif name == r["drain"] and isinstance(res, list):
+            for m in res:
+                if isinstance(m, Mapping):
+                    cov["inbox_handed"] += 1
+                    cov["inbox_handed_after_nack"] += (inv.args.get("recipient"), m.get("message_id")) in nacked
+        elif name == r["nack"]:
+            nacked.add((inv.args.get("recipient"), inv.args.get("message_id")))
+        elif name == r["ack"]:
+            cov["inbox_acked"] += 1
+        elif name == r["enqueue"] and isinstance(res, Mapping) and res.get("created") is True:
+            cov["outbox_enqueued"] += 1
+        elif name == r["listing"] and isinstance(res, list):
+            cov["outbox_listed"] += len(res)
+        elif name == r["mark"]:
+            cov["outbox_marked_sent"] += 1
+    missing: list[str] = []
+    if r["spawn"] in invoked and not (cov["spawn_ok"] and cov["join_ok"]):
+        missing.append(f"spawn trees were driven but {'no spawn' if not cov['spawn_ok'] else 'no join'} completed ok: "
+                       f"the spawn rules judged nothing")
+    if {r["deliver"], r["drain"]} & invoked and not cov["inbox_handed"]:
+        missing.append("the inbox was driven but no message was ever handed out: its cross-item rules judged nothing")
+    if {r["enqueue"], r["listing"]} & invoked and not (cov["outbox_listed"] and cov["outbox_marked_sent"]):
+        missing.append("the outbox was driven but " + ("no listing handed the relay a message" if not cov["outbox_listed"]
+                                                       else "no message was marked sent") + ": its cross-item rules judged little")
+    return cov, missing
 
 
 def _ops(history: History) -> list[tuple[Any, Any]]:
@@ -111,5 +218,159 @@ def check_cross(history: History, spec: Spec | None = None) -> list[dict[str, An
                                   "ops": [parent[c][2], inv.id, i2.id],
                                   "text": f"{inv.op}({p}) (#{inv.id}) left out {c}, spawned before it, which then finished "
                                           f"{st} by {i2.op} #{i2.id} after the cancel was answered"})
+    found += _inbox(recs, spec)
+    found += _outbox(recs, spec)
     return found
 
+
+INF = float("inf")
+
+
+def _end(comp: Any) -> float:
+    """When an operation's effect is over: its answer's time, or never for one not answered."""
+    return comp.t if comp is not None and comp.outcome != "indefinite" else INF
+
+
+def _happened(comp: Any) -> bool:
+    """Whether an operation may have taken effect (not refused)."""
+    return comp is None or comp.outcome != "refused"
+
+
+def _between(a: tuple[float, float], n: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether some order consistent with real time puts ``n`` after ``a`` and before ``b``
+    (each (invoke, end))."""
+    return a[0] < n[1] and n[0] < b[1] and a[0] < b[1]
+
+
+def _inbox(recs: list[tuple[Any, Any]], spec: Spec) -> list[dict[str, Any]]:
+    ops = spec.operations
+    delivers = {n for n, o in ops.items() if o.kind != "read" and "message_id" in o.args and "sender" in o.args}
+    drains = {n for n, o in ops.items() if o.kind != "read" and o.returns == "message_list"}
+    nacks = {n for n, o in ops.items() if o.kind != "read" and "message_id" in o.args and o.returns == "nack_result"}
+    found: list[dict[str, Any]] = []
+    handed: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+    released: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+    new: dict[tuple[str, str], list[Any]] = {}
+    for inv, comp in recs:
+        r, args = inv.args.get("recipient"), inv.args
+        if not isinstance(r, str):
+            continue
+        if inv.op in drains and comp is not None and comp.outcome == "ok" and isinstance(comp.result, list):
+            for m in comp.result:
+                if isinstance(m, Mapping) and isinstance(m.get("message_id"), str):
+                    handed.setdefault((r, m["message_id"]), []).append((inv, comp))
+        elif inv.op in nacks and isinstance(args.get("message_id"), str) and _happened(comp):
+            released.setdefault((r, args["message_id"]), []).append((inv, comp))
+        elif inv.op in delivers and isinstance(args.get("message_id"), str) and comp is not None and comp.outcome == "ok" \
+                and isinstance(comp.result, Mapping) and comp.result.get("delivered") is True:
+            new.setdefault((r, args["message_id"]), []).append(inv)
+    for (r, mid), hs in handed.items():
+        if len(hs) < 2:
+            continue
+        ns = released.get((r, mid), [])
+        spans = [(i.t, _end(c)) for i, c in ns]
+        bad = None
+        for x in range(len(hs)):
+            for y in range(x + 1, len(hs)):
+                a, b = (hs[x][0].t, hs[x][1].t), (hs[y][0].t, hs[y][1].t)
+                if not any(_between(a, n, b) or _between(b, n, a) for n in spans):
+                    bad = (hs[x], hs[y])
+                    break
+            if bad:
+                break
+        if bad is None and len(hs) > len(ns) + 1:
+            bad = (hs[0], hs[-1])
+        if bad is not None:
+            (i1, _), (i2, _) = bad
+            found.append({"rule": "inbox_handed_twice", "items": [f"{r}/{mid}"], "ops": [i1.id, i2.id, *(i.id for i, _ in ns)],
+                          "text": f"message {mid!r} of {r!r} was handed out by {i1.op} #{i1.id} ({i1.process}) and {i2.op} "
+                                  f"#{i2.id} ({i2.process}) with {len(ns)} nack(s) of it that can come between "
+                                  f"({len(hs)} hand-outs in all)"})
+    for (r, mid), ds in new.items():
+        if len(ds) > 1:
+            found.append({"rule": "inbox_delivered_twice", "items": [f"{r}/{mid}"], "ops": [i.id for i in ds],
+                          "text": f"message {mid!r} to {r!r} was delivered as new {len(ds)} times "
+                                  f"({', '.join(f'#{i.id}' for i in ds)})"})
+    return found
+
+
+def _outbox(recs: list[tuple[Any, Any]], spec: Spec) -> list[dict[str, Any]]:
+    ops = spec.operations
+    enqueues = {n for n, o in ops.items() if o.kind != "read" and o.returns == "enqueue_result"}
+    listings = {n for n, o in ops.items() if o.kind == "read" and o.returns == "outbox_list"}
+    marks = {n for n, o in ops.items() if o.kind != "read" and o.returns == "outbox_message" and "key" in o.args}
+    found: list[dict[str, Any]] = []
+    made: dict[str, list[tuple[Any, Any]]] = {}  # key -> enqueues that may have happened
+    marked: dict[str, list[tuple[Any, Any]]] = {}  # key -> mark-sents that may have happened
+    shown: list[tuple[Any, Any, list[str]]] = []  # (invoke, completion, keys) of answers showing messages
+    for inv, comp in recs:
+        key = inv.args.get("key")
+        if inv.op in enqueues and isinstance(key, str) and _happened(comp):
+            made.setdefault(key, []).append((inv, comp))
+        elif inv.op in marks and isinstance(key, str):
+            if _happened(comp):
+                marked.setdefault(key, []).append((inv, comp))
+            if comp is not None and comp.outcome == "ok" and isinstance(comp.result, Mapping):
+                shown.append((inv, comp, [str(comp.result.get("key", key))]))
+        elif inv.op in listings and comp is not None and comp.outcome == "ok" and isinstance(comp.result, list):
+            shown.append((inv, comp, [str(m.get("key")) for m in comp.result if isinstance(m, Mapping)]))
+    for inv, comp, keys in shown:
+        for k in keys:
+            if not any(i.t < comp.t for i, _ in made.get(k, ())):
+                found.append({"rule": "outbox_phantom", "items": [f"outbox:{k}"], "ops": [inv.id],
+                              "text": f"{inv.op} #{inv.id} answered outbox message {k!r}, which no enqueue invoked before "
+                                      f"its answer made (every one refused, or none)"})
+    for k, es in made.items():
+        created = [i for i, c in es if c is not None and c.outcome == "ok" and isinstance(c.result, Mapping)
+                   and c.result.get("created") is True]
+        if len(created) > 1:
+            found.append({"rule": "outbox_created_twice", "items": [f"outbox:{k}"], "ops": [i.id for i in created],
+                          "text": f"outbox key {k!r} was enqueued as a new message {len(created)} times "
+                                  f"({', '.join(f'#{i.id}' for i in created)})"})
+    for inv, comp, keys in shown:
+        if inv.op not in listings:
+            continue
+        got = set(keys)
+        for k in sorted(got):
+            sent = next((i for i, c in marked.get(k, ()) if c is not None and c.outcome == "ok" and c.t < inv.t), None)
+            if sent is not None:
+                found.append({"rule": "outbox_sent_still_pending", "items": [f"outbox:{k}"], "ops": [sent.id, inv.id],
+                              "text": f"{inv.op} #{inv.id} handed outbox message {k!r} to the relay after {sent.op} "
+                                      f"#{sent.id} had marked it sent"})
+        limit = inv.args.get("max") or spec.outbox_pending_max
+        if len(keys) >= limit:
+            continue
+        for k, es in made.items():
+            if k in got:
+                continue
+            e = next((i for i, c in es if c is not None and c.outcome == "ok" and c.t < inv.t), None)
+            if e is None or any(i.t < comp.t for i, _ in marked.get(k, ())):
+                continue
+            found.append({"rule": "outbox_dropped", "items": [f"outbox:{k}"], "ops": [e.id, inv.id],
+                          "text": f"{inv.op} #{inv.id} answered {len(keys)} of at most {limit} pending messages without "
+                                  f"{k!r}, enqueued by #{e.id} before it and never marked sent"})
+    return found
+
+
+
+def attach_cross(result: Any, verdict: Any, spec: Spec | None = None) -> Any:
+    """The cross-item rules on a safety campaign's history (chaos/safety.attach_verdict calls
+    this for the ``profiles`` workload): each finding joins the result's anomalies (``class`` is
+    the rule, ``work_id`` the first item or message it names, ``explanation`` its text), the
+    reached behaviours its coverage, and what the run drove without reaching its ``missing`` (in
+    ``verdict`` too, so a rendering of the verdict says it); the result's verdict again."""
+    from .history import load_history
+
+    history = load_history(result.history)
+    found = check_cross(history, spec)
+    cov, missing = cross_coverage(history, spec)
+    result.anomalies = list(result.anomalies or []) + [
+        {"class": f["rule"], "work_id": f["items"][0], "explanation": f["text"], "items": f["items"], "ops": f["ops"],
+         "excerpt": [], "context": [], "cause": []} for f in found]
+    result.coverage.update({k: v for k, v in cov.items()})
+    for m in missing:
+        if m not in verdict.missing:
+            verdict.missing.append(m)
+    result.missing = list(verdict.missing)
+    result.verdict = "fail" if result.anomalies else "inconclusive" if result.missing else "pass"
+    return result

@@ -67,7 +67,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except HistoryError as exc:  # an identifier no ledger hands out (a list, an object)
         print(shown_line(f"ledgercheck history: {exc}"), file=sys.stderr)
         return 2
-    from .crossitem import check_cross
+    from .crossitem import check_cross, cross_coverage
     from .linearize import BUDGET, check_linearizable
 
     budget = args.budget if args.budget is not None else BUDGET
@@ -81,6 +81,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         lin = check_linearizable(history, spec, budget=budget)
         lin.cross = check_cross(history, spec)
+        lin.cross_coverage, lin.cross_missing = cross_coverage(history, spec)
     final = combined_verdict(verdict, lin) if lin is not None else verdict.verdict
     if getattr(args, "html", None) or getattr(args, "item", None) or getattr(args, "whole", False) \
             or getattr(args, "linearizability", None):
@@ -110,16 +111,18 @@ def combined_verdict(verdict: Verdict, lin: Any) -> str:
     whether it is one, so with no anomaly the verdict is INCONCLUSIVE."""
     if verdict.anomalies or lin.violations or lin.cross:
         return "anomalies"
-    if verdict.missing or lin.unchecked:
+    if verdict.missing or lin.unchecked or lin.cross_missing:
         return "inconclusive"
     return "no anomaly"
 
 
 def unchecked_missing(lin: Any) -> list[str]:
+    """The lines of what the linearizability and cross-item checks could not judge."""
+    out = list(getattr(lin, "cross_missing", []))
     if not lin.unchecked:
-        return []
+        return out
     first = lin.unchecked[0]
-    return [f"{_items(len(lin.unchecked))} not checked for linearizability (first {first}: {lin.items[first].reason})"]
+    return [f"{_items(len(lin.unchecked))} not checked for linearizability (first {first}: {lin.items[first].reason})", *out]
 
 
 def _op_records(history: History) -> dict[int, list[Record]]:
@@ -164,6 +167,9 @@ def render_linearizability(history: History, lin: Any, *, max_excerpts: int = 3)
         lines.append(f"  ... {len(lin.cross) - max_excerpts} more cross-item findings (--json lists them all)")
     for wid in lin.unchecked[:max_excerpts]:
         lines.append(f"unchecked {wid}: {lin.items[wid].reason}")
+    reached = {k: v for k, v in getattr(lin, "cross_coverage", {}).items() if v}
+    if reached:
+        lines.append("cross-item coverage: " + ", ".join(f"{k} {v}" for k, v in reached.items()))
     return lines
 
 

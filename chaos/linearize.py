@@ -107,6 +107,10 @@ class ItemResult:
 class Linearizability:
     items: dict[str, ItemResult]
     cross: list[dict[str, Any]] = field(default_factory=list)
+    # what the history reached of the behaviours the cross-item rules judge, and what it drove
+    # without reaching (crossitem.cross_coverage)
+    cross_coverage: dict[str, int] = field(default_factory=dict)
+    cross_missing: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> list[str]:
@@ -125,21 +129,31 @@ class Linearizability:
                 "max_states_item": max((r.states for r in rs), default=0)}
 
     def to_json(self) -> dict[str, Any]:
-        return {"items": {w: r.to_json() for w, r in self.items.items()}, "cross": self.cross, "stats": self.stats()}
+        return {"items": {w: r.to_json() for w, r in self.items.items()}, "cross": self.cross, "stats": self.stats(),
+                "cross_coverage": self.cross_coverage, "cross_missing": self.cross_missing}
 
 
 # ------------------------------------------------------------------------------- projection
+_NOT_MAPS = frozenset({list, str, int, float, bool, type(None)})
+
+
+def _is_map(x: Any) -> bool:
+    """isinstance(x, Mapping), without the ABC's check for the types answers are made of."""
+    t = type(x)
+    return t is dict or (t not in _NOT_MAPS and isinstance(x, Mapping))
+
+
 def _snap_id(x: Any) -> str | None:
-    if type(x) is dict or isinstance(x, Mapping):
+    if _is_map(x):
         w = x.get("work_id")
-        if isinstance(w, str) and "status" in x:
+        if type(w) is str and "status" in x:
             return w
     return None
 
 
 def _snapshot_of(op: str, result: Any) -> Mapping[str, Any] | None:
     """The item snapshot an ok answer carries, if any (create answers {work, created})."""
-    if isinstance(result, Mapping):
+    if _is_map(result):
         if _snap_id(result):
             return result
         if _snap_id(result.get("work")):
@@ -181,14 +195,14 @@ def project(history: History, spec: Spec) -> tuple[dict[str, list[LinOp]], list[
         if snap is not None:
             ident.setdefault(_identity(snap), snap["work_id"])
         wid = args.get("work_id")
-        if outcome == "ok":
-            for rec in (op.result, op.result.get("receipt") if isinstance(op.result, Mapping) else None):
-                if isinstance(rec, Mapping) and isinstance(rec.get("work_id"), str) and isinstance(rec.get("key"), str):
+        if outcome == "ok" and _is_map(op.result):
+            for rec in (op.result, op.result.get("receipt")):
+                if _is_map(rec) and type(rec.get("work_id")) is str and type(rec.get("key")) is str:
                     keys.setdefault(rec["key"], rec["work_id"])
         if name == "create":
             creates.append(op)
             continue
-        if isinstance(wid, str) and not (outcome == "ok" and isinstance(op.result, list) and any(_snap_id(m) for m in op.result)):
+        if type(wid) is str and not (outcome == "ok" and type(op.result) is list and any(_snap_id(m) for m in op.result)):
             per.setdefault(wid, []).append(op)
             continue
         if isinstance(args.get("key"), str) and snap is None:
@@ -247,11 +261,27 @@ class _Fail(Exception):
     pass
 
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _jcopy(x: Any) -> Any:
+    """A deep copy of an answer read from a history (JSON: dicts, lists and scalars), several
+    times faster than copy.deepcopy; anything else is left to deepcopy."""
+    t = type(x)
+    if t is dict:
+        return {k: v if type(v) in _ATOMS else _jcopy(v) for k, v in x.items()}
+    if t is list:
+        return [v if type(v) in _ATOMS else _jcopy(v) for v in x]
+    if t in _ATOMS:
+        return x
+    return copy.deepcopy(x)
+
+
 class _Budget(Exception):
     pass
 
 
-_MODELS: dict[int, tuple[Spec, Model, dict[str, Any]]] = {}
+_MODELS: dict[int, tuple[Spec, Model, dict[str, Any], frozenset[str]]] = {}
 _LACKS = "snapshot lacks field"  # the model's word for a field an answer does not carry (base.py)
 
 
@@ -349,15 +379,18 @@ class _Search:
         held = _MODELS.get(id(spec))
         if held is None or held[0] is not spec:
             m = Model(spec)
-            held = _MODELS[id(spec)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS})
-        self._model, self._empty = held[1], held[2]
+            # operations that make an item from another one (answering a create_result, not a create)
+            makers = frozenset(n for n, o in spec.operations.items() if o.returns == "create_result" and o.kind != "create")
+            held = _MODELS[id(spec)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS}, makers)
+        self._model, self._empty, self.makers = held[1], held[2], held[3]
         self.wid = wid
         self.ops = ops
         self.slack = slack
         self.budget = budget
         self.states = 0
         self.best: list[int] = []  # longest order found (indices into ops)
-        self.memo: set[tuple[int, str]] = set()
+        self.memo: set[tuple[frozenset[int], str]] = set()
+        self.forked = False  # a branch point was passed: states may come again, the memo is kept from here
 
     # -- model state
     def fresh(self) -> Model:
@@ -407,28 +440,36 @@ class _Search:
             return (not bad), st, "; ".join(v.message for v in bad)
         if unknown:  # nothing is judged; what the operation may have written becomes unknown too
             return True, self.unjudged(m, op, snap, stale, self.may_touch(m, op), True), ""
-        if op.op != "create" and self.wid not in m.items and snap is not None and snap.get("work_id") == self.wid:
-            # made by another item's operation (a spawn): the item as its answer shows it
+        if op.op != "create" and snap is not None and snap.get("work_id") == self.wid and \
+                (self.wid not in m.items or op.op in self.makers):
+            # made by another item's operation (a spawn), or that operation replayed (answering the
+            # child it made before): judging it needs the other item, which this search does not
+            # hold; the item as its answer shows it
             self.adopt(m, snap)
             return True, (False, stale), ""
         if op.op != "create" and self.wid not in m.items:
             # the item is created by an operation not yet linearized: nothing before it can act on it
             return (op.outcome != "ok"), st, "the item does not exist yet"
         m.slack = (op.t1 - op.t0) if self.slack and op.t1 != INF else (1.0 if self.slack else 0.0)
-        watch = _Watch(m)
+        # which receipts the model reads matters only when some are unknown, or for what an
+        # indefinite operation may have written: otherwise it is not watched (asked again, were
+        # it ever needed, from may_touch)
+        watch = _Watch(m) if stale or op.outcome == "indefinite" else None
         try:
             exp = m.expect(op.op, op.args)
         except (KeyError, TypeError, ValueError) as exc:
+            seen = watch.seen if watch is not None and watch.close() else self.may_touch(m, op)
+            return True, (True, stale | set(m.receipts) | seen), f"the model cannot judge {op.op}: {exc}"
+        if watch is not None:
             watch.close()
-            return True, (True, stale | set(m.receipts) | watch.seen), f"the model cannot judge {op.op}: {exc}"
-        watch.close()
-        if watch.reads(stale):
-            return True, self.unjudged(m, op, snap, stale, watch.seen), ""
+            if watch.reads(stale):
+                return True, self.unjudged(m, op, snap, stale, watch.seen), ""
         if op.outcome == "indefinite":
             if isinstance(exp, Refuse):
                 return True, st, ""
             # it may have taken effect: the item and its journal (every receipt, and those it
             # names) are unknown until answers show them again
+            assert watch is not None
             return True, (True, stale | set(m.receipts) | watch.seen), ""
         if op.outcome == "refused":
             code = op.error.get("code") if isinstance(op.error, Mapping) else None
@@ -438,15 +479,14 @@ class _Search:
                 return False, st, f"{op.op} must succeed here ({exp.why}), it was refused {code}"
             return True, st, ""
         # ok
-        if snap is not None and snap.get("work_id") == self.wid:
-            self._take_open(m, snap)
-            exp = m.expect(op.op, op.args)
+        if snap is not None and snap.get("work_id") == self.wid and self._take_open(m, snap):
+            exp = m.expect(op.op, op.args)  # judged again on the fields the answer settled
         if isinstance(exp, Refuse):
             return False, st, f"{op.op} must be refused here with {'/'.join(sorted(exp.codes))} ({exp.why})"
         assert isinstance(exp, Accept)
         saved, watch = (self.save(m), _Watch(m)) if stale else (None, None)  # judging the answer may read a receipt not known
         try:
-            bad = m.settle(op.op, exp, Outcome(True, copy.deepcopy(op.result)))
+            bad = m.settle(op.op, exp, Outcome(True, _jcopy(op.result)))
         except Exception as exc:  # noqa: BLE001 - the model could not read the answer: say so
             if watch is not None and saved is not None and watch.close() and watch.reads(stale):
                 self.restore(m, saved)
@@ -505,7 +545,7 @@ class _Search:
             m.adopt_receipt(k, r)
         return stale - {k for k, _ in shown} if shown else stale
 
-    def _take_open(self, m: Model, snap: Mapping[str, Any]) -> None:
+    def _take_open(self, m: Model, snap: Mapping[str, Any]) -> bool:
         """Fields the contract left open after the item's last change (a promotion may keep
         next_retry_at, ...) take the value the ledger shows now when it is one the contract
         allows, as the harness's read-back after each operation does; an answer that carries the
@@ -513,11 +553,14 @@ class _Search:
         opened = m.open_fields.get(self.wid)
         it = m.items.get(self.wid)
         if not opened or it is None:
-            return
+            return False
         fields = self.spec.work_fields
+        changed = False
         for name in list(opened):
             if name in snap and name in fields and m._allowed_other(self.wid, name, fields[name].compare, snap[name]):
+                changed = changed or name not in it or it[name] != snap[name] or type(it[name]) is not type(snap[name])
                 it[name] = copy.deepcopy(snap[name])
+        return changed
 
     def adopt(self, m: Model, snap: Mapping[str, Any]) -> None:
         if self.wid not in m.items:
@@ -531,6 +574,7 @@ class _Search:
         m = self.fresh()
         self.best = []
         self.memo = set()
+        self.forked = False
         ops = self.ops
         definite = [i for i in ops_idx if ops[i].definite]
         self.need = len(definite)
@@ -541,10 +585,11 @@ class _Search:
         while True:
             if ndef == self.need:
                 return order
-            k = (done, self.key(m, unknown))
-            if k in self.memo:
-                return None
-            self.memo.add(k)
+            if self.forked:  # before the first branch point no state can come twice (``done`` only grows)
+                k = (done, self.key(m, unknown))
+                if k in self.memo:
+                    return None
+                self.memo.add(k)
             self.states += 1
             if self.states > self.budget:
                 raise _Budget
@@ -564,6 +609,7 @@ class _Search:
                 ndef += 1
                 continue
             saved = self.save(m)
+            self.forked = True
             for i in defs + [c for c in cands if not ops[c].definite]:
                 ok, unk, _ = self.step(m, ops[i], unknown)
                 if ok:

@@ -70,6 +70,7 @@ from .forkserver import ForkServerError, fork_server
 from .history import HistoryWriter, merge_histories, process_path
 from .points import ChaosError, worker_points
 from .sink import EffectSink
+from .workload import SAFETY_WORKLOADS, ProfileSteps
 
 ENTRY = "ledgercheck.chaos.safety:process_main"
 DELIVERIES = ("at-most-once", "at-least-once", "effectively-once")
@@ -187,6 +188,7 @@ class SafetyParams:
     record: bool = True
     op_timeout: float = 30.0
     hosts: Any = None  # a chaos.hosts.HostNet: workers run in its namespaces (None: all on this host)
+    workload: str = "plain"  # "profiles": workers drive spawn, inbox and outbox too (chaos/workload.ProfileSteps)
     reset_extra: dict[str, Any] = field(default_factory=dict)  # more keys for every process's reset
 
     def active_s(self) -> float:
@@ -239,6 +241,7 @@ class SafetyResult:
     coverage: dict[str, int] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     verdict: str | None = None
+    workload: str = "plain"  # SafetyParams.workload
     takeovers: dict[str, int] = field(default_factory=dict)  # planned, by path (operator, time), missed
 
     def as_dict(self) -> dict[str, Any]:
@@ -331,6 +334,7 @@ class _Ctx:
         self.stopping = False
         self.started = 0.0
         self.n_spawned = 0
+        self.steps = ProfileSteps(spec) if cfg.get("workload") == "profiles" else None
         self.counter = OPS0 + 8 * int(cfg["slot"])  # where this process counts its operations
         fd = os.open(cfg["flags"], os.O_RDWR)
         try:
@@ -417,6 +421,8 @@ class _Ctx:
         lease = {"expires": held.get("lease_expires_at")}
         hooks.mark(wid, None, 0, "acquired")
         hooks.hit("after_claim")
+        if self.steps is not None:
+            self.steps.begin(rec.call, rec.name, held, self.now, rng)
         if self.retryable and "fail" not in self.unsupported and rng.random() < self.fail_p and (held.get("attempt") or 1) <= 1:
             out = rec.call("fail", work_id=wid, token=token, error_class=self.retryable,
                            message="a transient failure before the effect", now=self.now())
@@ -441,8 +447,9 @@ class _Ctx:
             hooks.mark(wid, None, 0, "submitted")
             hooks.hit("after_submit_before_record")
         yield from self.idle_for(rng.uniform(*self.latency) / 2)  # the rest of the work, the effect done
+        status = self.steps.holding(rec.call, rec.name, held, self.now, rng) if self.steps is not None else None
         hooks.hit("after_record_before_close_out")
-        rec.call("close_out", work_id=wid, token=token, status="done", result={"by": rec.name}, now=self.now())
+        rec.call("close_out", work_id=wid, token=token, status=status or "done", result={"by": rec.name}, now=self.now())
 
     def _effect(self, rec: _Recorder, slot: int, wid: str, key: str, token: str, lease: dict[str, Any],
                 lookup: bool) -> Any:
@@ -535,6 +542,8 @@ class _Ctx:
             for op in ops:
                 if op not in self.unsupported:
                     rec.call(op, now=self.now())
+            if self.steps is not None:
+                self.steps.relay(rec.call, self.now)
             yield True
             yield from self.idle_for(period)
 
@@ -934,6 +943,7 @@ class _Campaign:
             "time": {"wall": self.wall, "t0": self.t0, "speedup": speedup},
             "step_class": STEP_CLASS.get(self.declared.delivery, PLAIN_CLASS), "delivery": self.declared.delivery,
             "latency": list(self.p.latency), "renew_p": self.p.renew_p, "fail_p": self.p.fail_p,
+            "workload": self.p.workload,
         }
         self.clocks = clockfaults.CampaignClocks.for_campaign(self.p.faults, self.work, self.p.seed, self.lapse_real,
                                                               self.durable, self._record)
@@ -1840,6 +1850,10 @@ def attach_verdict(result: SafetyResult, verdict: Any) -> SafetyResult:
     result.missing = list(verdict.missing)
     result.verdict = "fail" if result.anomalies else "inconclusive" if result.missing else "pass"
     result.checked = True
+    if result.workload == "profiles" and result.history:  # its cross-item rules and what they need
+        from .crossitem import attach_cross
+
+        attach_cross(result, verdict)
     return result
 
 
@@ -1859,7 +1873,7 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
                  latency: tuple[float, float] = (0.01, 0.08), renew_p: float = 0.3, fail_p: float = 0.1,
                  op_timeout: float = 30.0, progress: Progress | None = None, min_each: int = 1,
                  tmp_root: str | None = None, hosts: Any = None,
-                 reset: Mapping[str, Any] | None = None) -> SafetyResult:
+                 reset: Mapping[str, Any] | None = None, workload: str = "plain") -> SafetyResult:
     """Run one safety campaign against ``address`` and return its result.
 
     ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"), each done at
@@ -1880,16 +1894,19 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
     if time_limit <= 0:
         raise ChaosError("time limit must be > 0")
     fault_set = nemesis.parse_faults(faults)
+    if workload not in SAFETY_WORKLOADS:
+        raise ChaosError(f"unknown safety workload {workload!r} (one of {', '.join(SAFETY_WORKLOADS)})")
     if "partition" in fault_set and (hosts is None or not hosts.hosts):
         raise ChaosError("the partition fault needs workers on hosts (network namespaces): pass hosts, "
                          "or leave partition out of the faults")
     params = SafetyParams(workers=workers, items=items, seed=seed, faults=fault_set, min_each=min_each,
                           duration=duration, time_limit=time_limit, lapse=lapse, wall_scale=wall_scale,
                           latency=latency, renew_p=renew_p, fail_p=fail_p, record=record, op_timeout=op_timeout,
-                          hosts=hosts, reset_extra=dict(reset or {}))
+                          hosts=hosts, reset_extra=dict(reset or {}), workload=workload)
     camp = _Campaign(address, spec or default_spec(), params, out_dir if record else None, progress, tmp_root)
     try:
         result = camp.run()
+        result.workload = workload
     finally:
         camp.close()
         if not record:

@@ -45,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     p.add_argument("--items", type=int, default=100, help="items the producer creates (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload and the fault schedule (default 0)")
+    p.add_argument("--workload", choices=("plain", "profiles"), default="plain",
+                   help="profiles: the holders also drive spawn trees, the inbox and the outbox, and the cross-item "
+                        "rules judge them (default plain: claim, effect, close-out)")
     p.add_argument("--nemesis", default=None, metavar="FAULTS",
                    help="comma-separated faults: kill, pause, reopen, partition (needs --hosts), or none "
                         f"(default: {DEFAULT_FAULTS}, and partition with --hosts)")
@@ -140,7 +143,8 @@ def _safety(args: argparse.Namespace) -> int:
             result = run_campaign(args.adapter, spec, workers=args.workers, items=args.items, seed=args.seed,
                                   faults=faults, out_dir=args.out, time_limit=args.time_limit,
                                   wall_scale=args.wall_scale, check=False, progress=progress,
-                                  hosts=ph.net if ph else None, reset={"server_dsn": ph.server_dsn} if ph else None)
+                                  hosts=ph.net if ph else None, reset={"server_dsn": ph.server_dsn} if ph else None,
+                                  workload=args.workload)
         result.notes[:0] = notes
     except (ChaosError, OSError) as exc:
         progress.close()

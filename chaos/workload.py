@@ -345,3 +345,92 @@ class ItemIndex:
 
     def close(self) -> None:
         self.conn.close()
+
+
+# ---------------------------------------------------------------------------------- safety profiles
+SAFETY_WORKLOADS = ("plain", "profiles")  # what the safety campaign's workers do with an item
+
+
+class ProfileSteps:
+    """The safety campaign's ``profiles`` workload: besides its effect, a worker holding an item
+    drives the spawn, inbox and outbox profiles the ledger offers (operations found from the
+    contract, chaos/crossitem.roles; one answered ``unsupported`` is not asked again), so the
+    cross-item rules are exercised under the campaign's faults:
+
+    * spawn: a root item (one the producer made) spawns a child, its holder joins on the children,
+      and now and then cancels the tree instead of closing the root out (children are items the
+      workers claim like any other);
+    * inbox: when handed an item, the holder delivers a message about it to one of a few shared
+      recipients (now and then twice: a duplicate delivery) and drains a recipient; before its
+      close-out it acks or nacks what it got (so several holders drain one recipient at once, and
+      messages stay in flight while their holder works, is paused or is killed);
+    * outbox: the item's outbound message is enqueued (now and then again, as a retry does), and
+      the monitor's relay lists the pending messages and marks each sent.
+    """
+
+    RECIPIENTS = 3
+    SPAWN_P, CANCEL_P, DUP_P, NACK_P, RETRY_P = 0.5, 0.25, 0.2, 0.3, 0.2
+
+    def __init__(self, spec: Spec) -> None:
+        from .crossitem import roles
+
+        self.ops = roles(spec)
+        self.sent = 0
+        self.drained: dict[str, tuple[str, list[str]]] = {}  # holder -> (recipient, messages it drained)
+        cancel_ops = {n for n, o in spec.operations.items() if o.profile == "cancel"}
+        # the status a holder closes its item out with after cancelling its tree
+        self.cancelled = next((t.dst for t in spec.transitions if set(t.ops) & cancel_ops
+                               and t.dst in spec.terminal_statuses), None)
+
+    def begin(self, call: Any, name: str, held: Mapping[str, Any], now: Any, rng: random.Random) -> None:
+        """A holder's first steps on the item it was handed: a message about it delivered to a
+        shared recipient (now and then twice), and a recipient drained; what it got stays in flight
+        while the holder works (a holder killed or paused meanwhile leaves it so)."""
+        o = self.ops
+        self.drained[name] = ("", [])
+        if not (o["deliver"] and o["drain"]):
+            return
+        wid = str(held["work_id"])
+        box = f"box-{rng.randrange(self.RECIPIENTS)}"
+        for _ in range(2 if rng.random() < self.DUP_P else 1):
+            call(o["deliver"], recipient=box, message_id=f"m-{wid}", sender=name, body={"work": wid}, now=now())
+        src = f"box-{rng.randrange(self.RECIPIENTS)}"
+        got = call(o["drain"], recipient=src, max=rng.choice((1, 2)), now=now())
+        self.drained[name] = (src, [m["message_id"] for m in (got.value if got.ok and isinstance(got.value, list) else [])
+                                    if isinstance(m, Mapping) and isinstance(m.get("message_id"), str)])
+
+    def holding(self, call: Any, name: str, held: Mapping[str, Any], now: Any, rng: random.Random) -> str | None:
+        """A holder's steps on the item it holds, before its close-out (``call(op, **args)``
+        records and answers): the messages it drained acked or nacked, the outbound message, a
+        spawn.  The status to close the item out with when the holder cancelled its tree (None:
+        as usual)."""
+        o = self.ops
+        wid = str(held["work_id"])
+        src, mids = self.drained.pop(name, ("", []))
+        for mid in mids:
+            back = o["nack"] if o["nack"] and rng.random() < self.NACK_P else o["ack"]
+            if back:
+                call(back, recipient=src, message_id=mid, now=now())
+        if o["enqueue"]:
+            for _ in range(2 if rng.random() < self.RETRY_P else 1):
+                call(o["enqueue"], key=f"notify-{wid}", destination="mail", payload={"work": wid}, work_id=wid, now=now())
+        if o["spawn"] and o["join"] and rng.random() < self.SPAWN_P:  # a child's child too, within the spawn budget
+            out = call(o["spawn"], parent_id=wid, key="child-1", payload={"from": wid}, now=now())
+            if out.ok:
+                call(o["join"], work_id=wid)
+                if o["cascade"] and self.cancelled and rng.random() < self.CANCEL_P \
+                        and call(o["cascade"], work_id=wid, reason="the run was cancelled", now=now()).ok:
+                    return self.cancelled
+        return None
+
+    def relay(self, call: Any, now: Any) -> None:
+        """The monitor's relay: the pending outbound messages, each marked sent."""
+        o = self.ops
+        if not (o["listing"] and o["mark"]):
+            return
+        got = call(o["listing"])
+        for m in got.value if got.ok and isinstance(got.value, list) else []:
+            if isinstance(m, Mapping) and isinstance(m.get("key"), str):
+                self.sent += 1
+                call(o["mark"], key=m["key"], provider_ref=f"relay-{self.sent}", now=now())
+
