@@ -44,6 +44,7 @@ from typing import Any
 
 import msgspec
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import Roles, roles
 
 from .history import EffectRow, Final, History, HistoryError, Meta, Nemesis, Record, no_gc, to_dict
 
@@ -59,81 +60,14 @@ _PAST = {"kill": "killed", "pause": "paused", "partition": "cut off by a partiti
 
 
 # ------------------------------------------------------------------------------ the contract
-@dataclass(frozen=True)
-class Rules:
-    """What the checker needs of the contract, read from the Spec (no status or operation name is
-    written here): statuses by kind, operations by what they do to an item's lease and status, and
-    for each status that waits for a time (a retry, a wait) the snapshot fields that say when."""
-
-    terminal: frozenset[str]
-    leased: frozenset[str]
-    claimable: frozenset[str]  # what a claim takes (the grant that needs no work id: core.claim.empty)
-    statuses: frozenset[str]
-    # status -> (its due-time fields, the monitor operations that move it on once due): a retry
-    # scheduled, a wait with a deadline; the fields an item enters the status with that the monitor's
-    # move out of it reads
-    parked: Mapping[str, tuple[tuple[str, ...], frozenset[str]]]
-    creates: frozenset[str]
-    grants: frozenset[str]  # take an item's lease (claim, resume)
-    claims: frozenset[str]  # grants that need no work id: ask for any claimable work
-    token_writes: frozenset[str]  # need the item's lease (renew, close-out, fail, set_waiting)
-    releases: frozenset[str]  # need the lease and give it back
-    close_outs: frozenset[str]  # releases that set a terminal status given as an argument
-    renews: frozenset[str]
-    monitor: frozenset[str]  # monitor operations that may take lapsed leases (expire, recover)
-    requeues: frozenset[str]  # may move a terminal item back (requeue, recover)
-    operator_requeues: frozenset[str]  # a transition that requeues one item by id (requeue)
-    reads: frozenset[str]
-    lists: frozenset[str]  # reads answering with a list of items
-
-    @classmethod
-    def of(cls, spec: Spec) -> Rules:
-        ops = spec.operations
-        terminal = frozenset(spec.terminal_statuses)
-        leased = frozenset(s for s, st in spec.statuses.items() if st.leased)
-        grants = frozenset(n for n, o in ops.items() if o.lease == "acquire")
-        claims = frozenset(n for n in grants if not (ops[n].args.get("work_id") and ops[n].args["work_id"].required))
-        claimable = frozenset(t.src for t in spec.transitions if set(t.ops) & claims)
-        releasing = frozenset(n for n, o in ops.items() if o.requires_lease and o.lease == "release")
-        close_outs = frozenset(n for n in releasing if any(a.type == "terminal_status" for a in ops[n].args.values()))
-        requeue_ops = frozenset(o for t in spec.transitions if t.requeue for o in t.ops)
-        times = {f for f, wf in spec.work_fields.items() if wf.type == "time"}
-
-        def data(op: str, target: str) -> set[str]:
-            ev = ops[op].event_for(target) if op in ops else None
-            return set(spec.events[ev].data) if ev in spec.events else set()
-
-        parked: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
-        for s in spec.statuses:
-            if s in terminal or s in leased or s in claimable:
-                continue
-            entering = set().union(*(data(o, s) for t in spec.transitions if t.dst == s for o in t.ops))
-            movers = {(o, t.dst) for t in spec.transitions if t.src == s for o in t.ops
-                      if o in ops and ops[o].kind == "monitor"}
-            leaving = set().union(*(data(o, dst) for o, dst in movers))
-            parked[s] = (tuple(sorted(entering & leaving & times)), frozenset(o for o, _ in movers))
-        return cls(terminal=terminal, leased=leased, claimable=claimable, statuses=frozenset(spec.statuses),
-                   parked=parked, creates=frozenset(n for n, o in ops.items() if o.kind == "create"),
-                   grants=grants, claims=claims,
-                   token_writes=frozenset(n for n, o in ops.items() if o.requires_lease), releases=releasing,
-                   close_outs=close_outs, renews=frozenset(n for n, o in ops.items() if o.lease == "renew"),
-                   monitor=frozenset(n for n, o in ops.items() if o.kind == "monitor" and o.lease == "release"),
-                   requeues=requeue_ops,
-                   operator_requeues=frozenset(o for o in requeue_ops if o in ops and ops[o].kind != "monitor"),
-                   reads=frozenset(n for n, o in ops.items() if o.kind == "read"),
-                   lists=frozenset(n for n, o in ops.items() if o.kind == "read" and o.returns == "work_list"))
-
-
-_RULES: dict[int, tuple[Spec, Rules]] = {}
+# What the checker needs of the contract (statuses by kind, operations by role) is read from the
+# Spec by spec/rules.py (``Roles``); no status or operation name is written here.
+Rules = Roles
 
 
 def rules_of(spec: Spec | None = None) -> Rules:
     """The Rules of a contract (the shipped one by default), worked out once per Spec."""
-    spec = spec if spec is not None else default_spec()
-    hit = _RULES.get(id(spec))
-    if hit is None or hit[0] is not spec:
-        hit = _RULES[id(spec)] = (spec, Rules.of(spec))
-    return hit[1]
+    return roles(spec if spec is not None else default_spec())
 
 
 # ------------------------------------------------------------------------------------ results
@@ -1568,7 +1502,7 @@ class _Checker:
         n["retries"] = _retries(self.ops, self.R.claims)
         if self.final is not None:
             st = Counter(w.get("status") for w in self.final.items.values() if isinstance(w, dict))
-            n["items_done"] = st.get("done", 0)
+            n["items_done"] = st.get(self.R.success, 0)
             for s, k in st.items():
                 n[f"final_{s}"] = k
         faults = ", ".join(f"{k} {f}{'s' if k != 1 else ''}" for f, k in sorted(self.nemesis.items()))

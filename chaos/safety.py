@@ -60,6 +60,7 @@ from multiprocessing.connection import wait as wait_conns
 from typing import Any
 
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import crash_points_at
 from ledgercheck.transport.client import AdapterError, Client, connect
 from ledgercheck.transport.clock import VIRTUAL_EPOCH, plain, scaled_document
 from ledgercheck.transport.protocol import Outcome
@@ -68,7 +69,7 @@ from ledgercheck.transport.reaper import gone
 from . import nemesis
 from .forkserver import ForkServerError, fork_server
 from .history import HistoryWriter, merge_histories, process_path
-from .points import ChaosError, worker_points
+from .points import DONE, ChaosError, leased_status, worker_points
 from .sink import EffectSink
 
 ENTRY = "ledgercheck.chaos.safety:process_main"
@@ -315,6 +316,8 @@ class _Ctx:
         self.cfg = cfg
         self.client = client
         self.spec = spec
+        # where the monitor's expire moves a lapsed leased item (what the operator requeues)
+        self.expired = next(iter(spec.targets("expire", leased_status(spec))), None)
         self.tb = TimeBase(**cfg["time"])
         self.out = cfg["out"]
         self.record = bool(cfg["record"])
@@ -416,7 +419,7 @@ class _Ctx:
         token = str(held.get("lease_token") or "")
         lease = {"expires": held.get("lease_expires_at")}
         hooks.mark(wid, None, 0, "acquired")
-        hooks.hit("after_claim")
+        hooks.reach("acquired")
         if self.retryable and "fail" not in self.unsupported and rng.random() < self.fail_p and (held.get("attempt") or 1) <= 1:
             out = rec.call("fail", work_id=wid, token=token, error_class=self.retryable,
                            message="a transient failure before the effect", now=self.now())
@@ -431,7 +434,7 @@ class _Ctx:
                 lease["expires"] = out.value.get("lease_expires_at")
                 self.expires(slot, lease["expires"])
             hooks.mark(wid, None, 0, "renewed")
-            hooks.hit("during_renew")
+            hooks.reach("renewed")
         if self.journal and "effect_begin" not in self.unsupported:
             if not (yield from self._journaled(rec, hooks, wid, token, lease, slot)):
                 return
@@ -439,10 +442,10 @@ class _Ctx:
             if self._effect(rec, slot, wid, f"{wid}/{STEP_ID}", token, lease, lookup=False) is _GONE:
                 return  # the ledger refused to renew the lapsed lease: leave the item to recovery
             hooks.mark(wid, None, 0, "submitted")
-            hooks.hit("after_submit_before_record")
+            hooks.reach("submitted")
         yield from self.idle_for(rng.uniform(*self.latency) / 2)  # the rest of the work, the effect done
-        hooks.hit("after_record_before_close_out")
-        rec.call("close_out", work_id=wid, token=token, status="done", result={"by": rec.name}, now=self.now())
+        hooks.reach("recorded")
+        rec.call("close_out", work_id=wid, token=token, status=DONE, result={"by": rec.name}, now=self.now())
 
     def _effect(self, rec: _Recorder, slot: int, wid: str, key: str, token: str, lease: dict[str, Any],
                 lookup: bool) -> Any:
@@ -483,12 +486,12 @@ class _Ctx:
         if state not in ("pending", "unknown") or not key:
             return False  # needs a person
         hooks.mark(wid, None, 0, "begun")
-        hooks.hit("after_intent_before_submit")
+        hooks.reach("begun")
         result = self._effect(rec, slot, wid, key, token, lease, lookup=not out.value.get("created"))
         if result is _GONE:
             return False
         hooks.mark(wid, None, 0, "submitted")
-        hooks.hit("after_submit_before_record")
+        hooks.reach("submitted")
         yield True
         out = rec.call("effect_record", key=key, input_hash=receipt.get("input_hash"), result={"provider": result},
                        token=token, now=self.now())
@@ -556,7 +559,7 @@ class _Ctx:
             actions.append({"op": "expire", "now": now, "work_ids": _moved(out.value)})
         elif out.code == "unsupported" and "recover" in self.unsupported:
             return None
-        listed = rec.call("list", status="timeout")
+        listed = rec.call("list", status=self.expired)
         back = []
         for w in listed.value or [] if listed.ok and isinstance(listed.value, list) else []:
             if isinstance(w, Mapping) and w.get("work_id") is not None and \
@@ -916,8 +919,10 @@ class _Campaign:
             "latency": list(self.p.latency), "renew_p": self.p.renew_p, "fail_p": self.p.fail_p,
         }
         own = set(worker_points(self.spec))
-        passed = own - {"after_waiting_set"} - (
-            set() if self.declared.delivery == "effectively-once" else {"after_intent_before_submit"})
+        # the campaign's worker has no wait step, and begins a journal entry only for a ledger
+        # that declares effectively-once delivery
+        passed = own - set(crash_points_at(self.spec, "waiting")) - (
+            set() if self.declared.delivery == "effectively-once" else set(crash_points_at(self.spec, "begun")))
         self.points = [] if not self.durable else (
             [pt for pt in self.spec.crash_points if pt in passed]
             + [pt for pt in hs.get("crash_points") or [] if isinstance(pt, str) and pt not in own])
