@@ -87,6 +87,50 @@ def quarantines(spec: Spec, decision: str) -> bool:
     return bool(spec.decisions[decision].get("quarantine"))
 
 
+@dataclass(frozen=True)
+class RecoveryStep:
+    """One step of acting on a recovery decision for one item, in the order they are applied.
+    ``step`` is a step of the recover operation's ``effects`` (``release``: leave the leased
+    status, ``requeue``, ``quarantine``) or ``mark`` (the item's pending receipts take
+    ``receipt_state``).  A move has ``src``/``dst``; ``event`` is the event it appends (the
+    operation's intent event for a step that does not move the item)."""
+
+    step: str
+    src: str | None = None
+    dst: str | None = None
+    event: str | None = None
+    receipt_state: str | None = None
+
+    def changes(self, spec: Spec, now: float, decision: str, op: str = "recover") -> dict[str, Any]:
+        """The fields this step writes (``effect_changes`` of its effects step)."""
+        args = {"decision": decision} if self.step == "requeue" else None
+        return effect_changes(spec, op, self.step, now=now, args=args, dst=self.dst)
+
+
+def recovery_steps(spec: Spec, status: str, decision: str, op: str = "recover") -> tuple[RecoveryStep, ...]:
+    """What acting on ``decision`` does to a stale item in ``status``, step by step: the one
+    writing of these steps the reference ledger and the model both follow.  A leased item is
+    first released to where ``op`` moves it; the decision's receipt marking follows; then a
+    requeueing decision moves it on (when the table has that move), or a quarantining one flags it."""
+    o = spec.operations[op]
+    out: list[RecoveryStep] = []
+    src = status
+    st = spec.statuses.get(src)
+    if st is not None and st.leased:
+        mid = spec.targets(op, src)[0]
+        out.append(RecoveryStep("release", src, mid, o.event_for(mid)))
+        src = mid
+    state = receipt_marking(spec, decision)
+    if state:
+        out.append(RecoveryStep("mark", receipt_state=state))
+    if requeues(spec, decision) and spec.targets(op, src):
+        dst = spec.targets(op, src)[0]
+        out.append(RecoveryStep("requeue", src, dst, o.event_for(dst)))
+    elif quarantines(spec, decision):
+        out.append(RecoveryStep("quarantine", event=o.intent_event))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------------- staleness
 def recoverable(spec: Spec, status: str) -> bool:
     """Whether some transition lets ``recover`` move an item out of ``status``."""
@@ -346,7 +390,7 @@ def in_profiles(spec: Spec, op: str, profiles: Collection[str]) -> bool:
 
 
 __all__ = [
-    "Decision", "Roles", "apply_effects", "creating_operations", "crash_points_at", "definite_errors",
+    "Decision", "RecoveryStep", "Roles", "recovery_steps", "apply_effects", "creating_operations", "crash_points_at", "definite_errors",
     "in_profiles", "indefinite_errors", "roles", "success_status", "attempt_limit", "effect_changes", "effect_step", "guard_holds", "guard_setters",
     "journal_why",
     "lease_lapse", "marked_event", "marked_for_recovery", "marked_statuses", "open_fields", "quarantines",
