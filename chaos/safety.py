@@ -39,6 +39,15 @@ Each process writes its own history file (chaos/history.py, one ``write`` per re
 SIGKILL loses nothing recorded); the controller merges them into ``history.jsonl`` and hands it
 to the offline checker (chaos/anomalies.py).  ``record=False`` runs the same workload without
 writing anything (for the benchmark).
+
+Where things are: this module holds the worker side (each process's actors and its command
+loop), the controller's state and main loop (``_Campaign``) and :func:`run_campaign`; the
+controller's other parts are ``campaign_setup.py`` (probe, processes started),
+``campaign_faults.py`` (kills, pauses and takeovers, partitions, reopens, armed points) and
+``campaign_end.py`` (events, quiet period, stop, final read, merged history), over
+``campaign_model.py`` (settings, results, the shared flag map's layout, process records).  The
+workers hit crash points through chaos/worker.py's ``Worker.reach`` (the points the contract
+names for each stage), as the crash-window workers do.
 """
 
 from __future__ import annotations
