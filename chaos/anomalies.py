@@ -71,6 +71,7 @@ from .anomaly_model import (  # re-exported: callers import these from here
 )
 from .anomaly_ownership import _Ownership
 from .history import History, HistoryError, no_gc, to_dict
+from .replies import duplicate_items
 
 __all__ = ["CLASSES", "INF", "OPERATOR", "SITUATIONS", "Anomaly", "Grant", "Op", "Rules", "Snap", "Verdict", "fmt_num", "rules_of", "check", "excerpt_history"]
 
@@ -102,6 +103,7 @@ class _Checker(_Ownership, _Loss, _Coverage, _Index):
         if not self.cov["late_write_after_takeover"] and not self.cov["holder_displaced"]:
             self.refused_takeovers(item_grants)  # only then does it matter (see coverage())
         self.effects_then_kill()
+        duplicate_items(self)  # one source's work made into two items (chaos/replies.py)
         self.anomalies.sort(key=lambda a: (CLASSES.index(a.kind), _first_t(a), a.work_id))
         self.observe(permitted, reclaimed)
         coverage, missing = self.coverage()

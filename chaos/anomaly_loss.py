@@ -290,11 +290,12 @@ class _Loss:
                        f"may have happened made it")
                 self.add("refused_but_applied", it.work_id, why, [first, shown])
         for op in it.refused_closes or ():
-            s = self._close_seen(it, op)
+            s = self._close_seen(it, op, loose=True)
             if s is None:
                 continue
+            shown = "status, time and result" if s.work.get("finished_at") == op.now else "status and result"
             why = (f"{op.name} by {op.process} (status {op.args.get('status')}) was refused ({_code(op, self.h)}), "
-                   f"which says it did not happen, yet a later read shows its status, time and result")
+                   f"which says it did not happen, yet a later read shows its {shown}")
             self.add("refused_but_applied", it.work_id, why,
                      [op, s.op if s.op is not None else self.final_excerpt(it.work_id)])
             return

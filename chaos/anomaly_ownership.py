@@ -285,12 +285,17 @@ class _Ownership:
                 return False
         return True
 
-    def _close_seen(self, it: _Item, op: Op) -> Snap | None:
+    def _close_seen(self, it: _Item, op: Op, loose: bool = False) -> Snap | None:
         """A later snapshot showing the write of an indefinite (or refused) close-out, if any: its
-        status, time and result, which no other close-out that may have happened would leave."""
+        status, time and result, which no other close-out that may have happened would leave.
+        ``loose`` (a refused close-out): a ledger that stamps its own clock's time (a wall-clock
+        ledger whose reply was lost, then refused the repeat) shows the status and a result no
+        other close-out that may have happened carries (chaos/replies.py)."""
         close_outs = self.R.close_outs
         if op.name not in close_outs or op.now is None:
             return None
+        if loose:
+            return self._close_seen(it, op) or self._close_seen_untimed(it, op)
         now, t0 = op.now, op.t0
         want = (op.args.get("status"), now, op.args.get("result"))
         found = None
@@ -310,6 +315,19 @@ class _Ownership:
                     (other.args.get("status"), other.now, other.args.get("result")) == want:
                 return None
         return found
+
+    def _close_seen_untimed(self, it: _Item, op: Op) -> Snap | None:
+        """The final read showing a close-out's status and (non-null) result, which no other
+        close-out of the item that may have happened would leave: a refused one took effect."""
+        result, fw = op.args.get("result"), it.final
+        if result is None or fw is None or (fw.get("status"), fw.get("result")) != (op.args.get("status"), result):
+            return None
+        close_outs = self.R.close_outs
+        for other in it.ops:
+            if other is not op and other.name in close_outs and other.maybe and \
+                    (other.args.get("status"), other.args.get("result")) == (op.args.get("status"), result):
+                return None
+        return Snap(fw, None, INF, INF)
 
     # -- terminal records changed
     def terminal(self, it: _Item) -> None:

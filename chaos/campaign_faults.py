@@ -45,6 +45,8 @@ class _Faults:
         holders = [p for p in cands if self.flags[p.slot]]
         if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
             holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
+        if f.fault in nemesis.CLOCK_FAULTS and self.clocks is not None:
+            return self.clocks.strike(f, holders, cands, may_wait, may_wait_long, self.notes)
         if may_wait and not holders and not (f.fault == "kill" and f.point):
             return False
         if f.fault == "reopen":

@@ -16,7 +16,7 @@ from ledgercheck.spec.rules import crash_points_at
 from ledgercheck.transport.client import AdapterError, connect
 from ledgercheck.transport.clock import plain, scaled_document
 
-from . import nemesis
+from . import clockfaults, nemesis
 from .campaign_model import (
     ENTRY,
     FLAG_BYTES,
@@ -106,6 +106,10 @@ class _Setup:
             "step_class": STEP_CLASS.get(self.declared.delivery, PLAIN_CLASS), "delivery": self.declared.delivery,
             "latency": list(self.p.latency), "renew_p": self.p.renew_p, "fail_p": self.p.fail_p,
         }
+        self.clocks = clockfaults.CampaignClocks.for_campaign(self.p.faults, self.work, self.p.seed, self.lapse_real,
+                                                              self.durable, self._record)
+        if self.clocks is not None:
+            self.counts.update(dict.fromkeys([f for f in self.p.faults if f in nemesis.CLOCK_FAULTS], 0))
         own = set(worker_points(self.spec))
         # the campaign's worker has no wait step, and begins a journal entry only for a ledger
         # that declares effectively-once delivery
@@ -178,6 +182,8 @@ class _Setup:
         if self.p.hosts is not None and role == "worker":
             cfg["netns"] = self.p.hosts.host_of(slot).path
             self.placed[name] = self.p.hosts.host_of(slot).netns
+        if self.clocks is not None and role == "worker":
+            self.clocks.spawned(cfg, slot, name, pid)
         conn.send(cfg)
         proc = _Proc(name, role, pid, conn, slot, starting=True, start_by=time.monotonic() + 60.0)
         self.procs.append(proc)

@@ -17,6 +17,16 @@ Three faults, each done to real processes:
             wrote meanwhile arrives late, and a write cut off before its answer came has an
             indefinite outcome.
 
+``skew``, ``bump``, ``strobe``, ``fast`` (clock faults, chaos/clockfaults.py; not in the default
+            set; they need libfaketime) a worker's clock, as its adapter process sees it, set off
+            by a constant offset, jumped forward or back and returned, flipped back and forth, or
+            run N times as fast; the harness's own clock (the history's) stays real.
+
+Lost replies and slow links (chaos/replies.py) are not in this schedule: a relay between the
+workers and the ledger's server (TCP), or between the harness and an ``exec:`` adapter (its JSON
+lines), loses the answers to committed writes, delays, duplicates and reorders with its own seeded
+draws on every request; what it did shows as indefinite completions in the history.
+
 The schedule is drawn from ``random.Random(seed)`` before the campaign starts, so a seed names
 the same sequence of faults (which worker is hit depends on who is alive and holding work at
 that moment, chosen with the schedule's own draws).  Every fault is recorded in the history as a
@@ -38,7 +48,8 @@ from .pool import descendants, kill_tree
 
 FAULTS = ("kill", "pause", "reopen")  # the default set
 HOST_FAULTS = ("partition",)  # need workers on hosts (chaos/hosts.py)
-KNOWN = FAULTS + HOST_FAULTS
+CLOCK_FAULTS = ("skew", "bump", "strobe", "fast")  # need libfaketime (chaos/clockfaults.py)
+KNOWN = FAULTS + HOST_FAULTS + CLOCK_FAULTS
 GAP = (0.15, 0.45)  # seconds between two faults (uniform), before scaling to the lease's lapse
 
 

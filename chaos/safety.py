@@ -68,7 +68,7 @@ from ledgercheck.spec import Spec, default_spec
 from ledgercheck.transport.client import AdapterError, Client, connect
 from ledgercheck.transport.protocol import Outcome
 
-from . import nemesis
+from . import clockfaults, nemesis
 from .campaign_end import _Ending
 from .campaign_faults import _Faults
 from .campaign_model import (  # re-exported: callers import these from here  # noqa: F401 - re-exported: callers import these from here
@@ -493,6 +493,7 @@ def process_main(conn: Any, cfg: dict[str, Any]) -> None:
             from .hosts import enter
 
             enter(str(cfg["netns"]))
+        clockfaults.enter(cfg)  # a clock-faulted worker: its adapter process reads the worker's clock file
         spec = _spec_from(cfg)
         client = connect(cfg["address"], spec, timeout=float(cfg["op_timeout"]))
         if cfg.get("reopen"):
@@ -685,6 +686,7 @@ class _Campaign(_Setup, _Faults, _Ending):
         self.heals: list[tuple[float, Any]] = []  # (when, which host) a partition ends
         self.cut_watch: dict[int, tuple[int, float]] = {}  # id(host) -> (watch of its holder's item, safety net)
         self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
+        self.clocks: clockfaults.CampaignClocks | None = None  # clock faults (chaos/clockfaults.py)
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> SafetyResult:
@@ -811,13 +813,16 @@ class _Campaign(_Setup, _Faults, _Ending):
             # a takeover waits for another worker's claim: look at the shared map often
             watching = [now + 0.005] if self.takeovers else []
             nxt = min([max(a0 + f.at, now + 0.01) for f in todo[:1]] + [t for t, _ in resumes]
-                      + [t for t, _ in self.heals] + watching + [now + 0.05])
+                      + [t for t, _ in self.heals] + watching + [now + 0.05]
+                      + ([t for t in [self.clocks.next_due()] if t is not None] if self.clocks else []))
             self._pump(max(0.0, nxt - time.monotonic()))
             now = time.monotonic()
             self._starting_due(now)
             self._takeovers_due(now)
             self._resume_due(now)
             self._heal_due(now)
+            if self.clocks is not None:
+                self.clocks.due(now)
             self._disarm_due(now)
             while todo and a0 + todo[0].at <= now:
                 f = todo[0]
@@ -842,6 +847,8 @@ class _Campaign(_Setup, _Faults, _Ending):
         for _, host in list(self.heals):
             self._heal(host)
         self.heals.clear()
+        if self.clocks is not None:
+            self.clocks.end_all()
         for proc in self._workers():
             if proc.armed:
                 self._disarm(proc)
@@ -907,7 +914,8 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
     """Run one safety campaign against ``address`` and return its result.
 
     ``faults``: a subset of ("kill", "pause", "reopen", "partition") (or "kill,pause"), each done at
-    least ``min_each`` times when the duration allows; ``partition``
+    least ``min_each`` times when the duration allows (and the clock faults ``skew``, ``bump``,
+    ``strobe``, ``fast``: chaos/clockfaults.py, they need libfaketime); ``partition``
     needs ``hosts``, a created :class:`~ledgercheck.chaos.hosts.HostNet` whose namespaces the workers
     run in (round robin); ``reset`` adds keys to every process's ``reset`` (a ``server_dsn`` the
     hosts reach, for a ledger on a database server).  ``out_dir`` receives
@@ -939,4 +947,5 @@ def run_campaign(address: str, spec: Spec | None = None, *, workers: int = 4, it
             shutil.rmtree(camp.out, ignore_errors=True)
     if record and check and result.history:
         attach_verdict(result, check_history(result.history, spec))
+        clockfaults.attach(result)
     return result

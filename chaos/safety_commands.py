@@ -113,6 +113,7 @@ def cmd_safety(args: argparse.Namespace) -> int:
 
 
 def _safety(args: argparse.Namespace) -> int:
+    from . import clockfaults
     from .history import load_history
     from .history_commands import render
     from .nemesis import parse_faults
@@ -151,6 +152,7 @@ def _safety(args: argparse.Namespace) -> int:
     assert result.history is not None
     verdict = check_history(result.history, spec)
     attach_verdict(result, verdict)
+    clockfaults.attach(result)  # what each clock-faulted worker did (observations "clock", notes)
     doc = result.as_dict()
     with open(os.path.join(os.path.dirname(result.history), "safety.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, default=str)
@@ -234,7 +236,8 @@ def summary(r: Any) -> str:
         f"{r.ops} operations in {r.timings.get('active_s', 0) + r.timings.get('quiet_s', 0):.1f}s ({r.ops_per_s:g} ops/s)",
         f"nemesis: {_n(n.get('kill', 0), 'kill')} ({n.get('kill_at_point', 0)} at named crash points), "
         f"{_n(n.get('pause', 0), 'pause')}, {_n(n.get('reopen', 0), 'reopen')}"
-        + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs, {n.get('cut_takeover', 0)} healed after another host took the cut-off holder's item)" if n.get("cut") else "") + "; "
+        + (f", {_n(n['cut'], 'partition')} ({n.get('partition', 0)} worker cut-offs, {n.get('cut_takeover', 0)} healed after another host took the cut-off holder's item)" if n.get("cut") else "")
+        + _clock_faults(n) + "; "
         f"{_n(n.get('replaced', 0), 'worker')} replaced",
         f"takeovers: {_takeovers(r)}",
         f"final read: {', '.join(f'{k} {v}' for k, v in r.final.items()) or 'nothing'}",
@@ -253,6 +256,14 @@ def _takeovers(r: Any) -> str:
                       for k in ("operator", "time") if t.get(k))
     line = f"{done} of {planned} planned" + (f" ({paths})" if paths else "")
     return line + (f"; {t['void']} item(s) finished by another write while the holder was paused" if t.get("void") else "")
+
+
+def _clock_faults(n: Any) -> str:
+    """The clock faults done (chaos/clockfaults.py), when the campaign had any."""
+    from .nemesis import CLOCK_FAULTS
+
+    done = [f"{k} {n[k]}" for k in CLOCK_FAULTS if k in n]
+    return f", clock faults: {', '.join(done)}" if done else ""
 
 
 def _n(k: int, what: str) -> str:

@@ -3,6 +3,7 @@ exactly as a vendor's package would register its own."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -164,6 +165,19 @@ class ReferenceAdapter:
 PG_DSN_ENV = "LEDGERCHECK_PG_DSN"
 
 
+def _connection_lost(ledger: Any) -> bool:
+    """Whether a PostgreSQL ledger's connection is gone (closed, or broken by the server or network)."""
+    raw = getattr(getattr(ledger, "conn", None), "raw", None)
+    if raw is None:
+        return False
+    try:
+        from psycopg import pq
+
+        return bool(raw.closed) or raw.pgconn.status != pq.ConnStatus.OK
+    except Exception:  # noqa: BLE001 - a connection that cannot even say is gone
+        return True
+
+
 class PgReferenceAdapter(ReferenceAdapter):
     """The reference ledger on PostgreSQL (``--adapter reference-pg``): the same operations and
     rules as ``reference``, each ledger a schema of a PostgreSQL database.
@@ -275,13 +289,47 @@ class PgReferenceAdapter(ReferenceAdapter):
                 if self._tmp is None:
                     self._tmp = tempfile.mkdtemp(prefix="ledgercheck-ref-")
                 pointer = Path(self._tmp) / "active-work.json"
+        def open_ledger() -> Any:
+            return PgLedger(dsn, schema, self.spec, synchronous=sync,
+                            pointer_file=str(pointer) if pointer and config.get("pointer") else None,
+                            crash_hook=self.crash_hook,
+                            seed=config.get("seed") if isinstance(config.get("seed"), int) else None)
+
         try:
-            self.ledger = PgLedger(dsn, schema, self.spec, synchronous=sync,
-                                   pointer_file=str(pointer) if pointer and config.get("pointer") else None,
-                                   crash_hook=self.crash_hook,
-                                   seed=config.get("seed") if isinstance(config.get("seed"), int) else None)
+            self.ledger = open_ledger()
         except _Open as exc:
             raise LedgerError("invalid_argument", f"reset: {exc}") from None
+        self._reopen = open_ledger
+
+    def __getattr__(self, name: str) -> Any:
+        """The ledger's operation; when the ledger's connection was lost (a reply cut off on the way,
+        chaos/replies.py: the call that lost it answered ``internal``, indefinite), the next
+        operation opens the same ledger on a new connection first."""
+        got = ReferenceAdapter.__getattr__(self, name)
+        if not callable(got):
+            return got
+
+        @functools.wraps(got)  # its signature: the harness checks arguments against it
+        def op(*args: Any, **kwargs: Any) -> Any:
+            ledger = self.__dict__.get("ledger")
+            if ledger is not None and _connection_lost(ledger) and self.__dict__.get("_reopen") is not None:
+                from .pg import LedgerOpenError as _Open
+
+                try:
+                    ledger.close()
+                except Exception:  # noqa: BLE001 - a dead connection closes as it can
+                    pass
+                self.ledger = None
+                try:
+                    self.ledger = self._reopen()
+                except _Open as exc:
+                    raise LedgerError("busy", f"{name}: the ledger's connection was lost and cannot be opened "
+                                              f"again; nothing was done: {exc}") from None
+            return getattr(self.ledger, name)(*args, **kwargs)
+        d = self.__dict__  # kept until another ledger is set, as ReferenceAdapter keeps its operations
+        d[name] = op
+        d.setdefault("_forwarded", []).append(name)
+        return op
 
     @staticmethod
     def _empty(dsn: str, schema: str) -> None:

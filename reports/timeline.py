@@ -6,7 +6,8 @@ a bar from its invocation to its completion, coloured by its outcome (``ok``, ``
 operation and its item.  Every ``nemesis`` record is drawn from its ``fault`` name alone, so a
 fault added later appears without a change here: a marker on a top ``nemesis`` lane labelled with
 the name, and a line over the lane of the process it hit (over every lane when it names none of
-them).  Faults that open a span (:data:`SPANS`: ``pause`` to ``resume``, ``partition`` to ``heal``)
+them).  Faults that open a span (:data:`SPANS`: ``pause`` to ``resume``, ``partition`` to ``heal``,
+the clock faults ``skew``, ``bump``, ``strobe`` and ``fast`` to ``clock_end``)
 also shade their process's lane until the closing record.
 
 The x axis is ordinal, as in Porcupine: every distinct instant (an invocation, a completion, a
@@ -41,6 +42,7 @@ CONTEXT_EVENTS = 10  # instants shown either side of the operations a timeline i
 MAX_WHOLE_OPS = 5000  # a whole-history timeline is refused above this many operations
 MAX_TIMELINES = 40  # timelines on one page (the rest of the failing items are listed)
 SPANS = {"pause": "resume", "partition": "heal"}  # a fault that opens a span -> the fault that closes it
+SPANS.update(dict.fromkeys(("skew", "bump", "strobe", "fast"), "clock_end"))  # clock faults (chaos/clockfaults.py)
 NEMESIS_LANE = "nemesis"
 
 STEP = 18.0  # px per instant

@@ -102,6 +102,7 @@ def test_a_real_bug_beside_the_gaps_still_fails_its_clause(tmp_path, suite):
             assert "unsupported" not in (c["message"] or ""), c
 
 
+@pytest.mark.thorough  # a whole certification: the long tier
 def test_a_plain_queue_without_an_event_trail_certifies_core(tmp_path, suite, spec, harness_for):
     """No trail and no cancellation, claimed honestly as core alone: core is certified, and no
     check asked for the operations it lacks (operations of an unclaimed profile are never demanded)."""
@@ -129,6 +130,7 @@ def test_without_cancel_a_close_out_as_cancelled_is_a_forbidden_move(spec, harne
     assert set(failed) == {"core.transition.forbidden"} and set(failed["core.transition.forbidden"]) == {"core.transition.forbidden"}, failed
 
 
+@pytest.mark.thorough  # a whole certification: the long tier
 def test_claiming_the_trail_it_lacks_is_not_offered_and_core_still_certified(tmp_path, suite):
     doc = _run(suite, tmp_path, CLAIMS_TRAIL, profiles="core,trail")
     verdicts = doc["profiles"]["verdicts"]
@@ -138,6 +140,7 @@ def test_claiming_the_trail_it_lacks_is_not_offered_and_core_still_certified(tmp
     assert doc["verdict"] == "NOT CERTIFIED" and doc["verdict_line"] == "NOT CERTIFIED: lacks: event trail", doc["verdict_line"]
 
 
+@pytest.mark.thorough  # a whole certification: the long tier
 def test_the_reference_is_still_certified_by_the_same_run(tmp_path, suite):
     doc = _run(suite, tmp_path, "reference", profiles="core")
     assert doc["verdict"] == "CERTIFIED", doc["verdict_line"]

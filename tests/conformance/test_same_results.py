@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from ledgercheck.conformance.results_bridge import decided, differences
 
+# three whole certifications (serial, -n 2, wire): the long tier
+pytestmark = pytest.mark.thorough
+
 SELECTION = ("--profile", "inbox,recovery", "-k", "inbox or after_claim", "--seed", "3",
              "--hypothesis-profile", "smoke", "--json", "--timings", "--quiet", "--no-history")
 WIRE = f"exec:{sys.executable} -m ledgercheck serve reference"

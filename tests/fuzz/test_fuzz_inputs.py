@@ -318,6 +318,7 @@ def _fails(test: Any) -> BaseException:
 
 
 # the alarm may ring inside hypothesis's garbage-collector callback, which drops it (it rings again)
+@pytest.mark.thorough  # the fuzzer run to a catch (a minute of overlays): the long tier
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_the_overlay_fuzzer_catches_a_loader_whose_merge_budget_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy of the YAML loader that counts values but not keys copied by merges (the bug the

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,10 +210,33 @@ def find_chromium() -> str | None:
 class Chromium:
     binary: str
 
-    def _run(self, *args: str, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
-        with tempfile.TemporaryDirectory(prefix="ledgercheck-chromium-") as profile:
-            return subprocess.run([self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                                  capture_output=True, text=True, timeout=timeout, check=False)
+    def _run(self, *args: str, done: Callable[[], bool] | None = None) -> subprocess.CompletedProcess[str]:
+        """Chromium once, tried again when it hangs.  Headless Chromium, on a loaded machine, now and
+        then never exits (seen once in ~50 runs, with its screenshot written or not); so a run that
+        has not ended after HANG_S is killed and run again, up to ATTEMPTS times, and a screenshot
+        run whose PNG is complete (``done``) is taken without waiting for Chromium's own exit."""
+        last = ""
+        for _ in range(ATTEMPTS):
+            with tempfile.TemporaryDirectory(prefix="ledgercheck-chromium-") as profile:
+                with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+                    cmd = [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
+                    proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True)
+                    end = time.monotonic() + HANG_S
+                    rc = None
+                    while rc is None and time.monotonic() < end:
+                        try:
+                            rc = proc.wait(timeout=0.2)
+                        except subprocess.TimeoutExpired:
+                            if done is not None and done():
+                                rc = 0  # the screenshot is whole: what Chromium does next is not needed
+                    if proc.poll() is None:
+                        _kill_group(proc)
+                    out.seek(0)
+                    err.seek(0)
+                    if rc is not None:
+                        return subprocess.CompletedProcess(cmd, rc, out.read(), err.read())
+                    last = err.read()[-800:]
+        raise AssertionError(f"chromium did not exit in {ATTEMPTS} attempts of {HANG_S:.0f}s each: {last}")
 
     def dump_dom(self, url: str) -> str:
         proc = self._run("--dump-dom", url)
@@ -227,9 +252,32 @@ class Chromium:
     pixel = staticmethod(lambda data, x, y: png_pixel(data, x, y))
 
     def screenshot(self, url: str, out: Path, width: int, height: int) -> tuple[int, int]:
-        proc = self._run(f"--screenshot={out}", f"--window-size={width},{height}", url)
+        out.unlink(missing_ok=True)
+        proc = self._run(f"--screenshot={out}", f"--window-size={width},{height}", url,
+                         done=lambda: png_complete(out))
         assert proc.returncode == 0 and out.exists(), f"chromium --screenshot failed: {proc.stderr[-800:]}"
         return png_size(out.read_bytes())
+
+
+ATTEMPTS = 3
+HANG_S = 180.0  # a Chromium run longer than this is taken as hung (a render takes 1-5 s, ~60 s at load 30)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def png_complete(path: Path) -> bool:
+    """Whether ``path`` holds a whole PNG (its IEND chunk written)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and data[-12:-8] == b"\x00\x00\x00\x00" and data[-8:-4] == b"IEND"
 
 
 def png_size(data: bytes) -> tuple[int, int]:
