@@ -467,13 +467,31 @@ class _Ctx:
 
     def final(self, ids: Sequence[str]) -> dict[str, Any]:
         items: dict[str, Any] = {}
+        client = self.client
         for wid in ids:
-            out = self.client.call("get", work_id=wid)
+            out = client.call("get", work_id=wid)
+            if not out.ok and not out.definite and client is self.client:  # no answer (a connection a lost
+                client = _reconnected(client, self.cfg)  # reply cut, chaos/replies.py): read on a new one
+                out = client.call("get", work_id=wid)
             items[wid] = out.value if out.ok else None
-        listed = self.client.call("list")
+        listed = client.call("list")
         for w in listed.value or [] if listed.ok else []:
             items.setdefault(str(w.get("work_id")), w)
+        if client is not self.client:
+            client.close()
         return items
+
+
+def _reconnected(client: Client, cfg: Mapping[str, Any]) -> Client:
+    """A new client of the same ledger (the campaign's ``reset``), or ``client`` when none opens."""
+    try:
+        fresh = connect(cfg["address"], client.spec, timeout=float(cfg["op_timeout"]))
+    except AdapterError:
+        return client
+    if fresh.reset(cfg["reset"]).ok:
+        return fresh
+    fresh.close()
+    return client
 
 
 def _moved(value: Any) -> list[str]:
