@@ -2,7 +2,7 @@
 
     python bench/bench_history.py [--ops 100000] [--repeat 3] [--keep FILE]
 
-The history is a realistic mix: many small serial campaigns of a correct ledger (chaos/history_sim.py:
+The history is a realistic mix: many small serial campaigns of a correct ledger (tests/chaos/history_sim.py:
 producer, 3 workers, a monitor, kills mid-claim and mid-close-out, pauses past the lease with
 refused late writes, renewals, duplicate effects under at-least-once) joined side by side and
 sorted by t, so items, processes and faults interleave as in a real multi-process history.
@@ -38,7 +38,9 @@ from pathlib import Path
 import orjson
 from ledgercheck.chaos.anomalies import check
 from ledgercheck.chaos.history import HistoryWriter, load_history, no_gc
-from ledgercheck.chaos.history_sim import interleave, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))  # the tests' synthetic histories
+from history_sim import interleave, simulate  # noqa: E402
 
 FLOOR = 100_000.0  # operations per second, load + check
 

@@ -215,188 +215,236 @@ def check_window(spec: Spec, workload: Workload, point: str, obs: Observation) -
     return min(results, key=lambda v: len(v.violations))
 
 
-def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: Item | None, alt: Alt | None) -> Verdict:
-    V: list[Violation] = []
-    checked = {"recovery.scan", "recovery.matrix", "recovery.no_loss", "recovery.effects_allowed",
-               "recovery.quarantine.visible", "eventlog.fold"}
-    leased = leased_status(spec)
-    waits = set(spec.waiting_statuses.values())
-    wid = obs.ids.get(item.key) if item else None
+@dataclass
+class _Case:
+    """One crash window being judged: what the rules below share, and what they find."""
+
+    spec: Spec
+    workload: Workload
+    obs: Observation
+    item: Item | None
+    alt: Alt | None
+    where: str
+    wid: str | None
+    V: list[Violation] = field(default_factory=list)
+    checked: set[str] = field(default_factory=lambda: {
+        "recovery.scan", "recovery.matrix", "recovery.no_loss", "recovery.effects_allowed",
+        "recovery.quarantine.visible", "eventlog.fold"})
+    d_exp: str = "none"  # the decision the contract expects for the crashed item
+    d_obs: str = "none"  # the decision recovery reported for it
+    by_attempts: bool = False  # the attempts rule turned the journal's decision into d_exp
+    waiting_before: set[str] = field(default_factory=set)  # items waiting before recovery
+
+    @property
+    def d_rule(self) -> str:
+        return "recovery.attempts_exhausted" if self.by_attempts else "recovery.matrix"
+
+    def add(self, clause: str, text: str) -> None:
+        self.V.append(Violation(clause, f"{self.where}: {text}"))
+
+
+def _where(point: str, item: Item | None, alt: Alt | None) -> str:
     where = f"after a kill at {point}"
     if alt is not None:
         where += f" ({alt.stage}"
         if alt.step is not None and item is not None and alt.step < len(item.steps):
             where += f", step {item.steps[alt.step].step_id}"
         where += ")"
+    return where
 
-    # -- the state the kill left --------------------------------------------------------------
-    d_exp, by_attempts = "none", False
-    if item is not None and alt is not None:
-        checked.add("recovery.marker_kept")
-        pre = obs.pre.get(item.key) or {}
-        seen = _receipt_states(pre)
-        for s in item.steps:
-            if not s.is_effect:
-                continue
-            want = alt.journal.get(s.step_id, "none")
-            got = seen.get(s.step_id) or "none"
-            if want != got:
-                V.append(Violation("recovery.marker_kept", f"{where}: {item.key} receipt {s.step_id} ({s.step_class}) "
-                                   f"is {got}, the worker's last acknowledged write leaves it {want}"))
-        for sid in _unrecorded(pre):
-            V.append(Violation("recovery.marker_kept", f"{where}: {item.key} receipt {sid} is completed without the "
-                               "result the worker recorded (the in-flight marker is gone, the outcome was not stored)"))
-        status = (pre.get("work") or {}).get("status")
-        if status != alt.status:
-            V.append(Violation("recovery.no_loss", f"{where}: {item.key} is {status} before recovery, "
-                               f"the worker's last acknowledged write leaves it {alt.status}"))
-        d_exp, by_attempts = expected_decision(spec, item, alt, (pre.get("work") or {}).get("attempt"))
-        if by_attempts:
-            checked.add("recovery.attempts_exhausted")
-    d_rule = "recovery.attempts_exhausted" if by_attempts else "recovery.matrix"
 
-    # -- the scan ---------------------------------------------------------------------------------
-    waiting_before = {k for k, e in obs.pre.items() if (e.get("work") or {}).get("status") in waits}
-    if waiting_before:
-        checked.add("recovery.waiting_untouched")
+def _check(spec: Spec, workload: Workload, point: str, obs: Observation, item: Item | None, alt: Alt | None) -> Verdict:
+    c = _Case(spec, workload, obs, item, alt, _where(point, item, alt), obs.ids.get(item.key) if item else None)
+    _check_kill_left(c)
+    _check_scan(c)
+    _check_recovery_did(c)
+    _check_waiting_untouched(c)
+    _check_end_state(c)
+    if obs.stale_writes is not None:
+        c.checked.add("recovery.fencing_after_takeover")
+        c.V.extend(_fencing(spec, workload, obs, item, c.where))
+    allowance = None
+    observed = None
+    if item is not None and alt is not None and alt.crashed is not None:
+        fw = (obs.final.get(item.key) or {}).get("work") or {}
+        expect_q = rules.quarantines(spec, c.d_exp)
+        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")), c.by_attempts)
+        s = item.steps[alt.crashed]
+        key = spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool)
+        # what the world saw: a stale worker's application counts (the sink is the ground truth)
+        observed = obs.applied.get(key, 0) + obs.stale_applied.get(key, 0)
+    checked = c.checked | {v.clause for v in c.V}
+    clauses = [cl for cl in CLAUSE_ORDER if cl in checked] + sorted(cl for cl in checked if cl not in CLAUSE_ORDER)
+    return Verdict(c.V, clauses, alt, c.d_exp, c.d_obs, allowance, observed)
+
+
+def _check_kill_left(c: _Case) -> None:
+    """The state the kill left: the journal and status the worker's last acknowledged write
+    leaves (recovery.marker_kept, recovery.no_loss), and the decision the contract expects."""
+    item, alt = c.item, c.alt
+    if item is None or alt is None:
+        return
+    c.checked.add("recovery.marker_kept")
+    pre = c.obs.pre.get(item.key) or {}
+    seen = _receipt_states(pre)
+    for s in item.steps:
+        if not s.is_effect:
+            continue
+        want = alt.journal.get(s.step_id, "none")
+        got = seen.get(s.step_id) or "none"
+        if want != got:
+            c.add("recovery.marker_kept", f"{item.key} receipt {s.step_id} ({s.step_class}) "
+                  f"is {got}, the worker's last acknowledged write leaves it {want}")
+    for sid in _unrecorded(pre):
+        c.add("recovery.marker_kept", f"{item.key} receipt {sid} is completed without the "
+              "result the worker recorded (the in-flight marker is gone, the outcome was not stored)")
+    status = (pre.get("work") or {}).get("status")
+    if status != alt.status:
+        c.add("recovery.no_loss", f"{item.key} is {status} before recovery, "
+              f"the worker's last acknowledged write leaves it {alt.status}")
+    c.d_exp, c.by_attempts = expected_decision(c.spec, item, alt, (pre.get("work") or {}).get("attempt"))
+    if c.by_attempts:
+        c.checked.add("recovery.attempts_exhausted")
+
+
+def _check_scan(c: _Case) -> None:
+    """The scan: it took only stale work, never waiting work, and decided for the crashed item
+    what the contract says (recovery.scan, recovery.waiting_untouched, recovery.matrix)."""
+    spec, obs, item, wid = c.spec, c.obs, c.item, c.wid
+    waits = set(spec.waiting_statuses.values())
+    c.waiting_before = {k for k, e in obs.pre.items() if (e.get("work") or {}).get("status") in waits}
+    if c.waiting_before:
+        c.checked.add("recovery.waiting_untouched")
     by_wid = {v.get("work_id"): v for v in obs.victims if isinstance(v, Mapping)}
     key_of = {w: k for k, w in obs.ids.items()}
     for v in obs.early_victims:
         k = key_of.get(v.get("work_id"), v.get("work_id"))
-        if k in waiting_before:
-            V.append(Violation("recovery.waiting_untouched", f"{where}: recovery took waiting work {k} "
-                               f"({v.get('decision')}, {v.get('reason')})"))
+        if k in c.waiting_before:
+            c.add("recovery.waiting_untouched", f"recovery took waiting work {k} ({v.get('decision')}, {v.get('reason')})")
         else:
-            V.append(Violation("recovery.scan", f"{where}: recovery took {k} ({v.get('decision')}) before its lease "
-                               "lapsed (lease_expires_at + grace for its source not yet passed)"))
-    d_obs = "none"
+            c.add("recovery.scan", f"recovery took {k} ({v.get('decision')}) before its lease "
+                  "lapsed (lease_expires_at + grace for its source not yet passed)")
     if wid is not None and wid in by_wid:
-        d_obs = str(by_wid[wid].get("decision"))
+        c.d_obs = str(by_wid[wid].get("decision"))
     for vwid, v in by_wid.items():
         k = key_of.get(vwid, vwid)
-        if vwid == wid and d_exp != "none":
+        if vwid == wid and c.d_exp != "none":
             continue
-        if k in waiting_before:
-            V.append(Violation("recovery.waiting_untouched", f"{where}: recovery took waiting work {k} "
-                               f"(decision {v.get('decision')}, {v.get('reason')})"))
+        if k in c.waiting_before:
+            c.add("recovery.waiting_untouched", f"recovery took waiting work {k} "
+                  f"(decision {v.get('decision')}, {v.get('reason')})")
         else:
             status = ((obs.pre.get(k) or {}).get("work") or {}).get("status")
-            V.append(Violation("recovery.scan", f"{where}: recovery took {k}, which was {status} and not stale "
-                               f"(decision {v.get('decision')})"))
-    if item is not None and d_exp != "none":
-        pw0 = ((obs.post.get(item.key) or {}).get("work") or {})
-        acted = (pw0.get("status") == spec.initial_status if rules.requeues(spec, d_exp)
-                 else bool(pw0.get("quarantined")))
-        if wid not in by_wid and obs.scan_killed and acted:
-            d_obs = d_exp  # the killed scan committed its decision; the next one rightly found nothing
-        elif wid not in by_wid and obs.scan_killed:
-            V.append(Violation("recovery.scan", f"{where}: the scan was killed inside, and the next scan neither "
-                               f"reported {item.key} nor found it classified (it is {pw0.get('status')}): "
-                               "the killed scan's partial work lost it"))
-        elif wid not in by_wid:
-            V.append(Violation("recovery.scan", f"{where}: {item.key} was {leased} with a lapsed lease and "
-                               "recovery did not report it"))
-        elif d_obs != d_exp:
-            V.append(Violation(d_rule, f"{where}: {item.key} decision {d_obs!r}, the contract says {d_exp!r} "
-                               f"(journal: {_journal_text(alt)})"))
+            c.add("recovery.scan", f"recovery took {k}, which was {status} and not stale (decision {v.get('decision')})")
+    if item is None or c.d_exp == "none":
+        return
+    pw0 = ((obs.post.get(item.key) or {}).get("work") or {})
+    acted = (pw0.get("status") == spec.initial_status if rules.requeues(spec, c.d_exp)
+             else bool(pw0.get("quarantined")))
+    if wid not in by_wid and obs.scan_killed and acted:
+        c.d_obs = c.d_exp  # the killed scan committed its decision; the next one rightly found nothing
+    elif wid not in by_wid and obs.scan_killed:
+        c.add("recovery.scan", f"the scan was killed inside, and the next scan neither "
+              f"reported {item.key} nor found it classified (it is {pw0.get('status')}): "
+              "the killed scan's partial work lost it")
+    elif wid not in by_wid:
+        c.add("recovery.scan", f"{item.key} was {leased_status(spec)} with a lapsed lease and recovery did not report it")
+    elif c.d_obs != c.d_exp:
+        c.add(c.d_rule, f"{item.key} decision {c.d_obs!r}, the contract says {c.d_exp!r} (journal: {_journal_text(c.alt)})")
 
-    # -- what recovery did --------------------------------------------------------------------------
-    if item is not None and alt is not None:
-        post = obs.post.get(item.key) or {}
-        pw = post.get("work") or {}
-        dec = spec.decisions.get(d_exp, {})
-        if rules.requeues(spec, d_exp) and pw.get("status") != spec.initial_status:
-            V.append(Violation(d_rule, f"{where}: {item.key} decided {d_exp}, but recovery left it "
-                               f"{pw.get('status')} instead of requeuing it"))
-        if rules.quarantines(spec, d_exp):
-            if not pw.get("quarantined"):
-                V.append(Violation("recovery.quarantine.visible", f"{where}: {item.key} decided quarantine, "
-                                   f"but it is not marked quarantined ({pw.get('status')})"))
-            if pw.get("status") == leased:
-                V.append(Violation("recovery.quarantine.visible", f"{where}: quarantined {item.key} still holds a lease"))
-        pending = [sid for sid, st in alt.journal.items() if st == "pending"]
-        if pending:
-            checked.add("recovery.receipt_marking")
-        seen_post = _receipt_states(post)
-        marked = dec.get("receipt_state") if d_exp != "none" else None
-        classes = {s.step_id: s.step_class for s in item.steps if s.is_effect}
-        for sid, st in alt.journal.items():
-            want = (marked or "pending") if st == "pending" else st
-            got = seen_post.get(sid) or "none"
-            # used-up attempts turned a requeue into quarantine: whether recovery marks a receipt
-            # whose own class did not call for quarantine is the implementation's choice
-            # (docs/protocol.md, "Where the contract leaves the choice to you")
-            free = by_attempts and st == "pending" and spec.receipt_decision("pending", classes.get(sid) or "") != d_exp
-            if got != want and not (free and got == "pending"):
-                V.append(Violation("recovery.receipt_marking", f"{where}: after recovery ({d_exp}) {item.key} "
-                                   f"receipt {sid} is {got}, expected {want}"))
-    for k in sorted(waiting_before):
-        a, b = (obs.pre.get(k) or {}).get("work") or {}, (obs.post.get(k) or {}).get("work") or {}
+
+def _check_recovery_did(c: _Case) -> None:
+    """What recovery did to the crashed item: requeued or quarantined it as decided, and marked
+    its receipts (recovery.quarantine.visible, recovery.receipt_marking)."""
+    spec, item, alt, d_exp = c.spec, c.item, c.alt, c.d_exp
+    if item is None or alt is None:
+        return
+    post = c.obs.post.get(item.key) or {}
+    pw = post.get("work") or {}
+    dec = spec.decisions.get(d_exp, {})
+    if rules.requeues(spec, d_exp) and pw.get("status") != spec.initial_status:
+        c.add(c.d_rule, f"{item.key} decided {d_exp}, but recovery left it {pw.get('status')} instead of requeuing it")
+    if rules.quarantines(spec, d_exp):
+        if not pw.get("quarantined"):
+            c.add("recovery.quarantine.visible", f"{item.key} decided quarantine, "
+                  f"but it is not marked quarantined ({pw.get('status')})")
+        if pw.get("status") == leased_status(spec):
+            c.add("recovery.quarantine.visible", f"quarantined {item.key} still holds a lease")
+    pending = [sid for sid, st in alt.journal.items() if st == "pending"]
+    if pending:
+        c.checked.add("recovery.receipt_marking")
+    seen_post = _receipt_states(post)
+    marked = dec.get("receipt_state") if d_exp != "none" else None
+    classes = {s.step_id: s.step_class for s in item.steps if s.is_effect}
+    for sid, st in alt.journal.items():
+        want = (marked or "pending") if st == "pending" else st
+        got = seen_post.get(sid) or "none"
+        # used-up attempts turned a requeue into quarantine: whether recovery marks a receipt
+        # whose own class did not call for quarantine is the implementation's choice
+        # (docs/protocol.md, "Where the contract leaves the choice to you")
+        free = c.by_attempts and st == "pending" and spec.receipt_decision("pending", classes.get(sid) or "") != d_exp
+        if got != want and not (free and got == "pending"):
+            c.add("recovery.receipt_marking", f"after recovery ({d_exp}) {item.key} receipt {sid} is {got}, expected {want}")
+
+
+def _check_waiting_untouched(c: _Case) -> None:
+    """Recovery changed nothing of the work that was waiting (recovery.waiting_untouched)."""
+    for k in sorted(c.waiting_before):
+        a, b = (c.obs.pre.get(k) or {}).get("work") or {}, (c.obs.post.get(k) or {}).get("work") or {}
         changed = [f for f in ("status", "waiting_kind", "waiting_ref", "waiting_deadline", "lease_version", "attempt",
                                "quarantined") if a.get(f) != b.get(f)]
         if changed:
-            V.append(Violation("recovery.waiting_untouched", f"{where}: recovery changed waiting {k}: "
-                               + ", ".join(f"{f} {a.get(f)!r} -> {b.get(f)!r}" for f in changed)))
+            c.add("recovery.waiting_untouched", f"recovery changed waiting {k}: "
+                  + ", ".join(f"{f} {a.get(f)!r} -> {b.get(f)!r}" for f in changed))
 
-    # -- the end state -------------------------------------------------------------------------------
-    expect_q = item is not None and rules.quarantines(spec, d_exp)
+
+def _check_end_state(c: _Case) -> None:
+    """The end state of every item: finished or visibly quarantined, its receipts and fold
+    intact, its effects within what the contract allows."""
+    spec, obs, item = c.spec, c.obs, c.item
+    expect_q = item is not None and rules.quarantines(spec, c.d_exp)
     listed = set(obs.quarantined_listed)
-    for it in workload.items:
+    for it in c.workload.items:
         e = obs.final.get(it.key) or {}
         w = e.get("work") or {}
         q_here = expect_q and item is not None and it.key == item.key
         if q_here:
             if not w.get("quarantined"):
-                V.append(Violation("recovery.quarantine.visible", f"{where}: {it.key} was quarantined, but ends "
-                                   f"{w.get('status')} and not quarantined (picked up again without an operator)"))
+                c.add("recovery.quarantine.visible", f"{it.key} was quarantined, but ends "
+                      f"{w.get('status')} and not quarantined (picked up again without an operator)")
             elif obs.ids[it.key] not in listed:
-                V.append(Violation("recovery.quarantine.visible", f"{where}: quarantined {it.key} is missing from "
-                                   "list(quarantined=true)"))
+                c.add("recovery.quarantine.visible", f"quarantined {it.key} is missing from list(quarantined=true)")
         elif w.get("status") != DONE:
             extra = f" [worker: {'; '.join(obs.notes)}]" if obs.notes else ""
-            V.append(Violation("recovery.no_loss", f"{where}: {it.key} ends {w.get('status')}"
-                               f"{' (quarantined)' if w.get('quarantined') else ''}, expected {DONE}{extra}"))
+            c.add("recovery.no_loss", f"{it.key} ends {w.get('status')}"
+                  f"{' (quarantined)' if w.get('quarantined') else ''}, expected {DONE}{extra}")
         if w.get("quarantined") and obs.ids[it.key] not in listed and not q_here:
-            V.append(Violation("recovery.quarantine.visible", f"{where}: {it.key} is quarantined but not listed"))
+            c.add("recovery.quarantine.visible", f"{it.key} is quarantined but not listed")
         for sid in _unrecorded(e):
-            V.append(Violation("recovery.marker_kept", f"{where}: {it.key} receipt {sid} ends completed without the "
-                               "result the worker recorded"))
+            c.add("recovery.marker_kept", f"{it.key} receipt {sid} ends completed without the result the worker recorded")
         for prob in fold_problems(spec, w, e.get("events") or []):
-            V.append(Violation("eventlog.fold", f"{where}: {it.key}: {prob}"))
-        # effects
-        for j in it.effect_steps():
-            s = it.steps[j]
-            allow = step_allowance(spec, it, j, alt if (item is not None and it.key == item.key) else None,
-                                   bool(w.get("quarantined")) and q_here, by_attempts)
-            key = spec.effect_key(work_id=obs.ids[it.key], step_id=s.step_id, tool=s.tool)
-            n = obs.applied.get(key, 0)
-            late = obs.stale_applied.get(key, 0)
-            # A paused worker let go after a takeover may still reach its provider once: nothing a
-            # ledger can fence.  Its effect counts either as the one effect or as an extra.
-            if not (allow.allows(n) or (late and allow.allows(n + late))):
-                more = f" (+{late} by the stale worker)" if late else ""
-                V.append(Violation("recovery.effects_allowed", f"{where}: {it.key} step {s.step_id} ({s.step_class}) "
-                                   f"applied {n} time(s){more}, allowed {_allow_text(allow)}"))
+            c.add("eventlog.fold", f"{it.key}: {prob}")
+        _check_effects(c, it, w, q_here)
     for wid_listed in listed - {w for w in obs.ids.values()}:
-        V.append(Violation("recovery.quarantine.visible", f"list(quarantined=true) names unknown work {wid_listed}"))
+        c.V.append(Violation("recovery.quarantine.visible", f"list(quarantined=true) names unknown work {wid_listed}"))
 
-    # -- fencing ------------------------------------------------------------------------------------
-    if obs.stale_writes is not None:
-        checked.add("recovery.fencing_after_takeover")
-        V.extend(_fencing(spec, workload, obs, item, where))
 
-    allowance = None
-    observed = None
-    if item is not None and alt is not None and alt.crashed is not None:
-        fw = (obs.final.get(item.key) or {}).get("work") or {}
-        allowance = step_allowance(spec, item, alt.crashed, alt, expect_q and bool(fw.get("quarantined")), by_attempts)
-        s = item.steps[alt.crashed]
-        key = spec.effect_key(work_id=obs.ids[item.key], step_id=s.step_id, tool=s.tool)
-        # what the world saw: a stale worker's application counts (the sink is the ground truth)
-        observed = obs.applied.get(key, 0) + obs.stale_applied.get(key, 0)
-    checked |= {v.clause for v in V}
-    clauses = [c for c in CLAUSE_ORDER if c in checked] + sorted(c for c in checked if c not in CLAUSE_ORDER)
-    return Verdict(V, clauses, alt, d_exp, d_obs, allowance, observed)
+def _check_effects(c: _Case, it: Item, w: Mapping[str, Any], q_here: bool) -> None:
+    """Each effect step of ``it`` applied as often as the contract allows (recovery.effects_allowed)."""
+    spec, obs, item = c.spec, c.obs, c.item
+    for j in it.effect_steps():
+        s = it.steps[j]
+        allow = step_allowance(spec, it, j, c.alt if (item is not None and it.key == item.key) else None,
+                               bool(w.get("quarantined")) and q_here, c.by_attempts)
+        key = spec.effect_key(work_id=obs.ids[it.key], step_id=s.step_id, tool=s.tool)
+        n = obs.applied.get(key, 0)
+        late = obs.stale_applied.get(key, 0)
+        # A paused worker let go after a takeover may still reach its provider once: nothing a
+        # ledger can fence.  Its effect counts either as the one effect or as an extra.
+        if not (allow.allows(n) or (late and allow.allows(n + late))):
+            more = f" (+{late} by the stale worker)" if late else ""
+            c.add("recovery.effects_allowed", f"{it.key} step {s.step_id} ({s.step_class}) "
+                  f"applied {n} time(s){more}, allowed {_allow_text(allow)}")
 
 
 def _fencing(spec: Spec, workload: Workload, obs: Observation, item: Item | None, where: str) -> list[Violation]:

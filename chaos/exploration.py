@@ -22,7 +22,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import crash_points_at
 
 from .checker import alternatives, expected_decision
 from .points import ChaosError, check_contract, unknown_points, worker_points
@@ -35,7 +36,7 @@ Progress = Callable[[int, int | None, dict[str, Any]], None]
 # the workers read each item's event trail (a waiting step already taken, the fold of the end state)
 REQUIRED_PROFILES = ("core", "trail", "lease", "idempotency", "recovery")
 PROBE_CAP = 10_000  # occurrences tried at most for a point that cannot be counted
-FENCE_SKIP = ("after_waiting_set",)  # nothing is leased there, so nothing can be taken over
+FENCE_SKIP = crash_points_at(default_spec(), "waiting")  # nothing is leased there, so nothing can be taken over
 
 
 def check_adapter(handshake: Mapping[str, Any], address: str) -> None:

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import crash_points_at
 from ledgercheck.transport.client import connect
 from ledgercheck.transport.clock import (
     VIRTUAL_EPOCH,
@@ -62,21 +63,29 @@ from ledgercheck.transport.clock import (
     scaled_spec,
 )
 
-from .points import ChaosError
+from .points import DONE, ChaosError
 
 SCENARIOS = ("kill_holding_lease", "kill_after_renew", "stale_worker_after_takeover", "kill_after_submit_before_record")
 MODES = {"kill_holding_lease": "kill", "kill_after_renew": "kill", "stale_worker_after_takeover": "takeover",
          "kill_after_submit_before_record": "kill"}
-RENEW_POINT = "during_renew"
-POINTS = {"kill_after_renew": RENEW_POINT, "kill_after_submit_before_record": "after_submit_before_record"}
+
+def _point(stage: str) -> str:
+    """The contract's crash point for a kill at ``stage`` of the worker's protocol (chaos/points.py)."""
+    return crash_points_at(default_spec(), stage)[0]
+
+
+RENEW_POINT = _point("renewed")
+POINT = _point("acquired")
+SUBMIT_POINT = _point("submitted")
+POINTS = {"kill_after_renew": RENEW_POINT, "kill_after_submit_before_record": SUBMIT_POINT}
 VERDICTS = ("pass", "permitted", "fail", "error")  # a window's verdict, best first
 
 
 class NotApplicable(Exception):
     """The scenario needs an operation the adapter does not offer (the message says which)."""
 _FACTOR = 1.0  # the run's timeout scale (set by run_campaign)
-POINT = "after_claim"
-SUBMIT_POINT = "after_submit_before_record"
+# a terminal status other than the success one: what a stale worker's refused close-out asks for
+OTHER_END = next(s for s in default_spec().terminal_statuses if s != DONE)
 STEP_ID, TOOL = "step-1", "provider"
 # what an item coming back through each act is evidence of, in the contract's words: the monitor's
 # expire (or a claim once the lease lapsed) is core.running.renew_or_leave ("once its lease lapses
@@ -445,7 +454,7 @@ def _take_back(c: Any, clock: _Clock, spec: Spec, wid: str, deadline_s: float, o
                 acts.append(op)
                 moves.append(_move(last, after.value))
             last = after.value
-        if requeue and last["status"] in spec.terminal_statuses and last["status"] != "done":
+        if requeue and last["status"] in spec.terminal_statuses and last["status"] != DONE:
             op = _operator_requeue(spec, last["status"])
             if op is not None and op not in unoffered:
                 rq = c.call(op, work_id=wid, now=now, reason="operator takes the work back")
@@ -600,11 +609,11 @@ def _stale_worker(run: _Run) -> dict[str, Any]:
         w.cont()  # SIGCONT: the stale worker wakes up while the new holder works, old token in hand
         accepted = []
         for op, args in (("renew", {"work_id": wid, "token": old_token}),
-                         ("close_out", {"work_id": wid, "token": old_token, "status": "failed", "result": {"by": "worker-stale"}})):
+                         ("close_out", {"work_id": wid, "token": old_token, "status": OTHER_END, "result": {"by": "worker-stale"}})):
             res = w.op(op, now=clock.now(), **args)
             if res.get("ok"):
                 accepted.append(op)
-        done = h.call("close_out", work_id=wid, token=new.get("lease_token") or "", status="done", now=clock.now(),
+        done = h.call("close_out", work_id=wid, token=new.get("lease_token") or "", status=DONE, now=clock.now(),
                       result={"by": "worker-new"})
         if not done.ok and not accepted:
             raise ChaosError(f"the new holder could not close out: {done.code}: {done.message}")
@@ -614,10 +623,10 @@ def _stale_worker(run: _Run) -> dict[str, Any]:
         while True:
             final = h.call("get", work_id=wid)
             status = final.value["status"] if final.ok else None
-            if not (final.ok and status == "done") or time.monotonic() >= end:
+            if not (final.ok and status == DONE) or time.monotonic() >= end:
                 break
             time.sleep(0.05)
-        kept = final.ok and final.value.get("result") == {"by": "worker-new"} and status == "done"
+        kept = final.ok and final.value.get("result") == {"by": "worker-new"} and status == DONE
         if accepted or not kept:
             what = ", ".join(accepted) or "nothing"
             msg = (f"paused holder let go after another took over: its stale {what} accepted; "
@@ -729,14 +738,14 @@ def _kill_after_submit(run: _Run) -> dict[str, Any]:
                            effects_observed=sink.applied_counts().get(key, 0), **cell, **came)
         # the rescuing worker finishes the step as a deployed runtime would with what the ledger offers
         decision, receipt, problems = _rescue(h, sink, spec, new, wid, key, step_class, journal, clock)
-        done = h.call("close_out", work_id=wid, token=new.get("lease_token") or "", status="done", now=clock.now(),
+        done = h.call("close_out", work_id=wid, token=new.get("lease_token") or "", status=DONE, now=clock.now(),
                       result={"receipt": receipt})
         final = h.call("get", work_id=wid)
         status = final.value["status"] if final.ok else None
         applied = sink.applied_counts().get(key, 0)
         if not done.ok:
             problems.append(f"the rescuing worker's close-out was refused ({done.code}: {done.message})")
-        if status != "done":
+        if status != DONE:
             problems.append(f"the item ended {status}")
         back_verdict, back_clauses, back_text = _came_back(back, run, held)
         eff_verdict, eff_clauses, eff_text = _effect_verdict(run, applied)

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledgercheck.spec import Spec
+from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import success_status
 
-DONE = "done"  # the terminal status the worker closes every item out with
+DONE = success_status(default_spec())  # the terminal status the worker closes every item out with (``success``)
 QUARANTINE = "quarantine"  # the recovery decision that parks an item for a person
 
 

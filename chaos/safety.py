@@ -39,217 +39,88 @@ Each process writes its own history file (chaos/history.py, one ``write`` per re
 SIGKILL loses nothing recorded); the controller merges them into ``history.jsonl`` and hands it
 to the offline checker (chaos/anomalies.py).  ``record=False`` runs the same workload without
 writing anything (for the benchmark).
+
+Where things are: this module holds the worker side (each process's actors and its command
+loop), the controller's state and main loop (``_Campaign``) and :func:`run_campaign`; the
+controller's other parts are ``campaign_setup.py`` (probe, processes started),
+``campaign_faults.py`` (kills, pauses and takeovers, partitions, reopens, armed points) and
+``campaign_end.py`` (events, quiet period, stop, final read, merged history), over
+``campaign_model.py`` (settings, results, the shared flag map's layout, process records).  The
+workers hit crash points through chaos/worker.py's ``Worker.reach`` (the points the contract
+names for each stage), as the crash-window workers do.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import mmap
 import os
 import random
-import re
 import shutil
 import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import wait as wait_conns
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ledgercheck.spec import Spec, default_spec
 from ledgercheck.transport.client import AdapterError, Client, connect
-from ledgercheck.transport.clock import VIRTUAL_EPOCH, plain, scaled_document
 from ledgercheck.transport.protocol import Outcome
-from ledgercheck.transport.reaper import gone
 
 from . import clockfaults, nemesis
-from .forkserver import ForkServerError, fork_server
-from .history import HistoryWriter, merge_histories, process_path
-from .points import ChaosError, worker_points
+from .campaign_end import _Ending
+from .campaign_faults import _Faults
+from .campaign_model import (  # re-exported: callers import these from here  # noqa: F401 - re-exported: callers import these from here
+    _GONE,
+    _PART,
+    BUSY_RETRIES,
+    CALL0,
+    CLAIMS0,
+    DELIVERIES,
+    EFFECT_DONE,
+    ENTRY,
+    EXP0,
+    FLAG_BYTES,
+    FLAG_SLOTS,
+    FREE,
+    HELD0,
+    HOLDER_WAIT,
+    HOLDING,
+    IDLE,
+    IN_EFFECT,
+    KEY_BYTES,
+    MAX_NOTES,
+    MONITOR_OPS,
+    NO_GRANT,
+    OPS0,
+    PLAIN_CLASS,
+    RECLAIMS,
+    SOURCE,
+    STEP_CLASS,
+    STEP_ID,
+    TOOL,
+    WATCH0,
+    WATCH_BYTES,
+    WATCHES,
+    Declared,
+    Progress,
+    SafetyParams,
+    SafetyResult,
+    TimeBase,
+    _Proc,
+    _Takeover,
+    applicable,
+    claim_counts,
+    held_key,
+    item_key,
+    key_text,
+)
+from .campaign_setup import _Setup
+from .history import HistoryWriter, process_path
+from .points import DONE, ChaosError, leased_status
 from .sink import EffectSink
 from .workload import SAFETY_WORKLOADS, ProfileSteps
-
-ENTRY = "ledgercheck.chaos.safety:process_main"
-DELIVERIES = ("at-most-once", "at-least-once", "effectively-once")
-RECLAIMS = ("lease", "operator", "never")
-SOURCE = "manual"  # every item's source system (no run id needed)
-STEP_ID, TOOL = "effect", "sink"
-STEP_CLASS = {"effectively-once": "non_idempotent_with_lookup"}  # the provider can be asked what happened
-PLAIN_CLASS = "non_idempotent_without_lookup"  # every submission applies: a second run shows
-MONITOR_OPS = ("expire", "recover", "promote_due")
-IDLE = 0.003  # seconds an idle process waits for a message before it looks again
-BUSY_RETRIES = 40
-HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
-MAX_NOTES = 30
-NO_GRANT = "no worker ever got an item"  # the campaign's line when no claim handed out an item
-_GONE = object()  # the worker's lease was gone when it came to the effect
-
-# The shared map (one file, mapped by every campaign process), slot = a process's number:
-#   state     1 byte a slot: what the nemesis may see of a worker (FREE, HOLDING, IN_EFFECT, EFFECT_DONE)
-#   ops       8 bytes a slot: the process's operation counter
-#   held      KEY_BYTES a slot: the key of the item the worker holds (length byte, then the bytes)
-#   claims    16 bytes a slot: claims asked, claims that handed the worker an item
-#   watches   WATCHES entries: a paused holder's item the controller waits to see taken over: the
-#             slot + 1 of the worker whose claim got it (int32, 0: not yet), then the item's key
-#   calls     1 byte a slot: 1 while the worker is inside a call to the adapter
-#   expiry    8 bytes a slot: the lease_expires_at (ledger time) of the item the worker holds, NaN if none
-FLAG_SLOTS = 4096
-FREE, HOLDING, IN_EFFECT, EFFECT_DONE = 0, 1, 2, 3  # a worker's byte in the shared map
-KEY_BYTES = 128
-WATCHES = 64
-WATCH_BYTES = 4 + KEY_BYTES
-OPS0 = FLAG_SLOTS
-HELD0 = OPS0 + FLAG_SLOTS * 8
-CLAIMS0 = HELD0 + FLAG_SLOTS * KEY_BYTES
-WATCH0 = CLAIMS0 + FLAG_SLOTS * 16
-CALL0 = WATCH0 + WATCHES * WATCH_BYTES
-EXP0 = CALL0 + FLAG_SLOTS
-FLAG_BYTES = EXP0 + FLAG_SLOTS * 8
-
-_PART = re.compile(r"history\.(nemesis|producer|monitor|operator|census|w\d+)\.jsonl")  # one process's part of a history
-Progress = Callable[[int, int | None, dict[str, Any]], None]
-
-
-# ------------------------------------------------------------------------------- the shared map
-def item_key(work_id: str) -> bytes:
-    """An item's key in the shared map: a length byte, then its id (a digest of a long id)."""
-    raw = work_id.encode("utf-8", "surrogatepass")
-    if len(raw) > KEY_BYTES - 1:
-        raw = b"#" + hashlib.blake2b(raw, digest_size=24).hexdigest().encode()
-    return bytes((len(raw),)) + raw
-
-
-def key_text(key: bytes) -> str:
-    """The item id a key stands for (a digest of a long id is shown as ``#<hex>``)."""
-    return key[1:1 + key[0]].decode("utf-8", "surrogatepass") if key else ""
-
-
-def held_key(flags: Any, slot: int) -> bytes:
-    off = HELD0 + slot * KEY_BYTES
-    n = flags[off]
-    return bytes(flags[off:off + 1 + n]) if n else b""
-
-
-def claim_counts(flags: Any, slots: int) -> tuple[int, int]:
-    """Claims asked and claims that handed out an item, over slots 0..slots."""
-    asked = granted = 0
-    for i in range(slots + 1):
-        a, g = struct.unpack_from("<QQ", flags, CLAIMS0 + 16 * i)
-        asked, granted = asked + a, granted + g
-    return asked, granted
-
-
-# ------------------------------------------------------------------------------- declarations
-@dataclass(frozen=True)
-class Declared:
-    """What the implementation promises (handshake ``capabilities``; docs/protocol.md)."""
-
-    delivery: str
-    reclaim: str
-
-    @classmethod
-    def of(cls, handshake: Mapping[str, Any], address: str = "adapter") -> Declared:
-        caps = handshake.get("capabilities") or {}
-        profiles = handshake.get("profiles") or []
-        delivery = caps.get("delivery") or "at-least-once"
-        reclaim = caps.get("reclaim") or ("lease" if "lease" in profiles else "operator")
-        if delivery not in DELIVERIES:
-            raise ChaosError(f"adapter {address}: capability delivery {delivery!r} is not one of {', '.join(DELIVERIES)}")
-        if reclaim not in RECLAIMS:
-            raise ChaosError(f"adapter {address}: capability reclaim {reclaim!r} is not one of {', '.join(RECLAIMS)}")
-        return cls(str(delivery), str(reclaim))
-
-
-def applicable(handshake: Mapping[str, Any]) -> str | None:
-    """None if the campaign can run against this adapter, else why not (one line)."""
-    if "core" not in (handshake.get("profiles") or []):
-        return "the adapter does not claim profile core (create, claim and close_out)"
-    return None
-
-
-# ------------------------------------------------------------------------------- parameters
-@dataclass
-class SafetyParams:
-    workers: int = 4
-    items: int = 40
-    seed: int = 0
-    faults: tuple[str, ...] = nemesis.FAULTS
-    min_each: int = 1  # every fault at least this many times (nemesis.plan), when the duration allows
-    duration: float | None = None  # the nemesis phase, seconds (default: from the item count)
-    time_limit: float = 120.0  # the whole campaign, seconds
-    lapse: float = 0.8  # real seconds a lease takes to lapse (ttl + grace) under an injected clock
-    wall_scale: float = 0.01  # contract timings x this for a wall-clock adapter
-    latency: tuple[float, float] = (0.01, 0.08)  # seconds a worker works on an item (half again after the effect)
-    renew_p: float = 0.3
-    fail_p: float = 0.1
-    record: bool = True
-    op_timeout: float = 30.0
-    hosts: Any = None  # a chaos.hosts.HostNet: workers run in its namespaces (None: all on this host)
-    workload: str = "plain"  # "profiles": workers drive spawn, inbox and outbox too (chaos/workload.ProfileSteps)
-    reset_extra: dict[str, Any] = field(default_factory=dict)  # more keys for every process's reset
-
-    def active_s(self) -> float:
-        if self.duration is not None:
-            return max(0.2, float(self.duration))
-        return min(max(2.0, self.items * 0.06), max(1.0, self.time_limit * 0.4))
-
-
-@dataclass(frozen=True)
-class TimeBase:
-    """The ledger time every process of the campaign uses."""
-
-    wall: bool
-    t0: float
-    speedup: float
-
-    def now(self) -> float:
-        if self.wall:
-            return time.time()
-        return round(VIRTUAL_EPOCH + (time.monotonic() - self.t0) * self.speedup, 6)
-
-
-@dataclass
-class SafetyResult:
-    address: str
-    adapter: dict[str, Any]
-    declared: dict[str, str]
-    mode: str  # "processes" | "one process"
-    seed: int
-    workers: int
-    items: int
-    faults: list[str]
-    history: str | None
-    out_dir: str | None
-    elapsed: float
-    ops: int
-    ops_per_s: float
-    created: int
-    nemesis: dict[str, int]
-    schedule: list[dict[str, Any]]
-    final: dict[str, int]
-    notes: list[str] = field(default_factory=list)
-    anomalies: list[dict[str, Any]] | None = None
-    observations: dict[str, Any] = field(default_factory=dict)
-    checked: bool = False
-    timings: dict[str, float] = field(default_factory=dict)
-    # what was reached (the checker's coverage, from the history) and what was not: the checker's
-    # lines and the campaign's own (no item ever handed out, a takeover that never happened, work
-    # left after the quiet period); verdict "pass", "fail" or "inconclusive" once checked
-    coverage: dict[str, int] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-    verdict: str | None = None
-    workload: str = "plain"  # SafetyParams.workload
-    takeovers: dict[str, int] = field(default_factory=dict)  # planned, by path (operator, time), missed
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def ok(self) -> bool:
-        return not self.anomalies
 
 
 # =============================================================================== worker side
@@ -318,6 +189,8 @@ class _Ctx:
         self.cfg = cfg
         self.client = client
         self.spec = spec
+        # where the monitor's expire moves a lapsed leased item (what the operator requeues)
+        self.expired = next(iter(spec.targets("expire", leased_status(spec))), None)
         self.tb = TimeBase(**cfg["time"])
         self.out = cfg["out"]
         self.record = bool(cfg["record"])
@@ -420,7 +293,7 @@ class _Ctx:
         token = str(held.get("lease_token") or "")
         lease = {"expires": held.get("lease_expires_at")}
         hooks.mark(wid, None, 0, "acquired")
-        hooks.hit("after_claim")
+        hooks.reach("acquired")
         if self.steps is not None:
             self.steps.begin(rec.call, rec.name, held, self.now, rng)
         if self.retryable and "fail" not in self.unsupported and rng.random() < self.fail_p and (held.get("attempt") or 1) <= 1:
@@ -437,7 +310,7 @@ class _Ctx:
                 lease["expires"] = out.value.get("lease_expires_at")
                 self.expires(slot, lease["expires"])
             hooks.mark(wid, None, 0, "renewed")
-            hooks.hit("during_renew")
+            hooks.reach("renewed")
         if self.journal and "effect_begin" not in self.unsupported:
             if not (yield from self._journaled(rec, hooks, wid, token, lease, slot)):
                 return
@@ -445,11 +318,11 @@ class _Ctx:
             if self._effect(rec, slot, wid, f"{wid}/{STEP_ID}", token, lease, lookup=False) is _GONE:
                 return  # the ledger refused to renew the lapsed lease: leave the item to recovery
             hooks.mark(wid, None, 0, "submitted")
-            hooks.hit("after_submit_before_record")
+            hooks.reach("submitted")
         yield from self.idle_for(rng.uniform(*self.latency) / 2)  # the rest of the work, the effect done
         status = self.steps.holding(rec.call, rec.name, held, self.now, rng) if self.steps is not None else None
-        hooks.hit("after_record_before_close_out")
-        rec.call("close_out", work_id=wid, token=token, status=status or "done", result={"by": rec.name}, now=self.now())
+        hooks.reach("recorded")
+        rec.call("close_out", work_id=wid, token=token, status=status or DONE, result={"by": rec.name}, now=self.now())
 
     def _effect(self, rec: _Recorder, slot: int, wid: str, key: str, token: str, lease: dict[str, Any],
                 lookup: bool) -> Any:
@@ -490,12 +363,12 @@ class _Ctx:
         if state not in ("pending", "unknown") or not key:
             return False  # needs a person
         hooks.mark(wid, None, 0, "begun")
-        hooks.hit("after_intent_before_submit")
+        hooks.reach("begun")
         result = self._effect(rec, slot, wid, key, token, lease, lookup=not out.value.get("created"))
         if result is _GONE:
             return False
         hooks.mark(wid, None, 0, "submitted")
-        hooks.hit("after_submit_before_record")
+        hooks.reach("submitted")
         yield True
         out = rec.call("effect_record", key=key, input_hash=receipt.get("input_hash"), result={"provider": result},
                        token=token, now=self.now())
@@ -565,7 +438,7 @@ class _Ctx:
             actions.append({"op": "expire", "now": now, "work_ids": _moved(out.value)})
         elif out.code == "unsupported" and "recover" in self.unsupported:
             return None
-        listed = rec.call("list", status="timeout")
+        listed = rec.call("list", status=self.expired)
         back = []
         for w in listed.value or [] if listed.ok and isinstance(listed.value, list) else []:
             if isinstance(w, Mapping) and w.get("work_id") is not None and \
@@ -794,47 +667,10 @@ def _command(ctx: _Ctx, live: list[_Actor], msg: Mapping[str, Any]) -> None:
 
 
 # =========================================================================== controller side
-@dataclass
-class _Proc:
-    name: str
-    role: str
-    pid: int
-    conn: Any
-    slot: int = -1
-    dead: bool = False
-    paused: bool = False
-    armed: tuple[str, int, float] | None = None  # point, occurrence, disarm at
-    stopped: bool = False
-    starting: bool = False  # spawned, not ready yet
-    start_by: float = 0.0  # when a process still starting is given up on
-    on_ready: str | None = None  # what it is told once ready: "go" (a replacement)
-    opened: bool = False  # a reopen process told to open the ledger
-    replies: dict[str, Any] = field(default_factory=dict)
-    spared_until: float = 0.0  # a holder let go after a takeover: no fault until it has written late
+class _Campaign(_Setup, _Faults, _Ending):
+    """The controller: its state and main loop (here), starting up (campaign_setup), faults
+    (campaign_faults), events and the end (campaign_end)."""
 
-
-@dataclass
-class _Takeover:
-    """A paused holder whose item another worker is to take over before it goes on."""
-
-    victim: _Proc | str  # the paused process (a logical worker's name in one-process mode)
-    name: str
-    key: bytes  # the item it holds (item_key)
-    path: str  # "operator": the operator's recovery moves the item; "time": its lease lapsing does
-    paused_at: float
-    lapsed_at: float  # real time by which the holder's lease has lapsed (ttl + grace after the pause)
-    deadline: float  # the safety net: let the holder go even if nobody took the item by then
-    watch: int  # its entry among the shared map's watches
-    seq: int = 0  # its number among the campaign's takeovers
-    moved_by: str | None = None  # the operator action that named the item, once one did
-    next_op: float = 0.0  # when the operator acts again (until an action names the item)
-
-    @property
-    def work_id(self) -> str:
-        return key_text(self.key)
-
-
-class _Campaign:
     def __init__(self, address: str, spec: Spec, p: SafetyParams, out_dir: str | None, progress: Progress | None,
                  tmp_root: str | None) -> None:
         self.address, self.spec, self.p, self.progress = address, spec, p, progress
@@ -876,192 +712,6 @@ class _Campaign:
         self.cut_watch: dict[int, tuple[int, float]] = {}  # id(host) -> (watch of its holder's item, safety net)
         self.placed: dict[str, str] = {}  # worker -> the namespace it runs in
         self.clocks: clockfaults.CampaignClocks | None = None  # clock faults (chaos/clockfaults.py)
-
-    # -- setup ---------------------------------------------------------------------------------
-    def probe(self) -> None:
-        try:
-            c = connect(self.address, self.spec, timeout=self.p.op_timeout)
-        except AdapterError as exc:
-            raise ChaosError(str(exc)) from None
-        try:
-            hs = dict(c.handshake)
-        finally:
-            c.close()
-        why = applicable(hs)
-        if why:
-            raise ChaosError(f"adapter {self.address}: the safety campaign cannot run: {why}")
-        self.hs = hs
-        caps = hs.get("capabilities") or {}
-        self.declared = Declared.of(hs, self.address)
-        self.wall = caps.get("clock", "injected") == "wall"
-        self.durable = bool(caps.get("durable"))
-        if self.p.hosts is not None and not self.durable:
-            raise ChaosError(f"adapter {self.address}: workers on hosts need a durable ledger they reach over the "
-                             "network; this adapter is not durable")
-        self.profiles = list(hs.get("profiles") or [])
-        lt = self.spec.lease_for(SOURCE)
-        self.ttl, self.grace = lt.ttl, lt.grace
-        if self.wall:
-            self.lapse_real = (lt.ttl + lt.grace) * self.p.wall_scale
-            speedup = 1.0
-        else:
-            self.lapse_real = self.p.lapse
-            speedup = (lt.ttl + lt.grace) / self.p.lapse
-        self.pause_s = self.lapse_real * 1.4 + 0.2  # a pause of a worker that holds nothing
-        # how long a paused holder may wait for another worker to take its item: a generous safety
-        # net (a library's own clock may be coarse, its recovery slow); a takeover ends as soon as
-        # the other worker's claim got the item
-        # (a wall clock's library may keep whole seconds and round its lease up: rq)
-        self.takeover_net = 4 * self.lapse_real if not self.wall else max(4 * self.lapse_real, self.lapse_real + 3.0)
-        self.t0 = time.monotonic()
-        self.tb = TimeBase(self.wall, self.t0, speedup)
-        self.wall0 = time.time() - (time.monotonic() - self.t0)  # time.time() at t0
-        doc = plain(self.spec.document)
-        if self.wall:
-            doc = scaled_document(doc, self.p.wall_scale)
-        reset: dict[str, Any] = {"dir": os.path.join(self.work, "ledger"), "contract": doc, "seed": self.p.seed % 2**32}
-        if self.wall:
-            reset["timeout_scale"] = self.p.wall_scale
-        reset.update(self.p.reset_extra)
-        self.sink_path = os.path.join(self.work, "effects.db")
-        EffectSink(self.sink_path, self.spec, create=True).close()
-        self.flags_path = os.path.join(self.work, "flags")
-        with open(self.flags_path, "wb") as f:
-            f.write(b"\0" * FLAG_BYTES)
-        fd = os.open(self.flags_path, os.O_RDWR)
-        try:
-            self.flags = mmap.mmap(fd, FLAG_BYTES)
-        finally:
-            os.close(fd)
-        monitor_ops = list(MONITOR_OPS) if self.declared.reclaim == "lease" else ["promote_due"]
-        self.monitor_ops = monitor_ops
-        self.base_cfg = {
-            "entry": ENTRY, "address": _resolved(self.address), "sys_path": list(sys.path),
-            "contract": None if self.spec.digest == default_spec().digest else plain(self.spec.document),
-            "op_timeout": self.p.op_timeout, "reset": reset, "out": self.out, "record": self.p.record,
-            "sink": self.sink_path, "flags": self.flags_path,
-            "time": {"wall": self.wall, "t0": self.t0, "speedup": speedup},
-            "step_class": STEP_CLASS.get(self.declared.delivery, PLAIN_CLASS), "delivery": self.declared.delivery,
-            "latency": list(self.p.latency), "renew_p": self.p.renew_p, "fail_p": self.p.fail_p,
-            "workload": self.p.workload,
-        }
-        self.clocks = clockfaults.CampaignClocks.for_campaign(self.p.faults, self.work, self.p.seed, self.lapse_real,
-                                                              self.durable, self._record)
-        if self.clocks is not None:
-            self.counts.update(dict.fromkeys([f for f in self.p.faults if f in nemesis.CLOCK_FAULTS], 0))
-        own = set(worker_points(self.spec))
-        passed = own - {"after_waiting_set"} - (
-            set() if self.declared.delivery == "effectively-once" else {"after_intent_before_submit"})
-        self.points = [] if not self.durable else (
-            [pt for pt in self.spec.crash_points if pt in passed]
-            + [pt for pt in hs.get("crash_points") or [] if isinstance(pt, str) and pt not in own])
-
-    def _meta(self) -> None:
-        if not self.p.record:
-            return
-        self.writer = HistoryWriter(process_path(self.out, "nemesis"), "nemesis", t0=self.t0)
-        hs = self.hs
-        caps = hs.get("capabilities") or {}
-        self.writer.meta(
-            adapter={"address": self.address, "name": hs.get("name"), "version": hs.get("version"),
-                     "clock": "wall" if self.wall else "injected", "durable": self.durable,
-                     "concurrent": caps.get("concurrent"), "profiles": self.profiles,
-                     "mode": self.mode},
-            declared={"delivery": self.declared.delivery, "reclaim": self.declared.reclaim},
-            timings={"ttl": self.ttl * (self.p.wall_scale if self.wall else 1.0),
-                     "grace": self.grace * (self.p.wall_scale if self.wall else 1.0),
-                     "speedup": self.tb.speedup, "lapse_s": self.lapse_real, "t0_wall": self.wall0},
-            seed=self.p.seed, workers=self.p.workers, items=self.p.items,
-            nemesis={"faults": list(self.p.faults), "seed": self.p.seed, "schedule": self.schedule,
-                     **({"hosts": len(self.p.hosts.hosts)} if self.p.hosts is not None else {})})
-
-    @property
-    def mode(self) -> str:
-        return "processes" if self.durable else "one process"
-
-    def _name(self, prefix: str) -> str:
-        self.n_names += 1
-        return f"{prefix}{self.n_names}"
-
-    def _worker_actor(self) -> dict[str, Any]:
-        self.n_slots += 1
-        name = self._name("w")
-        self.slot_names[self.n_slots] = name
-        return {"role": "worker", "name": name, "slot": self.n_slots, "seed": self.rng.randrange(2**31)}
-
-    def _producer_actor(self) -> dict[str, Any]:
-        rng = random.Random(f"producer/{self.p.seed}")
-        window = self.p.active_s() * 0.8
-        sched: list[tuple[float, int]] = []
-        i = 0
-        while i < self.p.items:
-            at = round(rng.uniform(0, window), 4)
-            for _ in range(rng.randint(1, 4)):  # a small burst: several items in flight
-                if i < self.p.items:
-                    sched.append((at, i))
-                    i += 1
-        sched.sort()
-        return {"role": "producer", "name": "producer", "schedule": sched, "seed": self.p.seed}
-
-    def _monitor_actor(self) -> dict[str, Any]:
-        return {"role": "monitor", "name": "monitor", "ops": self.monitor_ops, "period": max(0.01, self.lapse_real / 8)}
-
-    def _spawn(self, name: str, role: str, actors: list[dict[str, Any]], slot: int = -1) -> _Proc:
-        if slot < 0:
-            self.n_slots += 1
-            slot = self.n_slots
-        try:
-            pid, conn = fork_server().spawn()
-        except ForkServerError as exc:
-            raise ChaosError(str(exc)) from None
-        cfg: dict[str, Any] = {**self.base_cfg, "actors": actors, "process": name, "slot": slot,
-                               "reopen": role == "reopen"}
-        if self.p.hosts is not None and role == "worker":
-            cfg["netns"] = self.p.hosts.host_of(slot).path
-            self.placed[name] = self.p.hosts.host_of(slot).netns
-        if self.clocks is not None and role == "worker":
-            self.clocks.spawned(cfg, slot, name, pid)
-        conn.send(cfg)
-        proc = _Proc(name, role, pid, conn, slot, starting=True, start_by=time.monotonic() + 60.0)
-        self.procs.append(proc)
-        return proc
-
-    def _ready(self, procs: Sequence[_Proc], timeout: float = 60.0) -> None:
-        """Wait until every one of ``procs`` has started (its "ready" is handled by _event)."""
-        end = time.monotonic() + timeout
-        while any(p.starting and not p.dead for p in procs):
-            if time.monotonic() > end:
-                slow = next(p for p in procs if p.starting and not p.dead)
-                nemesis.kill(slow.pid)
-                raise ChaosError(f"campaign process {slow.name} did not start within {timeout:g}s")
-            # a paused worker may hold a lock the newcomer's open waits for: its pause ends on
-            # time; a worker stopped at a crash point inside a transaction holds the write lock
-            # until it is killed, so the others' messages are handled meanwhile too
-            now = time.monotonic()
-            self._resume_due(now)
-            self._takeovers_due(now, act=False)
-            self._heal_due(now)
-            self._pump(0.05)
-
-    def _started(self, proc: _Proc) -> None:
-        proc.starting = False
-        if proc.on_ready == "go":
-            proc.conn.send({"cmd": "go"})
-
-    def _start_failed(self, proc: _Proc, why: str) -> None:
-        """A process that could not start: a reopen is a note; any other ends the campaign."""
-        proc.dead = True
-        if proc.role == "reopen":
-            nemesis.kill(proc.pid)
-            self.notes.append(f"reopen: {why}")
-            return
-        raise ChaosError(why)
-
-    def _starting_due(self, now: float) -> None:
-        for proc in self.procs:
-            if proc.starting and not proc.dead and now > proc.start_by:
-                nemesis.kill(proc.pid)
-                self._start_failed(proc, f"campaign process {proc.name} did not start in time")
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> SafetyResult:
@@ -1237,590 +887,6 @@ class _Campaign:
         if self.writer is not None:
             self.writer.nemesis(fault, process, point)
 
-    def _fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]], *,
-               may_wait: bool = False, may_wait_long: bool = False) -> bool:
-        """Do one fault; False (nothing done) when it should wait for a worker to hold work."""
-        if not self.durable:
-            self._logical_fault(f, pause_s, resumes)
-            return True
-        now = time.monotonic()
-        net = self.p.hosts
-        cut = set(net.cut) if net is not None else set()
-        # a worker cut off by a partition is in the middle of a fault already: its late writes come at the heal
-        cands = [p for p in self._workers() if not p.paused and p.armed is None and not p.starting
-                 and p.spared_until <= now and (not cut or net.host_of(p.slot).index not in cut)]
-        holders = [p for p in cands if self.flags[p.slot]]
-        if f.fault == "pause":  # a holder it can stop outside its effect and outside a call (see below)
-            holders = [p for p in holders if self.flags[p.slot] != IN_EFFECT and not self.flags[CALL0 + p.slot]]
-        if f.fault in nemesis.CLOCK_FAULTS and self.clocks is not None:
-            return self.clocks.strike(f, holders, cands, may_wait, may_wait_long, self.notes)
-        if may_wait and not holders and not (f.fault == "kill" and f.point):
-            return False
-        if f.fault == "reopen":
-            return self._reopen()
-        if f.fault == "partition":
-            return self._partition(f, holders, may_wait)
-        if f.fault == "pause" and len(cands) < 2 and may_wait:
-            return False  # another worker must be free to take the item over: wait for a pause to end
-        if not cands or (f.fault == "pause" and len(cands) < 2):
-            if may_wait_long:
-                return False  # wait for a worker to be there
-            self.notes.append(f"{f.fault} at {f.at:g}s skipped: no worker to do it to")
-            return True
-        done = [p for p in holders if self.flags[p.slot] == EFFECT_DONE]
-        # half the faults aim at a worker whose effect is done and not yet closed out (waiting a
-        # little for one): what comes back after its kill or pause runs the effect again unless
-        # the ledger remembers it
-        if f.aim < 0.5 and not done and may_wait:
-            return False
-        pool = done if done and f.aim < 0.5 else holders or cands
-        victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
-        if f.fault == "kill" and f.point:
-            victim.conn.send({"cmd": "arm", "point": f.point, "occurrence": f.occurrence})
-            victim.armed = (f.point, f.occurrence, time.monotonic() + max(1.0, self.lapse_real))
-        elif f.fault == "kill":
-            self._kill(victim, None)
-        elif f.fault == "pause":
-            nemesis.pause(victim.pid)
-            state = self.flags[victim.slot]
-            # stopped inside the effect section, or holding work inside a call to the adapter
-            # (which may hold a lock the takeover would wait on): let go, try again
-            if state == IN_EFFECT or (state in (HOLDING, EFFECT_DONE) and self.flags[CALL0 + victim.slot]):
-                nemesis.resume(victim.pid)
-                return False
-            victim.paused = True
-            self._record("pause", victim.name)
-            key = held_key(self.flags, victim.slot) if state in (HOLDING, EFFECT_DONE) else b""
-            if not (key and self._plan_takeover(victim, victim.name, key, victim.slot)):
-                resumes.append((time.monotonic() + pause_s, victim))
-        return True
-
-    # -- takeovers: a paused holder's item goes to another worker before the holder goes on
-    def _plan_takeover(self, victim: _Proc | str, name: str, key: bytes, slot: int) -> bool:
-        """Watch the paused holder's item; the holder stays paused until another worker's claim
-        got it (or the safety net runs out).  Which path moves the item: see _takeover_path."""
-        watch = self._watch_item(key)
-        if watch is None:
-            return False
-        now = time.monotonic()
-        self.n_takeovers += 1
-        lapsed = now + self._lapses_in(slot)
-        self.takeovers.append(_Takeover(victim, name, key, self._takeover_path(), now, lapsed,
-                                        now + self.takeover_net, watch, seq=self.n_takeovers, next_op=lapsed))
-        return True
-
-    def _watch_item(self, key: bytes) -> int | None:
-        """A free entry of the shared map's watches, set to ``key``: the first worker whose claim
-        is handed that item writes its slot there.  None when every entry is taken."""
-        f = self.flags
-        watch = next((i for i in range(WATCHES) if not f[WATCH0 + i * WATCH_BYTES + 4]), None)
-        if watch is None:
-            return None
-        off = WATCH0 + watch * WATCH_BYTES
-        struct.pack_into("<i", f, off, 0)
-        f[off + 5:off + 4 + len(key)] = key[1:]
-        f[off + 4] = key[0]  # the length byte last: a worker never matches a half-written key
-        return watch
-
-    def _taken(self, watch: int) -> bool:
-        return struct.unpack_from("<i", self.flags, WATCH0 + watch * WATCH_BYTES)[0] != 0
-
-    def _lapses_in(self, slot: int) -> float:
-        """Real seconds until the lease of the item a paused worker holds has lapsed (its expiry
-        + grace, by the ledger's time), and a little more; at most ttl + grace from now (it was
-        last extended before the pause), the same when the ledger gave no expiry."""
-        most = self.lapse_real * 1.05 + 0.02
-        exp = struct.unpack_from("<d", self.flags, EXP0 + 8 * slot)[0] if 0 <= slot < FLAG_SLOTS else math.nan
-        if math.isnan(exp):
-            return most
-        grace = self.grace * (self.p.wall_scale if self.wall else 1.0)
-        left = (exp + grace - self.tb.now()) / self.tb.speedup
-        return min(most, max(0.0, left) + self.lapse_real * 0.02 + 0.005)
-
-    def _takeover_path(self) -> str:
-        """The declared reclaim chooses the path, never whether a holder is displaced: under
-        ``operator`` and ``never`` the operator's recovery moves the item (recover if offered,
-        else expire + requeue); under ``lease`` the lease's lapse does (the monitor's operations
-        and the claims), and every other takeover the operator's recovery when the adapter has
-        one.  An adapter with no operator recovery leaves every item to time."""
-        if self.operator_offered is False:
-            return "time"
-        if self.declared.reclaim != "lease":
-            return "operator"
-        return "operator" if self.n_takeovers % 2 == 0 else "time"
-
-    def _takeovers_due(self, now: float, act: bool = True) -> None:
-        if self.operating is not None and "takeover" in self.monitor.replies:
-            self._operated(self.monitor.replies.pop("takeover"))
-        if not self.takeovers:
-            return
-        for t in list(self.takeovers):
-            taker = struct.unpack_from("<i", self.flags, WATCH0 + t.watch * WATCH_BYTES)[0]
-            if taker and (self.operating is None or not self.operating[1] or now >= t.deadline):
-                self._took_over(t, taker - 1)
-            elif taker:
-                continue  # the operator's answer is on its way: it says whether its recovery moved the item
-            elif now >= t.deadline:
-                self._no_takeover(t, f"no other worker took it within {self.takeover_net:.1f}s of the pause")
-        if act and self.operating is None and any(now >= t.next_op for t in self.takeovers):
-            self._operate(now)
-
-    def _operate(self, now: float) -> None:
-        """Send the operator to the paused holders due a visit: its recovery, when one waits on it
-        (operator path, item not moved yet), then a read of every due item (an item finished
-        meanwhile, by a write a broken ledger let through, can no longer be taken over).  The
-        answer is awaited in the loop, never here: the operator's call may wait on a lock the
-        paused holder keeps (a ledger that locks an item while it is worked on), and only the
-        safety net, letting the holder go, ends that wait."""
-        due = [t for t in self.takeovers if now >= t.next_op]
-        recover = any(t.path == "operator" and t.moved_by is None for t in due)
-        self.monitor.replies.pop("takeover", None)
-        self.monitor.conn.send({"cmd": "takeover", "recover": recover, "ids": sorted({t.work_id for t in due})})
-        self.operating = (now, recover, {t.seq for t in due})
-
-    def _operated(self, reply: Mapping[str, Any]) -> None:
-        assert self.operating is not None
-        _sent, recover, visited = self.operating
-        self.operating = None
-        actions, status = reply.get("actions"), reply.get("status") or {}
-        if actions is None:
-            self.operator_offered = False
-            self.notes.append("the adapter offers no operator recovery (neither recover nor expire): paused "
-                              "holders' items were left to their leases' lapse")
-            for t in self.takeovers:
-                t.path = "time"
-            actions = []
-        elif recover:
-            self.operator_offered = True
-        named: dict[bytes, list[str]] = {}
-        for a in actions:
-            for wid in a.get("work_ids") or []:
-                named.setdefault(item_key(wid), []).append(str(a.get("op")))
-        terminal = set(self.spec.terminal_statuses)
-        later = time.monotonic()
-        for t in list(self.takeovers):
-            if t.path == "operator" and t.moved_by is None and t.key in named:
-                t.moved_by = " + ".join(dict.fromkeys(named[t.key]))
-            if t.seq not in visited:
-                continue
-            if status.get(t.work_id) in terminal:
-                self._void_takeover(t, str(status[t.work_id]))
-                continue
-            # the operator comes back until its recovery names the item (the ledger's own clock
-            # may not have let the lease lapse yet); on the time path it only looks now and then
-            waiting = t.path == "operator" and t.moved_by is None
-            t.next_op = later + (max(0.02, self.lapse_real / 8) if waiting else max(0.1, self.lapse_real / 2))
-
-    def _took_over(self, t: _Takeover, slot: int) -> None:
-        path = "operator" if t.moved_by else "time"
-        by = self.slot_names.get(slot, f"slot {slot}")
-        point: dict[str, Any] = {"work_id": t.work_id, "by": by, "path": path}
-        if t.moved_by:
-            point["action"] = t.moved_by
-        self._record("takeover", t.name, point)
-        self.takeover_paths[path] = self.takeover_paths.get(path, 0) + 1
-        if t.path == "operator" and not t.moved_by:  # sent for the operator, the lease's lapse came first
-            self.takeover_paths["operator_preempted"] = self.takeover_paths.get("operator_preempted", 0) + 1
-        self._end_takeover(t)
-
-    def _void_takeover(self, t: _Takeover, status: str) -> None:
-        """The paused holder's item was finished by another write while it was paused: there is
-        nothing left to take over (the holder's late writes still reach the ledger)."""
-        self.counts["takeover_void"] += 1
-        self.notes.append(f"takeover of {t.work_id} from {t.name} not possible: the item was already {status} "
-                          "(another write finished it while its holder was paused)")
-        self._end_takeover(t)
-
-    def _no_takeover(self, t: _Takeover, why: str) -> None:
-        self.counts["takeover_missed"] += 1
-        moved = f"; the operator's {t.moved_by} had moved it" if t.moved_by else ""
-        self.notes.append(f"takeover of {t.work_id} from {t.name} did not happen ({t.path} path{moved}): {why}")
-        self._end_takeover(t)
-
-    def _end_takeover(self, t: _Takeover) -> None:
-        self.flags[WATCH0 + t.watch * WATCH_BYTES + 4] = 0
-        self.takeovers.remove(t)
-        self._resume(t.victim)
-        if isinstance(t.victim, _Proc):  # its late writes come next: no fault takes it before they do
-            t.victim.spared_until = time.monotonic() + max(0.3, self.lapse_real / 2)
-
-    def _partition(self, f: nemesis.Fault, holders: list[_Proc], may_wait: bool) -> bool:
-        """Cut off the host of a worker that holds work, preferring one whose effect is done (its
-        close-out comes next, so it writes while cut off); the heal comes after the lease lapsed and
-        another host had the time to take the item over."""
-        net = self.p.hosts
-        cut = set(net.cut)
-        # another host must stay connected, with a worker on it, to take the cut-off holder's item over
-        live = {net.host_of(p.slot).index for p in self._workers()} - cut
-        # nor is a host cut while a newcomer on it still opens the ledger (its reset would fail, not wait)
-        opening = {net.host_of(p.slot).index for p in self._workers() if p.starting}
-        # and the holder is cut between its calls, never inside one: a request the server already
-        # has would hold the ledger's write lock through the cut, and nobody could take over
-        pool = [p for p in holders if net.host_of(p.slot).index not in cut | opening
-                and live - {net.host_of(p.slot).index} and not self.flags[CALL0 + p.slot]]
-        done = [p for p in pool if self.flags[p.slot] == EFFECT_DONE]
-        if not done and may_wait:
-            return False
-        pool = done or pool
-        if not pool and may_wait:
-            return False  # wait a little for a heal, or for a holder on a host whose cut leaves another connected
-        if not pool:
-            self.notes.append(f"partition at {f.at:g}s skipped: no worker holding work on a host whose cut leaves "
-                              "another host connected")
-            return True
-        victim = pool[min(len(pool) - 1, int(f.pick * len(pool)))]
-        host = net.host_of(victim.slot)
-        net.partition(host)
-        self.counts["cut"] += 1
-        for p in self._workers():
-            if net.host_of(p.slot) is host:
-                self._record("partition", p.name, host.netns)
-        now = time.monotonic()
-        state = self.flags[victim.slot]
-        key = held_key(self.flags, victim.slot) if state in (HOLDING, EFFECT_DONE) else b""
-        watch = self._watch_item(key) if key else None
-        if watch is not None:  # healed once another host's worker was handed the item (or the net ran out)
-            self.cut_watch[id(host)] = (watch, now + self.lapse_real * 1.15 + 0.25 + self.takeover_net)
-        self.heals.append((now + self.lapse_real * 1.15 + 0.25, host))
-        return True
-
-    def _logical_fault(self, f: nemesis.Fault, pause_s: float, resumes: list[tuple[float, _Proc | str]]) -> None:
-        solo = self.monitor
-        if f.fault == "kill":
-            solo.conn.send({"cmd": "kill_actor", "pick": f.pick, "replacement": self._worker_actor()})
-        elif f.fault == "pause":  # the controller ends it (see the "paused" event); the seconds are a backstop
-            solo.conn.send({"cmd": "pause_actor", "pick": f.pick, "seconds": pause_s + self.takeover_net + 5.0})
-
-    def _kill(self, victim: _Proc, point: str | None) -> None:
-        nemesis.kill(victim.pid)
-        victim.dead = True
-        if victim.slot >= 0:
-            self.flags[victim.slot] = 0
-        self._record("kill", victim.name, point)
-        if point:
-            self.counts["kill_at_point"] += 1
-        try:
-            victim.conn.close()
-        except OSError:
-            pass
-        self._replace()
-
-    def _replace(self) -> None:
-        a = self._worker_actor()
-        net = self.p.hosts
-        if net is not None:  # a newcomer starts on a host still connected: on a cut one its reset cannot reach the ledger
-            for _ in range(len(net.hosts) - 1):
-                if net.host_of(a["slot"]).index not in net.cut:
-                    break
-                self.n_slots += 1
-                a["slot"] = self.n_slots
-        self.slot_names[a["slot"]] = a["name"]
-        proc = self._spawn(a["name"], "worker", [a], a["slot"])
-        proc.on_ready = "go"  # the campaign goes on meanwhile: a newcomer's start may take a second
-        self.counts["replaced"] += 1
-
-    def _resume(self, who: _Proc | str) -> None:
-        if isinstance(who, str):  # a logical worker in the one process
-            self.monitor.conn.send({"cmd": "resume_actor", "name": who})
-            self._record("resume", who)
-            return
-        if who.dead:
-            return
-        nemesis.resume(who.pid)
-        who.paused = False
-        self._record("resume", who.name)
-
-    def _spare_reopen(self) -> None:
-        """Start the process the next reopen uses: loaded and waiting, so the reopen lands when due."""
-        name = self._name("reopen")
-        proc = self._spawn(name, "reopen", [], slot=0)  # slot 0: it makes no counted operation
-        proc.start_by = time.monotonic() + 30.0
-
-    def _reopen(self) -> bool:
-        """A new process opens the ledger now (False: its process is still starting; try again)."""
-        spare = next((p for p in self.procs if p.role == "reopen" and not p.dead and not p.opened), None)
-        if spare is None:
-            self._spare_reopen()
-            return False
-        if spare.starting:
-            return False
-        spare.opened = True
-        spare.conn.send({"cmd": "open"})
-        self._record("reopen", spare.name)
-        self._spare_reopen()  # the next one, loaded meanwhile
-        return True
-
-    def _disarm(self, proc: _Proc) -> None:
-        proc.armed = None
-        try:
-            proc.conn.send({"cmd": "arm", "point": None})
-        except OSError:
-            pass
-
-    def _disarm_due(self, now: float) -> None:
-        for proc in self._workers():
-            if proc.armed and proc.armed[2] <= now:
-                self._disarm(proc)
-
-    def _pump(self, timeout: float) -> None:
-        live = [p for p in self.procs if not p.dead]
-        by_conn = {id(p.conn): p for p in live}
-        try:
-            ready = wait_conns([p.conn for p in live], timeout)
-        except OSError:
-            ready = []
-        for c in ready:
-            proc = by_conn.get(id(c))
-            if proc is None or proc.dead:
-                continue
-            try:
-                # handling an earlier message may have read this one already: never block here
-                if not c.poll():
-                    continue
-                msg = c.recv()
-            except (EOFError, OSError):
-                if proc.starting:
-                    self._start_failed(proc, f"campaign process {proc.name} died while starting")
-                else:
-                    self._died(proc)
-                continue
-            if proc.starting:
-                if msg.get("event") == "ready":
-                    self._started(proc)
-                    continue
-                if msg.get("event") == "error":
-                    self._start_failed(proc, f"{proc.name}: {msg.get('message')}")
-                    continue
-            self._event(proc, msg)
-
-    def _died(self, proc: _Proc) -> None:
-        proc.dead = True
-        if proc.role == "reopen":
-            return
-        self.notes.append(f"{proc.name} exited without being killed")
-        if proc.slot >= 0:
-            self.flags[proc.slot] = 0
-        if proc.role == "worker":
-            self._replace()
-
-    def _event(self, proc: _Proc, msg: Mapping[str, Any]) -> None:
-        ev = msg.get("event")
-        if ev == "created":
-            if msg.get("work_id"):
-                self.created[str(msg["work_id"])] = str(msg.get("source_id"))
-        elif ev == "produced":
-            self.produced = True
-        elif ev == "crash_point":
-            proc.armed = None  # it stopped at the point and waits there: a real crash follows
-            self._kill(proc, str(msg.get("point")))
-        elif ev == "note" or ev == "error":
-            self.notes.append(f"{proc.name}: {msg.get('message')}")
-        elif ev == "stopped":
-            proc.stopped = True
-        elif ev == "opened":  # a reopen process opened the ledger: it leaves
-            if not msg.get("ok"):
-                self.notes.append(f"reopen: {proc.name}: reset on the shared ledger failed: {msg.get('message')}")
-            proc.conn.send({"cmd": "exit"})
-            proc.dead = True
-        elif ev == "killed":
-            self._record("kill", msg.get("process"))
-            self.counts["replaced"] += 1
-        elif ev == "paused":
-            name = str(msg.get("process"))
-            self._record("pause", name)
-            key = bytes.fromhex(msg["key"]) if msg.get("key") else b""
-            if not (key and self._plan_takeover(name, name, key, int(msg.get("slot", -1)))):
-                self.resumes.append((time.monotonic() + self.pause_s, name))
-        elif ev == "fault_skipped":
-            self.notes.append(f"{msg.get('fault')} skipped: no worker to do it to")
-        elif "reply" in msg:
-            proc.replies[str(msg["reply"])] = msg
-
-    def _ask(self, proc: _Proc, cmd: str, timeout: float = 60.0, **args: Any) -> Mapping[str, Any]:
-        proc.replies.pop(cmd, None)
-        proc.conn.send({"cmd": cmd, **args})
-        end = time.monotonic() + timeout
-        while cmd not in proc.replies:
-            if proc.dead or time.monotonic() > end:
-                raise ChaosError(f"{proc.name} did not answer {cmd} within {timeout:g}s")
-            self._pump(0.05)
-        return proc.replies.pop(cmd)
-
-    def _left(self) -> dict[str, int]:
-        """The census: items by status that are neither terminal nor quarantined."""
-        counts = self._ask(self.monitor, "count")["counts"]
-        terminal = set(self.spec.terminal_statuses) | {"quarantined"}
-        return {k: n for k, n in sorted(counts.items()) if k not in terminal and n}
-
-    def _quiet(self, started: float) -> None:
-        q0 = time.monotonic()
-        min_q = self.lapse_real * 1.3 + 0.2
-        max_q = min_q + 3 * self.lapse_real + 3.0
-        operator_done = self.declared.reclaim != "operator"
-        self.recovery = {"path": self.declared.reclaim, "actions": [],
-                         "monitor": self.monitor_ops if self.declared.reclaim == "lease" else []}
-        last = 0.0
-        left: dict[str, int] | None = None
-        while True:
-            self._pump(0.05)
-            el = time.monotonic() - q0
-            if not operator_done and el >= self.lapse_real * 1.2:
-                self.recovery["actions"] = list(self._ask(self.monitor, "operator")["actions"] or [])
-                operator_done = True
-            if el >= max_q or time.monotonic() - started > self.p.time_limit:
-                left = self._left() if left is None or el >= max_q else left
-                if not left:
-                    return
-                what = ", ".join(f"{k} {n}" for k, n in left.items())
-                n = sum(left.values())
-                self.notes.append(f"quiet period ended after {el:.1f}s with work left ({what})")
-                self.missing.append(f"the quiet period ended after {el:.1f}s with {n} item{'s' if n != 1 else ''} "
-                                    f"not finished ({what}): the run did not reach its end state")
-                return
-            if operator_done and el >= min_q and time.monotonic() - last > 0.15:
-                last = time.monotonic()
-                left = self._left()
-                if not left:
-                    return
-            if self.progress is not None:
-                self.progress(0, None, {"phase": "quiet", "created": len(self.created), **self.counts})
-
-    def _stop(self) -> None:
-        self._ready([p for p in self.procs if p.starting and not p.dead])  # a late newcomer: told to go first
-        for p in self.procs:
-            if p.role == "reopen" and not p.dead:  # a spare that was not needed (or one opening still)
-                p.conn.send({"cmd": "exit"})
-                p.dead = True
-        order = [p for p in self.procs if not p.dead and p is not self.monitor] + [self.monitor]
-        for proc in order:
-            proc.conn.send({"cmd": "stop"})
-        end = time.monotonic() + 30.0
-        while any(not p.stopped for p in order if not p.dead):
-            if time.monotonic() > end:
-                for p in order:
-                    if not p.stopped and not p.dead and p is not self.monitor:
-                        self.notes.append(f"{p.name} did not stop; killed")
-                        nemesis.kill(p.pid)
-                        p.dead = True
-                break
-            self._pump(0.05)
-        self.ops_done = sum(struct.unpack_from("<Q", self.flags, OPS0 + 8 * i)[0] for i in range(self.n_slots + 1))
-
-    def _final(self) -> dict[str, int]:
-        reply = self._ask(self.monitor, "final", ids=sorted(self.created))
-        items = reply["items"]
-        if self.writer is not None:
-            self.recovery["now"] = reply.get("now")
-            self.writer.write({"type": "final", "t": self.writer.t(), "items": items, "recovery": self.recovery})
-        out: dict[str, int] = {}
-        for w in items.values():
-            k = "missing" if w is None else ("quarantined" if w.get("quarantined") else str(w.get("status")))
-            out[k] = out.get(k, 0) + 1
-        return dict(sorted(out.items()))
-
-    def _finish_history(self) -> str | None:
-        for proc in self.procs:
-            if not proc.dead:
-                try:
-                    proc.conn.send({"cmd": "exit"})
-                except OSError:
-                    pass
-        if self.writer is None:
-            return None
-        self._missing_effects()
-        self.writer.close()
-        files = [str(process_path(self.out, "nemesis"))] + [
-            os.path.join(self.out, n) for n in sorted(os.listdir(self.out))
-            if _PART.fullmatch(n) and n != "history.nemesis.jsonl"]
-        path = os.path.join(self.out, "history.jsonl")
-        merge_histories(files, path)
-        for f in files:
-            os.unlink(f)
-        return path
-
-    def _missing_effects(self) -> None:
-        """Effects a killed worker applied but could not record (killed between the provider's
-        answer and its own history write): the sink knows them; recorded here, at their time."""
-        import orjson
-
-        seen: set[int] = set()
-        for n in os.listdir(self.out):
-            if not _PART.fullmatch(n):
-                continue
-            with open(os.path.join(self.out, n), "rb") as fh:
-                for raw in fh:
-                    if b'"effect"' in raw:
-                        try:
-                            obj = orjson.loads(raw)
-                        except orjson.JSONDecodeError:
-                            continue
-                        if obj.get("type") == "effect" and isinstance(obj.get("seq"), int):
-                            seen.add(obj["seq"])
-        sink = EffectSink(self.sink_path, self.spec)
-        try:
-            rows = sink.conn.execute("SELECT seq, key, work_id, applied, worker, wall FROM submission ORDER BY seq").fetchall()
-        finally:
-            sink.close()
-        counts: dict[str, int] = {}
-        assert self.writer is not None
-        for seq, key, wid, applied, worker, wall in rows:
-            if applied:
-                counts[key] = counts.get(key, 0) + 1
-            if seq in seen:
-                continue
-            self.writer.write({"type": "effect", "process": worker, "work_id": wid, "key": key, "applied": bool(applied),
-                               "count": counts.get(key, 0), "t": round(wall - self.wall0, 6), "seq": seq,
-                               "from_sink": True})
-
-    def close(self) -> None:
-        for _, host in self.heals:  # an error in the middle of a partition: leave the hosts connected
-            self.p.hosts.heal(host)
-        self.heals.clear()
-        for proc in self.procs:
-            if not proc.dead:
-                try:
-                    if proc.paused:
-                        nemesis.resume(proc.pid)
-                    proc.conn.send({"cmd": "exit"})
-                except OSError:
-                    pass
-        end = time.monotonic() + 3.0
-        for proc in self.procs:
-            if proc.dead:
-                continue
-            while time.monotonic() < end:
-                try:
-                    os.kill(proc.pid, 0)
-                except ProcessLookupError:
-                    break
-                if gone(proc.pid):
-                    break
-                time.sleep(0.01)
-            else:
-                nemesis.kill(proc.pid)
-            proc.dead = True
-        if self.writer is not None:
-            self.writer.close()
-        try:
-            self.flags.close()
-        except (AttributeError, ValueError):
-            pass
-        shutil.rmtree(self.work, ignore_errors=True)
-
-
-def _resolved(address: str) -> str:
-    """An installed adapter's name as ``python:module:Factory``, so each campaign process imports
-    it directly instead of scanning every installed distribution's entry points again."""
-    if address.startswith(("python:", "exec:")):
-        return address
-    import importlib.metadata
-
-    from ledgercheck.transport.client import ENTRY_POINT_GROUP
-
-    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == address.strip()]
-    if len(eps) == 1 and ":" in eps[0].value and "[" not in eps[0].value:
-        return f"python:{eps[0].value.strip()}"
-    return address
 
 
 # ------------------------------------------------------------------------------------ checking

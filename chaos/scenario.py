@@ -27,7 +27,7 @@ from typing import Any
 from ledgercheck.spec import Spec
 
 from .checker import Observation, Verdict, allowance_text, check_window
-from .points import ChaosError
+from .points import ChaosError, fresh_point
 from .pool import WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
 from .sink import EffectSink
 from .workload import Workload
@@ -246,7 +246,7 @@ class Harness:
             notes: list[str] = []
             if mode == "pause":
                 wid = ids.get(crashed_key) if crashed_key else None
-                self._req(b, {"cmd": "arm", "point": "after_claim", "occurrence": 1, "work_id": wid}, "arm takeover")
+                self._req(b, {"cmd": "arm", "point": fresh_point(self.spec), "occurrence": 1, "work_id": wid}, "arm takeover")
                 b.send({"cmd": "run", "now": t1})
                 mb = self._recv(b, "takeover run")
                 took_over = mb.get("event") == "crash_point"

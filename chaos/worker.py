@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import crash_points_at
 from ledgercheck.transport import costs
 from ledgercheck.transport.client import HARNESS_CODES, AdapterError, Client, connect
 
@@ -70,6 +71,7 @@ class Worker:
         self.armed: Armed | None = None
         self.counts: dict[str, int] = {}
         self.trace: list[dict[str, Any]] | None = None
+        self._stage_points: dict[str, tuple[str, ...]] = {}
         self.inflight: str | None = None
         self.cur: dict[str, Any] = {}
         self.completed: dict[str, set[int]] = {}
@@ -122,6 +124,18 @@ class Worker:
             self.trace.append({"point": point, "occurrence": n, "ctx": self.context()})
         if a is not None and point == a.point and n == a.occurrence:
             self.announce(point, n)
+
+    def reach(self, stage: str) -> None:
+        """The worker is at ``stage`` of its protocol (chaos/points.py): hit every crash point the
+        contract says stands for a kill there (its ``stage``), so no point is named here."""
+        for point in self.stage_points(stage):
+            self.hit(point)
+
+    def stage_points(self, stage: str) -> tuple[str, ...]:
+        pts = self._stage_points.get(stage)
+        if pts is None:
+            pts = self._stage_points[stage] = crash_points_at(self.spec, stage)
+        return pts
 
     def announce(self, point: str, occurrence: int) -> None:
         """Tell the harness where we are and block until killed (or told to continue)."""
@@ -204,7 +218,7 @@ class Worker:
         done = self.completed.setdefault(wid, set())
         nxt = next((i for i in range(len(item.steps)) if i not in done), None)
         self.mark(wid, item, nxt, "acquired")
-        self.hit("after_claim")
+        self.reach("acquired")
         try:
             return self._steps(item, wid, token, done)
         except OpFailed as exc:
@@ -234,11 +248,11 @@ class Worker:
                            timeout=st.wait_timeout, now=self.now)
                 done.add(k)
                 self.mark(wid, item, k, "waiting")
-                self.hit("after_waiting_set")
+                self.reach("waiting")
                 return "waiting"
             self.write("renew", work_id=wid, token=token, now=self.now)
             self.mark(wid, item, k, "renewed")
-            self.hit("during_renew")
+            self.reach("renewed")
             begin = self.write("effect_begin", work_id=wid, step_id=st.step_id, tool=st.tool, input=st.input,
                                step_class=st.step_class, token=token, now=self.now)
             rec = begin["receipt"]
@@ -256,20 +270,20 @@ class Worker:
             result = self.sink.lookup(rec["key"]) if action == "reconcile" else None
             if result is None:
                 self.mark(wid, item, k, "begun")
-                self.hit("after_intent_before_submit")
+                self.reach("begun")
                 if self.latency:
                     time.sleep(self.latency)
                 result = self.sink.submit(key=rec["key"], work_id=wid, step_id=st.step_id, tool=st.tool,
                                           step_class=st.step_class, input=st.input, worker=self.owner,
                                           session=self.session)
                 self.mark(wid, item, k, "submitted")
-                self.hit("after_submit_before_record")
+                self.reach("submitted")
             self.write("effect_record", key=rec["key"], input_hash=rec["input_hash"], result=self.receipt_result(result),
                        token=token, now=self.now)
             done.add(k)
             self.mark(wid, item, k, "recorded")
         if last_effect is not None and self.cur.get("stage") == "recorded" and self.cur.get("step") == last_effect:
-            self.hit("after_record_before_close_out")
+            self.reach("recorded")
         self.write("close_out", work_id=wid, token=token, status=DONE, result={"steps": len(item.steps)}, now=self.now)
         self.mark(wid, item, self.cur.get("step"), "closed")
         return DONE

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from ledgercheck.spec import Spec
+from ledgercheck.spec.rules import in_profiles
 from ledgercheck.transport.clock import QUANTUM
 
 from .budgets import PROFILES
@@ -98,7 +99,6 @@ def _wall_steps(spec: Spec) -> list[float]:
     return sorted(vals)
 
 
-LIFECYCLE_EXCLUDES = ("inbox_", "outbox_", "log_", "lane_", "wake_")
 FAMILIES = ("lifecycle", "messaging", "tree")
 MESSAGING_PROFILES = frozenset({"inbox", "outbox", "eventlog", "lanes", "wakeups", "logread"})
 ITEMLESS_PROFILES = ("inbox", "outbox", "lanes", "wakeups")  # no work items: the messaging family only
@@ -125,7 +125,7 @@ def machine_profiles(claimed: Iterable[str], family: str) -> list[str]:
 def enabled_operations(h: Harness, only: str | None) -> frozenset[str]:
     """The operations the machine sends: those the adapter claims, of the family ``only``."""
     return frozenset(op for op in h.spec.operations
-                     if h.claims(op) and (only is None or (only == "messaging") == op.startswith(LIFECYCLE_EXCLUDES)))
+                     if h.claims(op) and (only is None or (only == "messaging") == in_profiles(h.spec, op, MESSAGING_PROFILES)))
 
 
 def base_machine(c: Ctx, full_check_every: int) -> type[RuleBasedStateMachine]:

@@ -63,24 +63,14 @@ class RecoveryOps:
                     (state, now, rec.snap["work_id"]))
 
     def _act(self, cur: sqlite3.Cursor, rec: Rec, decision: str, now: float) -> None:
-        """Write what ``decision`` means for a stale record (inside the scan's transaction)."""
-        spec = self.spec
-        op = spec.operations["recover"]
-        recover = self.targets.get("recover", {})
-        src = rec.snap["status"]
-        if src in self.leased:
-            mid = recover[src][0]
-            self._write(cur, rec, rules.effect_changes(spec, "recover", "release", now=now, dst=mid), now, op.event_for(mid), src, mid)
-            src = mid
-        state = rules.receipt_marking(spec, decision)
-        if state:
-            self._mark_receipts(cur, rec, state, now)
-        if rules.requeues(spec, decision) and recover.get(src):
-            dst = recover[src][0]
-            self._write(cur, rec, rules.effect_changes(spec, "recover", "requeue", now=now, args={"decision": decision}, dst=dst),
-                        now, op.event_for(dst), src, dst)
-        elif rules.quarantines(spec, decision):
-            self._write(cur, rec, rules.effect_changes(spec, "recover", "quarantine", now=now), now, op.intent_event, None, None)
+        """Write what ``decision`` means for a stale record (inside the scan's transaction), in
+        the steps of ``rules.recovery_steps``."""
+        for step in rules.recovery_steps(self.spec, rec.snap["status"], decision):
+            if step.step == "mark":
+                assert step.receipt_state is not None
+                self._mark_receipts(cur, rec, step.receipt_state, now)
+            else:
+                self._write(cur, rec, step.changes(self.spec, now, decision), now, step.event, step.src, step.dst)
 
     def recover(self, *, now: float) -> list[dict[str, Any]]:
         """Classify stale in-flight work by the recovery matrix and act on each decision."""

@@ -105,6 +105,14 @@ def _statuses(c: _Ctx) -> None:
     for n, s in st.items():
         if s.get("initial") and s["terminal"]:
             c.add(("statuses", n, "initial"), f"initial status {n!r} cannot be terminal")
+    success = [n for n, s in st.items() if s.get("success")]
+    if not success:
+        c.whole(("statuses",), "exactly one status must be the success status (success: true), found none")
+    for n in success[1:]:
+        c.add(("statuses", n, "success"), f"exactly one status must be the success status, but {n!r} is marked besides {success[0]!r}")
+    for n in success:
+        if not st[n]["terminal"]:
+            c.add(("statuses", n, "success"), f"success status {n!r} must be terminal")
     owner: dict[str, str] = {}
     for n, s in st.items():
         k = s.get("waiting_kind")

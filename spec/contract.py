@@ -31,6 +31,7 @@ class Status:
     leased: bool = False
     waiting_kind: str | None = None
     description: str = ""
+    success: bool = False  # the terminal status finished work is closed out with
 
 
 @dataclass(frozen=True)

@@ -649,7 +649,8 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
         priority_max=doc["priority"]["max"],
         statuses=frozen_map(
             {
-                n: Status(n, s["terminal"], s.get("initial", False), s.get("leased", False), s.get("waiting_kind"), s.get("description", ""))
+                n: Status(n, s["terminal"], s.get("initial", False), s.get("leased", False), s.get("waiting_kind"), s.get("description", ""),
+                          s.get("success", False))
                 for n, s in doc["statuses"].items()
             }
         ),

@@ -87,6 +87,50 @@ def quarantines(spec: Spec, decision: str) -> bool:
     return bool(spec.decisions[decision].get("quarantine"))
 
 
+@dataclass(frozen=True)
+class RecoveryStep:
+    """One step of acting on a recovery decision for one item, in the order they are applied.
+    ``step`` is a step of the recover operation's ``effects`` (``release``: leave the leased
+    status, ``requeue``, ``quarantine``) or ``mark`` (the item's pending receipts take
+    ``receipt_state``).  A move has ``src``/``dst``; ``event`` is the event it appends (the
+    operation's intent event for a step that does not move the item)."""
+
+    step: str
+    src: str | None = None
+    dst: str | None = None
+    event: str | None = None
+    receipt_state: str | None = None
+
+    def changes(self, spec: Spec, now: float, decision: str, op: str = "recover") -> dict[str, Any]:
+        """The fields this step writes (``effect_changes`` of its effects step)."""
+        args = {"decision": decision} if self.step == "requeue" else None
+        return effect_changes(spec, op, self.step, now=now, args=args, dst=self.dst)
+
+
+def recovery_steps(spec: Spec, status: str, decision: str, op: str = "recover") -> tuple[RecoveryStep, ...]:
+    """What acting on ``decision`` does to a stale item in ``status``, step by step: the one
+    writing of these steps the reference ledger and the model both follow.  A leased item is
+    first released to where ``op`` moves it; the decision's receipt marking follows; then a
+    requeueing decision moves it on (when the table has that move), or a quarantining one flags it."""
+    o = spec.operations[op]
+    out: list[RecoveryStep] = []
+    src = status
+    st = spec.statuses.get(src)
+    if st is not None and st.leased:
+        mid = spec.targets(op, src)[0]
+        out.append(RecoveryStep("release", src, mid, o.event_for(mid)))
+        src = mid
+    state = receipt_marking(spec, decision)
+    if state:
+        out.append(RecoveryStep("mark", receipt_state=state))
+    if requeues(spec, decision) and spec.targets(op, src):
+        dst = spec.targets(op, src)[0]
+        out.append(RecoveryStep("requeue", src, dst, o.event_for(dst)))
+    elif quarantines(spec, decision):
+        out.append(RecoveryStep("quarantine", event=o.intent_event))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------------- staleness
 def recoverable(spec: Spec, status: str) -> bool:
     """Whether some transition lets ``recover`` move an item out of ``status``."""
@@ -236,8 +280,119 @@ def moves(spec: Spec) -> tuple[tuple[str, str, str], ...]:
     return tuple((t.src, op, t.dst) for t in spec.transitions for op in t.ops)
 
 
+# ---------------------------------------------------------------------------------- roles
+# What the safety tier (campaign, checker) and the transport need of the contract by kind rather
+# than by name: statuses by kind, operations by what they do to an item's lease and status,
+# errors by whether they are definite, crash points by the stage of the worker they stand for.
+@dataclass(frozen=True)
+class Roles:
+    """What the checker needs of the contract, read from the Spec (no status or operation name is
+    written here): statuses by kind, operations by what they do to an item's lease and status, and
+    for each status that waits for a time (a retry, a wait) the snapshot fields that say when."""
+
+    terminal: frozenset[str]
+    leased: frozenset[str]
+    claimable: frozenset[str]  # what a claim takes (the grant that needs no work id: core.claim.empty)
+    statuses: frozenset[str]
+    # status -> (its due-time fields, the monitor operations that move it on once due): a retry
+    # scheduled, a wait with a deadline; the fields an item enters the status with that the monitor's
+    # move out of it reads
+    parked: Mapping[str, tuple[tuple[str, ...], frozenset[str]]]
+    creates: frozenset[str]
+    grants: frozenset[str]  # take an item's lease (claim, resume)
+    claims: frozenset[str]  # grants that need no work id: ask for any claimable work
+    token_writes: frozenset[str]  # need the item's lease (renew, close-out, fail, set_waiting)
+    releases: frozenset[str]  # need the lease and give it back
+    close_outs: frozenset[str]  # releases that set a terminal status given as an argument
+    renews: frozenset[str]
+    monitor: frozenset[str]  # monitor operations that may take lapsed leases (expire, recover)
+    requeues: frozenset[str]  # may move a terminal item back (requeue, recover)
+    operator_requeues: frozenset[str]  # a transition that requeues one item by id (requeue)
+    reads: frozenset[str]
+    lists: frozenset[str]  # reads answering with a list of items
+    success: str = ""  # the terminal status finished work is closed out with
+
+    @classmethod
+    def of(cls, spec: Spec) -> Roles:
+        ops = spec.operations
+        terminal = frozenset(spec.terminal_statuses)
+        leased = frozenset(s for s, st in spec.statuses.items() if st.leased)
+        grants = frozenset(n for n, o in ops.items() if o.lease == "acquire")
+        claims = frozenset(n for n in grants if not (ops[n].args.get("work_id") and ops[n].args["work_id"].required))
+        claimable = frozenset(t.src for t in spec.transitions if set(t.ops) & claims)
+        releasing = frozenset(n for n, o in ops.items() if o.requires_lease and o.lease == "release")
+        close_outs = frozenset(n for n in releasing if any(a.type == "terminal_status" for a in ops[n].args.values()))
+        requeue_ops = frozenset(o for t in spec.transitions if t.requeue for o in t.ops)
+        times = {f for f, wf in spec.work_fields.items() if wf.type == "time"}
+
+        def data(op: str, target: str) -> set[str]:
+            ev = ops[op].event_for(target) if op in ops else None
+            return set(spec.events[ev].data) if ev in spec.events else set()
+
+        parked: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        for s in spec.statuses:
+            if s in terminal or s in leased or s in claimable:
+                continue
+            entering = set().union(*(data(o, s) for t in spec.transitions if t.dst == s for o in t.ops))
+            movers = {(o, t.dst) for t in spec.transitions if t.src == s for o in t.ops
+                      if o in ops and ops[o].kind == "monitor"}
+            leaving = set().union(*(data(o, dst) for o, dst in movers))
+            parked[s] = (tuple(sorted(entering & leaving & times)), frozenset(o for o, _ in movers))
+        return cls(terminal=terminal, leased=leased, claimable=claimable, statuses=frozenset(spec.statuses),
+                   parked=parked,  # a spawn (answering a create_result) creates its child
+                   creates=frozenset(n for n, o in ops.items() if o.kind == "create" or o.returns == "create_result"),
+                   grants=grants, claims=claims,
+                   token_writes=frozenset(n for n, o in ops.items() if o.requires_lease), releases=releasing,
+                   close_outs=close_outs, renews=frozenset(n for n, o in ops.items() if o.lease == "renew"),
+                   monitor=frozenset(n for n, o in ops.items() if o.kind == "monitor" and o.lease == "release"),
+                   requeues=requeue_ops,
+                   operator_requeues=frozenset(o for o in requeue_ops if o in ops and ops[o].kind != "monitor"),
+                   reads=frozenset(n for n, o in ops.items() if o.kind == "read"),
+                   lists=frozenset(n for n, o in ops.items() if o.kind == "read" and o.returns == "work_list"),
+                   success=next((n for n, st in spec.statuses.items() if st.success), ""))
+
+
+def roles(spec: Spec) -> Roles:
+    """The contract's statuses and operations by role (:class:`Roles`), worked out once per Spec."""
+    return _once("roles", spec, Roles.of)  # type: ignore[no-any-return]
+
+
+def definite_errors(spec: Spec) -> frozenset[str]:
+    """The error codes after which the operation certainly did not take effect (``definite``)."""
+    return _once("definite_errors", spec, lambda sp: frozenset(c for c, d in sp.errors.items() if d))  # type: ignore[no-any-return]
+
+
+def indefinite_errors(spec: Spec) -> frozenset[str]:
+    """The error codes after which either outcome is possible (not ``definite``): the call timed
+    out, the adapter died, answered nonsense or failed for a reason of its own."""
+    return frozenset(c for c in spec.errors if c not in definite_errors(spec))
+
+
+def success_status(spec: Spec) -> str:
+    """The terminal status finished work is closed out with (``success``)."""
+    return next(n for n, st in spec.statuses.items() if st.success)
+
+
+def creating_operations(spec: Spec) -> tuple[str, ...]:
+    """The operations that create a work item (``kind: create``), in contract order."""
+    return tuple(n for n, o in spec.operations.items() if o.kind == "create")
+
+
+def crash_points_at(spec: Spec, stage: str) -> tuple[str, ...]:
+    """The contract's crash points that stand for a kill at ``stage`` of the chaos worker's
+    protocol (their ``stage``), in contract order."""
+    return tuple(p for p, cp in spec.crash_points.items() if cp.stage == stage)
+
+
+def in_profiles(spec: Spec, op: str, profiles: Collection[str]) -> bool:
+    """Whether operation ``op`` belongs to one of ``profiles`` (its ``profile``)."""
+    o = spec.operations.get(op)
+    return o is not None and o.profile in profiles
+
+
 __all__ = [
-    "Decision", "apply_effects", "attempt_limit", "effect_changes", "effect_step", "guard_holds", "guard_setters",
+    "Decision", "RecoveryStep", "Roles", "recovery_steps", "apply_effects", "creating_operations", "crash_points_at", "definite_errors",
+    "in_profiles", "indefinite_errors", "roles", "success_status", "attempt_limit", "effect_changes", "effect_step", "guard_holds", "guard_setters",
     "journal_why",
     "lease_lapse", "marked_event", "marked_for_recovery", "marked_statuses", "open_fields", "quarantines",
     "moves", "receipt_marking", "recoverable", "recovery_decision", "requeues", "stale_for_recovery",

@@ -29,6 +29,9 @@ from ledgercheck.transport.reaper import scratch_parent
 # tests/patience.py (waiting for a condition, with a safety net of minutes) is importable from
 # every test directory
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# tests/chaos/history_sim.py (synthetic histories from a small correct ledger written for the
+# tests) is importable from every test directory too
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos"))
 
 # No hypothesis test is judged by the clock: no per-example deadline (200 ms by default) and no
 # "too slow" health check (it fails a test whose data generation is slow, as on a busy machine).

@@ -35,15 +35,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.spec.rules import indefinite_errors
 
 from ledgercheck import PROTOCOL_VERSION
 
 from . import costs, reaper
-from .protocol import DEFINITE, LedgerError, Outcome
+from .protocol import LedgerError, Outcome, is_definite
 from .wire import LOAD_ERRORS, Spinner, dumps, loads, result_checker
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
-HARNESS_CODES = {"timeout", "adapter_crashed", "protocol_error", "internal"}
+HARNESS_CODES = indefinite_errors(default_spec())
 MAX_LINE = 64 << 20  # longest response line the harness accepts
 STDERR_LINES = 200  # stderr lines kept per process
 STDERR_LINE_CHARS = 2000  # longer stderr lines are cut
@@ -771,7 +772,7 @@ class WireClient(Client):
             text = text if isinstance(text, str) and text else code
             definite = err.get("definite")
             if not isinstance(definite, bool):
-                definite = code in DEFINITE
+                definite = is_definite(code)
             return Outcome.error(code, text, definite)
 
     def _notified(self, msg: dict[str, Any]) -> Outcome | None:

@@ -19,10 +19,13 @@ from ledgercheck import PROTOCOL_VERSION
 
 Time = float  # seconds; under an injected clock, exactly the `now` the harness passed
 
-DEFINITE = {
-    "invalid_argument", "not_found", "invalid_transition", "stale_lease", "idempotency_conflict",
-    "concurrent_append", "unsupported", "busy", "spawn_denied",
-}
+def is_definite(code: str) -> bool:
+    """Whether error ``code`` is definite: the operation certainly did not take effect (the
+    contract's errors.yaml, ``definite``)."""
+    from ledgercheck.spec import default_spec
+    from ledgercheck.spec.rules import definite_errors
+
+    return code in definite_errors(default_spec())
 
 
 # Safety declarations of the handshake (docs/protocol.md, "Safety declarations"): the values of
@@ -38,7 +41,7 @@ class LedgerError(Exception):
     def __init__(self, code: str, message: str = "", *, definite: bool | None = None) -> None:
         self.code = code
         self.message = message or code
-        self.definite = (code in DEFINITE) if definite is None else definite
+        self.definite = is_definite(code) if definite is None else definite
         super().__init__(f"{code}: {self.message}")
 
     def to_wire(self) -> dict[str, Any]:

@@ -38,7 +38,6 @@ class RecoveryOps(ModelBase):
         now = a["now"]
         sure, maybe = self.recovery_plan(now)
         spec = self.spec
-        op = spec.operations["recover"]
 
         def h(res: Any) -> list[Violation]:
             if not isinstance(res, list) or not all(isinstance(v, Mapping) for v in res):
@@ -68,42 +67,39 @@ class RecoveryOps(ModelBase):
                                                  f"({d.why if wid in sure else 'boundary'})"))
                 self._begin(wid)
                 cur = dict(it)
-                if self.spec.statuses[cur["status"]].leased:
-                    mid = spec.targets("recover", cur["status"])[0]
-                    new = rules.apply_effects(spec, "recover", cur, "release", now=now, dst=mid)
-                    self._append(wid, op.event_for(mid), cur["status"], mid, now, new)
-                    cur = new
-                rstate = rules.receipt_marking(spec, decision)
-                if rstate:
-                    for k in self.receipt_order:
-                        r = self.receipts[k]
-                        if r["work_id"] == wid and r["state"] == "pending":
-                            r["state"] = rstate
-                            r["marked_by_recovery"] = True
-                            if spec.receipt_decision("pending", r["step_class"]) != decision:
-                                # a receipt that alone would not have called for this decision
-                                # (a pure step beside a reconciled one) may also stay pending
-                                r["may_be"] = "pending"
-                                self.unresolved.add(wid)
-                        elif (r["work_id"] == wid and r["state"] not in ("completed", rstate)
-                              and (r["state"], rstate) in spec.receipt_transitions):
-                            # an earlier scan's marking (unknown): the contract lets this scan
-                            # move it on to the decision's state or leave it
-                            r["may_be"] = rstate
-                            self.unresolved.add(wid)
-                if rules.requeues(spec, decision):
-                    dst = spec.targets("recover", cur["status"])[0]
-                    new = rules.apply_effects(spec, "recover", cur, "requeue", now=now, args={"decision": decision}, dst=dst)
-                    self._append(wid, op.event_for(dst), cur["status"], dst, now, new)
-                    cur = new
-                elif rules.quarantines(spec, decision):
-                    new = rules.apply_effects(spec, "recover", cur, "quarantine", now=now)
-                    self._append(wid, op.intent_event, None, None, now, new)
+                for step in rules.recovery_steps(spec, cur["status"], decision):
+                    if step.step == "mark":
+                        assert step.receipt_state is not None
+                        self._mark_receipts(wid, decision, step.receipt_state)
+                        continue
+                    new = {**cur, **step.changes(spec, now, decision)}
+                    self._append(wid, step.event, step.src, step.dst, now, new)
                     cur = new
                 self._commit(wid, cur, {"quarantined": "recovery.quarantine.visible", "status": "recovery.matrix"}, "recovery.scan")
             return out
 
         return Accept(h, "recovery.scan", "the scan always answers")
+
+    def _mark_receipts(self, wid: str, decision: str, rstate: str) -> None:
+        """The item's receipts after a scan's decision marks them ``rstate``: pending ones take
+        it; those the contract lets stay as they were are unresolved."""
+        spec = self.spec
+        for k in self.receipt_order:
+            r = self.receipts[k]
+            if r["work_id"] == wid and r["state"] == "pending":
+                r["state"] = rstate
+                r["marked_by_recovery"] = True
+                if spec.receipt_decision("pending", r["step_class"]) != decision:
+                    # a receipt that alone would not have called for this decision
+                    # (a pure step beside a reconciled one) may also stay pending
+                    r["may_be"] = "pending"
+                    self.unresolved.add(wid)
+            elif (r["work_id"] == wid and r["state"] not in ("completed", rstate)
+                  and (r["state"], rstate) in spec.receipt_transitions):
+                # an earlier scan's marking (unknown): the contract lets this scan
+                # move it on to the decision's state or leave it
+                r["may_be"] = rstate
+                self.unresolved.add(wid)
 
     def check_receipts(self, work_id: str, actual: Any) -> list[Violation]:
         """After recovery the journal's receipts must carry the decision's marking."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from checker_support import T0, assert_proves, kinds, only, ops
+from history_sim import STALE, HistoryBuilder, simulate
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from ledgercheck.chaos.anomalies import Verdict, check
@@ -24,7 +25,6 @@ from ledgercheck.chaos.history import (
     merge_histories,
     process_path,
 )
-from ledgercheck.chaos.history_sim import STALE, HistoryBuilder, simulate
 
 
 # ------------------------------------------------------------------------- each class, alone

@@ -1,7 +1,7 @@
 """What a history exercised (Verdict.coverage), what it did not reach (Verdict.missing: the verdict is
 INCONCLUSIVE, never a pass), the end state judged (work left queued, running or parked), refusals
 that took effect (refused_but_applied), and the fault that explains a lost item; on synthetic
-histories (chaos/history_sim.py), the command's exit codes included."""
+histories (tests/chaos/history_sim.py), the command's exit codes included."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from checker_support import T0, assert_proves, kinds, only
+from history_sim import HistoryBuilder, simulate
 from ledgercheck.chaos.anomalies import SITUATIONS, Verdict, check
 from ledgercheck.chaos.history import History
-from ledgercheck.chaos.history_sim import HistoryBuilder, simulate
 
 LAPSE = 60.0  # ttl 45 + grace 15
 

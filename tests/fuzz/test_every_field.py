@@ -32,7 +32,7 @@ from fuzz_support import (
     trace_doc,
     window_replay_doc,
 )
-from ledgercheck.chaos.history_sim import simulate
+from history_sim import simulate
 
 BIG = "9" * 5000
 # raw JSON text put where a field's value was

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from history_sim import HistoryBuilder
 from ledgercheck.chaos.history import FORMAT, History
-from ledgercheck.chaos.history_sim import HistoryBuilder
 
 T0 = 1_000_000.0
 META = {"type": "meta", "format": FORMAT, "adapter": {"name": "hand-built"}, "declared": {}, "timings": {"ttl": 45}}

@@ -295,3 +295,26 @@ def test_the_scan_finds_a_restated_rule_and_leaves_the_retry_rule_alone() -> Non
     assert restates_attempts_rule(RETRY_RULE) == []  # fail's retry-or-fail choice is another rule
     assert not calls_interpreter(OLD_COPY, "expected_decision")
     assert calls_interpreter("def f(s, i):\n    return rules.recovery_decision(s, i, [])\n", "f")
+
+
+def test_recovery_steps_are_the_contracts_release_mark_then_requeue_or_quarantine() -> None:
+    """The one writing of what a recovery decision does (the reference and the model both follow it)."""
+    from ledgercheck.spec import default_spec
+    from ledgercheck.spec.rules import recovery_steps
+
+    spec = default_spec()
+    leased = next(n for n, st in spec.statuses.items() if st.leased)
+    mid = spec.targets("recover", leased)[0]
+    for decision, d in spec.decisions.items():
+        if not d.get("requeue") and not d.get("quarantine"):
+            continue
+        steps = recovery_steps(spec, leased, decision)
+        assert (steps[0].step, steps[0].src, steps[0].dst) == ("release", leased, mid)
+        want = ["release"] + (["mark"] if d.get("receipt_state") else []) + (["requeue"] if d.get("requeue") else ["quarantine"])
+        assert [s.step for s in steps] == want, decision
+        if d.get("requeue"):
+            assert steps[-1].src == mid and steps[-1].dst == spec.targets("recover", mid)[0]
+            assert steps[-1].changes(spec, 5.0, decision)["status"] == steps[-1].dst
+        else:
+            assert steps[-1].dst is None and steps[-1].event == spec.operations["recover"].intent_event
+    assert recovery_steps(spec, mid, "none") == ()
