@@ -14,7 +14,7 @@ from typing import Any
 from ledgercheck.transport.reaper import gone
 
 from . import nemesis
-from .campaign_model import _PART, OPS0, _Proc
+from .campaign_model import _PART, MOVING_S, OPS0, STALL_CAP, _Proc
 from .history import merge_histories, process_path
 from .points import ChaosError
 from .sink import EffectSink
@@ -122,13 +122,19 @@ class _Ending:
                          "monitor": self.monitor_ops if self.declared.reclaim == "lease" else []}
         last = 0.0
         left: dict[str, int] | None = None
+        fewest: int | None = None  # the fewest items left at any census: fewer is progress
+        self.moved = q0
         while True:
             self._pump(0.05)
-            el = time.monotonic() - q0
+            now = time.monotonic()
+            el = now - q0
             if not operator_done and el >= self.lapse_real * 1.2:
                 self.recovery["actions"] = list(self._ask(self.monitor, "operator")["actions"] or [])
                 operator_done = True
-            if el >= max_q or time.monotonic() - started > self.p.time_limit:
+            # still moving: items finished within the last window of the period's own length (up to
+            # STALL_CAP times it), so a busy machine's slow end is waited for and stuck work is not
+            moving = now - self.moved < max(MOVING_S, max_q) and el < max_q * STALL_CAP
+            if (el >= max_q or now - started > self.p.time_limit) and not moving:
                 left = self._left() if left is None or el >= max_q else left
                 if not left:
                     return
@@ -143,6 +149,9 @@ class _Ending:
                 left = self._left()
                 if not left:
                     return
+                n_left = sum(left.values())
+                if fewest is None or n_left < fewest:
+                    fewest, self.moved = n_left, last
             if self.progress is not None:
                 self.progress(0, None, {"phase": "quiet", "created": len(self.created), **self.counts})
 

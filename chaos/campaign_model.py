@@ -30,6 +30,13 @@ IDLE = 0.003  # seconds an idle process waits for a message before it looks agai
 BUSY_RETRIES = 40
 HOLDER_WAIT = 0.6  # seconds a due fault may wait for a worker that holds work
 MAX_NOTES = 30
+# A campaign's time limit is a limit on time WITHOUT progress: a phase past its planned length (or
+# the campaign past --time-limit, counted from the moment its processes were told to go, not from
+# their start-up) goes on while it still makes progress (an item created, a fault done, a holder
+# taken over, an item finished) within the last MOVING_S of its own pace, up to STALL_CAP times its
+# planned length, so a machine whose cores are busy slows a run down but does not cut it short.
+MOVING_S = 2.0
+STALL_CAP = 10.0
 NO_GRANT = "no worker ever got an item"  # the campaign's line when no claim handed out an item
 _GONE = object()  # the worker's lease was gone when it came to the effect
 

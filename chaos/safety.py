@@ -92,11 +92,13 @@ from .campaign_model import (  # re-exported: callers import these from here  # 
     KEY_BYTES,
     MAX_NOTES,
     MONITOR_OPS,
+    MOVING_S,
     NO_GRANT,
     OPS0,
     PLAIN_CLASS,
     RECLAIMS,
     SOURCE,
+    STALL_CAP,
     STEP_CLASS,
     STEP_ID,
     TOOL,
@@ -747,10 +749,11 @@ class _Campaign(_Setup, _Faults, _Ending):
             proc.conn.send({"cmd": "go"})
         t_setup = time.monotonic() - started
         a0 = time.monotonic()
-        self._active(plan, a0, started)
+        self.moved = a0
+        self._active(plan, a0, a0)  # the time limit counts from "go": start-up has its own net (_ready)
         t_active = time.monotonic() - a0
         q0 = time.monotonic()
-        self._quiet(started)
+        self._quiet(a0)
         t_quiet = time.monotonic() - q0
         self._stop()
         final = self._final()
@@ -819,20 +822,27 @@ class _Campaign(_Setup, _Faults, _Ending):
         active = self.p.active_s()
         pause_s = self.pause_s
         last_progress = 0.0
+        mark: tuple[int, ...] = ()
         while True:
             now = time.monotonic()
             el = now - a0
+            sign = (len(self.created), len(todo), sum(self.counts.values()), self.produced)
+            if sign != mark:
+                mark, self.moved = sign, now
+            # still moving: on a busy machine the phase goes on past its length while faults are done
+            # and items created (up to STALL_CAP times its length)
+            moving = now - self.moved < max(MOVING_S, active) and el < active * STALL_CAP
             # the phase ends once its time is up, every planned fault was done (one that waited for
             # a holder may come late), every pause has lasted its full length and every takeover
             # happened (or its safety net ran out)
             if el >= active and ((self.produced and not todo and not resumes and not self.heals and not self.takeovers)
-                                 or el >= active * 3):
+                                 or (el >= active * 3 and not moving)):
                 if not self.produced:
                     self.notes.append("the producer had not created every item when the nemesis stopped")
                 if todo:
                     self.notes.append(f"{len(todo)} planned fault(s) not done: the nemesis ran out of time")
                 break
-            if now - started > self.p.time_limit * 0.7:
+            if now - started > self.p.time_limit * 0.7 and not moving:
                 self.notes.append(f"time limit: the nemesis stopped after {el:.1f}s")
                 break
             # a takeover waits for another worker's claim: look at the shared map often
