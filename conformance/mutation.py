@@ -64,13 +64,15 @@ LIMIT_PATHS = (("retry", "policy", "max_attempts"), ("inbox", "max_nacks"), ("in
 ARG_FAMILIES = ("arg_instant", "fence_owner", "seq_first", "drop_option")
 # what a clause statement says of an operation whose repeated call is answered from what it did first
 REPLAY_WORDS = ("replay", "idempot", "again", "duplicate")
+# what a clause statement says of an operation that walks a tree of items
+TREE_WORDS = ("descendant", "tree")
 BENIGN_FAMILIES = ("shuffle_keys", "extra_fields", "reword", "omit_definite", "delay")
 # the class of bug each family of operators stands for (Mutant.klass; docs/selfcheck.md)
 CLASS_OF = {
     "refuse_ok": "refusal", "refuse_swap": "refusal", "drop_field": "shape", "alter": "value", "reorder": "list",
     "drop_item": "list", "fold_case": "ident", "claim_last": "choice", "limit": "bound", "seq_first": "bound",
     "timing": "instant", "arg_instant": "instant", "fence_owner": "fence", "drop_option": "option", "row_swap": "row",
-    "replay_stale": "replay",
+    "replay_stale": "replay", "replay_refuse": "replay_refused", "tree_finished": "tree",
 }
 
 
@@ -445,6 +447,22 @@ def _generate(spec: Spec) -> list[Mutant]:
         if said:
             out.append(Mutant("replay_stale", (op,), own=own_clauses(spec, op, [], [c.id for c in said]), site=("replay_changed", op),
                               what=f"a replayed {op} is answered as it was first answered, though the answer changed since"))
+    # a replay refused: the same call again (its arguments but ``now`` unchanged), which the
+    # reference answers, refused with the code the contract gives to a reused idempotency key
+    refusal = _replay_refusal(spec)
+    for op in ops:
+        said = _said(spec, op, REPLAY_WORDS)
+        if said:
+            out.append(Mutant("replay_refuse", (op, refusal), own=own_clauses(spec, op, [], [c.id for c in said]),
+                              site=("replay_same", op), what=f"a replayed {op} is refused with {refusal} instead of answered"))
+    # a tree walk that does not descend below a finished node: for the operations a clause says
+    # walk an item's tree (a cascade, a count over the tree)
+    for op in ops:
+        said = _said(spec, op, TREE_WORDS)
+        if said:
+            out.append(Mutant("tree_finished", (op,), own=own_clauses(spec, op, [], [c.id for c in said]),
+                              site=("tree_finished", op),
+                              what=f"{op} walks an item's tree without descending below its finished nodes"))
     # an optional argument ignored: left out of the call before the ledger sees it
     for op in ops:
         for name, arg in spec.operations[op].args.items():
@@ -476,6 +494,24 @@ def _generate(spec: Spec) -> list[Mutant]:
             out.append(Mutant("limit", (".".join(path), sign), own=own_clauses(spec, None, [path[-1]]),
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"))
     return out + _benign_rewrites()
+
+
+def _said(spec: Spec, op: str, words: Iterable[str]) -> list[Any]:
+    """The clauses whose statement names ``op`` and one of ``words``."""
+    terms = _op_terms(spec, op)
+    return [c for c in spec.clauses if any(mentions(c.statement, t) for t in terms)
+            and any(w in c.statement.lower() for w in words)]
+
+
+def _replay_refusal(spec: Spec) -> str:
+    """The definite error code the contract describes as a replay's (a reused idempotency key),
+    else invalid_transition."""
+    errors = spec.document.get("errors") or {}
+    for code, definite in spec.errors.items():
+        text = f"{code} {(errors.get(code) or {}).get('description', '')}".lower()
+        if definite and code not in NO_REFUSAL and any(w in text for w in REPLAY_WORDS):
+            return code
+    return "invalid_transition"
 
 
 def _rule_of(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -853,13 +889,21 @@ class MutantServer(Server):
             self._observe_request(op, args)
         args = self._rewrite_request(op, args)
         req["args"] = args
-        resp = super().handle(dumps(req))
+        resp = self._forward(op, req)
         if fam in ("observe", "fence_owner") and resp.get("ok") is True:
             self._note_tokens(resp.get("result"))
-        if fam in ("observe", "replay_stale") and resp.get("ok") is True and op in self.spec.operations \
+        if fam in ("observe", "replay_stale", "replay_refuse") and resp.get("ok") is True and op in self.spec.operations \
                 and op not in ("hello", "reset"):
             key = (op, dumps({k: v for k, v in args.items() if k != "now"}).decode())
+            again = key in self.first_answer
             first = self.first_answer.setdefault(key, json.loads(json.dumps(resp.get("result"))))
+            if again and fam == "observe":
+                self._note("replay_same", op)
+            elif again and fam == "replay_refuse" and op == self.mutant.params[0]:
+                self._fire()
+                code = self.mutant.params[1]
+                return {"id": resp.get("id"), "ok": False,
+                        "error": {"code": code, "message": f"{op}: refused (a repeated call)", "definite": self.spec.errors[code]}}
             stale = _stale_answer(first, resp.get("result"))
             if stale != resp.get("result"):
                 if fam == "observe":
@@ -870,6 +914,41 @@ class MutantServer(Server):
         if fam == "observe":
             self._observe_answer(op, args, resp)
         return self._rewrite_answer(op, args, resp)
+
+    def _forward(self, op: str, req: dict[str, Any]) -> dict[str, Any]:
+        """The reference's answer; under ``tree_finished`` (and the observing control) with its
+        tree walk replaced for the call by one that does not descend below finished nodes (the
+        mutant answers from it; the control notes where the two walks differ)."""
+        fam = self.mutant.family
+        ledger = getattr(self.adapter, "ledger", None)
+        walk = getattr(ledger, "_descendants", None)
+        if fam not in ("observe", "tree_finished") or walk is None or op not in self.spec.operations \
+                or (fam == "tree_finished" and op != self.mutant.params[0]):
+            return super().handle(dumps(req))
+
+        def skipping(cur: Any, work_id: str) -> list[str]:
+            full = walk(cur, work_id)
+            out: list[str] = []
+            frontier = [work_id]
+            while frontier:
+                nxt = [d["child_id"] for w in frontier
+                       if w == work_id or ledger._get(cur, w).snap["status"] not in ledger.terminal
+                       for d in ledger._spawned(cur, w)]
+                out += nxt
+                frontier = nxt
+            if out == full:
+                return full
+            if fam == "observe":
+                self._note("tree_finished", op)
+                return full
+            self._fire()
+            return out
+
+        ledger._descendants = skipping
+        try:
+            return super().handle(dumps(req))
+        finally:
+            del ledger._descendants
 
     def _rewrite_request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         fam, p = self.mutant.family, self.mutant.params
