@@ -1,4 +1,4 @@
-"""The mutant classes of the self-check (conformance/mutation.py, docs/selfcheck.md): each new
+"""The mutant classes of the self-check (conformance/mutation/, docs/selfcheck.md): each new
 operator rewrites exactly the calls of its class and leaves the others alone, and the rates are
 reported per class."""
 
