@@ -54,6 +54,13 @@ RESULTS_DOC = pytest.StashKey[dict[str, Any]]()
 RUN_DIR = pytest.StashKey[str]()
 
 
+def state(config: Any, key: pytest.StashKey[Any], default: Any = None) -> Any:
+    """The plugin's state under ``key`` on a config's stash; ``default`` where there is none (a
+    config the plugin never configured, an item or a node without one, a stand-in object)."""
+    stash = getattr(config, "stash", None)
+    return default if stash is None else stash.get(key, default)
+
+
 def _opt(config: pytest.Config, name: str) -> Any:
     return config.getoption(name)
 
@@ -62,7 +69,7 @@ def _run_dir(config: pytest.Config) -> str:
     """The traces folder of this run, ``seed<S>-<run id>``: unique per run, so a later run of
     the same adapter never overwrites a trace an earlier report's replay command names.  Under
     pytest-xdist every worker uses the controller's test run id (one folder for the run)."""
-    name = config.stash.get(RUN_DIR, None)
+    name = state(config, RUN_DIR, None)
     if name is None:
         import uuid
 
@@ -70,6 +77,8 @@ def _run_dir(config: pytest.Config) -> str:
         uid = str(winput.get("testrunuid") or uuid.uuid4().hex)[:8]
         seed = _opt(config, "ledger_seed")
         name = f"seed{seed if seed is not None else '-random'}-{uid}"
+        if getattr(config, "stash", None) is None:  # a stand-in config (tests): given one
+            config.stash = pytest.Stash()
         config.stash[RUN_DIR] = name
     return name
 

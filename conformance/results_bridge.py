@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ledgercheck.reports.text import MESSAGE_LIMIT, recordable
 
-from .items import INCOMPLETE, REPORTS, RESULTS_DOC
+from .items import INCOMPLETE, REPORTS, RESULTS_DOC, state
 
 
 def _iso(t: float) -> str:
@@ -124,7 +124,7 @@ def run_info(config: pytest.Config, started: float, kind: str = "conformance") -
         "timeout_scale": float(config.getoption("ledger_timeout_scale")),
         "shard": shard_doc,
         "workers": int(workers) if isinstance(workers, int) else 0,
-        "incomplete": config.stash.get(INCOMPLETE, None),
+        "incomplete": state(config, INCOMPLETE, None),
     }
 
 
@@ -149,7 +149,7 @@ def adapter_info(sess: Any) -> dict[str, Any]:
 def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_windows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from ledgercheck.reports.results import build_results, environment_info
 
-    reports = config.stash.get(REPORTS, [])
+    reports = state(config, REPORTS, [])
     tests = test_entries(reports)
     if crash_windows is None:
         crash_windows = [w for _, props in reports for w in (props.get("ledger_crash_windows") or [])]
