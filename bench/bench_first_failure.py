@@ -1,7 +1,7 @@
 """Time to the first failure: how long a vendor waits, with ``-x``, to learn of a single-clause bug.
 
 Each broken ledger of the catalogues (fixtures/broken*.py, the campaign-only fixtures/broken_safety.py
-aside) and each sampled generated mutant (conformance/mutation.py, non-benign, the classes of bug
+aside) and each sampled generated mutant (conformance/mutation/, non-benign, the classes of bug
 taken in turns) is run as a vendor
 runs it: a whole ``pytest --ledger-only -x`` process, timed from its start to its exit.  Each is run
 twice, back to back, in the fail-fast order (conformance/order.py) and in the generated order that

@@ -1,7 +1,7 @@
 """The mutation self-check as a figure: what fraction of the reference's generated mutants the
 clause tests catch, how many by their own clause, and that no benign one is flagged.
 
-Mutants are generated from the contract (conformance/mutation.py, docs/selfcheck.md) and served
+Mutants are generated from the contract (conformance/mutation/, docs/selfcheck.md) and served
 through the wire around the reference; the baseline is the control run in the same campaign
 (the unmutated reference through the observing proxy), which must pass every clause test.
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 from ledgercheck.reports.text import terminal
@@ -19,8 +20,45 @@ from .clauses import NoCheck
 from .harness import AdapterFailure, ClauseFailure
 from .model import Violation
 
-if TYPE_CHECKING:
-    from .plugin import LedgerSession
+
+class LedgerSessionView(Protocol):
+    """What the items, the safety item and the results bridge read of the plugin's session
+    (plugin.LedgerSession): a Protocol, so that this module need not import the plugin."""
+
+    config: pytest.Config
+    harness: Any
+    client: Any
+    spec: Spec
+    base_spec: Spec
+    artifacts: Path
+    slug: str
+    address: str
+    claimed: Any
+    requested: Any
+    started: float
+    wall_scale: float
+    timeout_scale: float
+
+    def replay_command(self, path: Path) -> str: ...
+
+
+# The plugin's state on pytest's config (``config.stash``), read by the plugin, the items and the
+# results bridge: the session, the run stop (interrupts and the breaker), the example store, the
+# reports seen, what the run left out, the results document written, the run's traces folder.
+SESSION = pytest.StashKey[LedgerSessionView]()
+STOP = pytest.StashKey[Any]()
+EXAMPLE_STORE = pytest.StashKey[Any]()
+REPORTS = pytest.StashKey[list[Any]]()
+INCOMPLETE = pytest.StashKey[Any]()
+RESULTS_DOC = pytest.StashKey[dict[str, Any]]()
+RUN_DIR = pytest.StashKey[str]()
+
+
+def state(config: Any, key: pytest.StashKey[Any], default: Any = None) -> Any:
+    """The plugin's state under ``key`` on a config's stash; ``default`` where there is none (a
+    config the plugin never configured, an item or a node without one, a stand-in object)."""
+    stash = getattr(config, "stash", None)
+    return default if stash is None else stash.get(key, default)
 
 
 def _opt(config: pytest.Config, name: str) -> Any:
@@ -31,7 +69,7 @@ def _run_dir(config: pytest.Config) -> str:
     """The traces folder of this run, ``seed<S>-<run id>``: unique per run, so a later run of
     the same adapter never overwrites a trace an earlier report's replay command names.  Under
     pytest-xdist every worker uses the controller's test run id (one folder for the run)."""
-    name = getattr(config, "_ledger_run_dir", None)
+    name = state(config, RUN_DIR, None)
     if name is None:
         import uuid
 
@@ -39,7 +77,9 @@ def _run_dir(config: pytest.Config) -> str:
         uid = str(winput.get("testrunuid") or uuid.uuid4().hex)[:8]
         seed = _opt(config, "ledger_seed")
         name = f"seed{seed if seed is not None else '-random'}-{uid}"
-        config._ledger_run_dir = name  # type: ignore[attr-defined]
+        if getattr(config, "stash", None) is None:  # a stand-in config (tests): given one
+            config.stash = pytest.Stash()
+        config.stash[RUN_DIR] = name
     return name
 
 
@@ -50,8 +90,8 @@ class LedgerItem(pytest.Item):
     profile: str | None = None
 
     @property
-    def sess(self) -> LedgerSession:
-        return self.config._ledger  # type: ignore[attr-defined]
+    def sess(self) -> LedgerSessionView:
+        return self.config.stash[SESSION]
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return ("ledgercheck", 0, self.name)

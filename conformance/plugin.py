@@ -48,7 +48,7 @@ from .harness import (
     find_exception,
     wall_tolerance,
 )
-from .items import LedgerItem, _opt, blamed
+from .items import EXAMPLE_STORE, INCOMPLETE, REPORTS, SESSION, STOP, LedgerItem, _opt, blamed, state
 
 
 class LedgerSession:
@@ -138,11 +138,11 @@ def pytest_configure(config: pytest.Config) -> None:
                              shard=_opt(config, "ledger_shard"), breaker=_opt(config, "ledger_breaker"), prefix="--ledger-")
     if problem:
         raise pytest.UsageError(f"ledgercheck: {problem}")
-    stop = config._ledger_stop = RunStop(breaker_after=int(_opt(config, "ledger_breaker")))  # type: ignore[attr-defined]
+    stop = config.stash[STOP] = RunStop(breaker_after=int(_opt(config, "ledger_breaker")))
     stop.install(config)
-    config._ledger_example_store = _example_store(config)  # type: ignore[attr-defined]
-    config._ledger = LedgerSession(config)  # type: ignore[attr-defined]
-    config._ledger_reports = []  # type: ignore[attr-defined]
+    config.stash[EXAMPLE_STORE] = _example_store(config)
+    config.stash[SESSION] = LedgerSession(config)
+    config.stash[REPORTS] = []
 
 
 def _example_store(config: pytest.Config) -> Any:
@@ -161,9 +161,9 @@ def _example_store(config: pytest.Config) -> Any:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    stop: RunStop | None = state(config, STOP, None)
     try:
-        sess = getattr(config, "_ledger", None)
+        sess = state(config, SESSION, None)
         if sess is not None:
             sess.close()
     finally:
@@ -265,7 +265,7 @@ class RunStop:
             self.in_a_row = 0
             self.last_failures = []
         if self.breaker is None and self.breaker_after and self.in_a_row >= self.breaker_after:
-            sess = getattr(item.config, "_ledger", None)
+            sess = state(item.config, SESSION, None)
             address = sess.address if sess is not None else "the adapter"
             last = " | ".join(_short(m, 160) for m in self.last_failures)
             self.breaker = (f"breaker: adapter {address} timed out or crashed in {self.in_a_row} tests in a row; "
@@ -290,7 +290,7 @@ def _short(text: str, limit: int) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """No test starts once the run is stopping (even if an interrupt's exception was swallowed)."""
-    stop: RunStop | None = getattr(item.config, "_ledger_stop", None)
+    stop: RunStop | None = state(item.config, STOP, None)
     if stop is not None and isinstance(item, LedgerItem) and stop.stopped:
         item.session.shouldstop = f"ledgercheck: {stop.stopped}"
         return True
@@ -317,7 +317,7 @@ def _note_cost(item: LedgerItem) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The plan: every ledger test this process collected and did not deselect."""
-    stop: RunStop | None = getattr(session.config, "_ledger_stop", None)
+    stop: RunStop | None = state(session.config, STOP, None)
     if stop is not None:
         stop.planned = [it.nodeid for it in session.items if isinstance(it, LedgerItem)]
 
@@ -327,7 +327,7 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
     """An interrupt the run asked for needs no traceback: keep only its last frame, so pytest does
     not spend a second formatting a deep stack (hypothesis, the harness) before the run can stop."""
     config = getattr(excinfo.value, "__ledger_config__", None)
-    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    stop: RunStop | None = state(config, STOP, None)
     if stop is not None and stop.signal and len(excinfo.traceback) > 1 and not config.option.fulltrace:
         excinfo.traceback = excinfo.traceback[-1:]
 
@@ -335,7 +335,7 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     """Under pytest-xdist the controller collects nothing: the plan is a worker's collection."""
-    stop: RunStop | None = getattr(node.config, "_ledger_stop", None)
+    stop: RunStop | None = state(node.config, STOP, None)
     if stop is not None and stop.planned is None:
         stop.planned = [i for i in ids if i.startswith("ledgercheck::")]
 
@@ -353,7 +353,7 @@ def _not_claimed(sess: LedgerSession, profile: str) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    sess: LedgerSession | None = getattr(config, "_ledger", None)
+    sess: LedgerSession | None = state(config, SESSION, None)
     if sess is None:
         return
     if _opt(config, "ledger_only"):
@@ -533,7 +533,7 @@ class StatefulItem(LedgerItem):
         h.note_unoffered = True
         machine = make_machine(h, only=self.machine)
         machine.__name__ = machine.__qualname__ = f"Ledger_{self.machine}"
-        db = example_database(getattr(self.config, "_ledger_example_store", None), sess.slug)
+        db = example_database(state(self.config, EXAMPLE_STORE, None), sess.slug)
         opts = hypothesis_settings(self.config.getoption("ledger_hypothesis_profile"), database=db)
         seed = self.config.getoption("ledger_seed")
         if seed is None:
@@ -612,7 +612,7 @@ class ChaosItem(LedgerItem):
             # in RAM where there is some
             lanes = min(2, os.cpu_count() or 1)
             shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-            stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
+            stop: RunStop | None = state(self.config, STOP, None)
 
             def progress(done: int, total: int | None, _window: dict[str, Any]) -> None:
                 if stop is not None:  # how far this point got, should the run stop inside it
@@ -705,7 +705,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             _note_cost(item)
         rep.user_properties = list(item.user_properties)
         _terminal_safe(rep)
-        stop: RunStop | None = getattr(item.config, "_ledger_stop", None)
+        stop: RunStop | None = state(item.config, STOP, None)
         if stop is not None:
             stop.note(item, rep, call)
 
@@ -748,7 +748,7 @@ def pytest_warning_recorded(warning_message: Any, when: str, nodeid: str, locati
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    sess: LedgerSession | None = getattr(config, "_ledger", None)
+    sess: LedgerSession | None = state(config, SESSION, None)
     if sess is None or sess.client is None:
         return None
     hs = sess.client.handshake
@@ -762,13 +762,13 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 # ------------------------------------------------------------------------- results
 def _collect_report(config: pytest.Config, report: pytest.TestReport) -> None:
-    store = getattr(config, "_ledger_reports", None)
+    store = state(config, REPORTS, None)
     if store is None:
         return
     props = dict(report.user_properties or [])
     if "ledger_kind" not in props:
         return
-    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    stop: RunStop | None = state(config, STOP, None)
     if stop is not None:
         stop.saw(report, props)
     if report.when == "call" or (report.when == "setup" and (report.skipped or report.failed)) or (report.when == "teardown" and report.failed):
@@ -777,7 +777,7 @@ def _collect_report(config: pytest.Config, report: pytest.TestReport) -> None:
 
 def side_findings(config: pytest.Config) -> list[tuple[str, dict[str, Any]]]:
     """(test node id, finding) for every violation a clause test saw of another clause."""
-    return [(rep.nodeid, f) for rep, props in getattr(config, "_ledger_reports", [])
+    return [(rep.nodeid, f) for rep, props in state(config, REPORTS, [])
             for f in props.get("ledger_side_findings") or []]
 
 
@@ -795,13 +795,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    sess: LedgerSession | None = getattr(config, "_ledger", None)
+    sess: LedgerSession | None = state(config, SESSION, None)
     if sess is None or hasattr(config, "workerinput"):
         return
     if session.exitstatus == pytest.ExitCode.OK and any(not f.get("known_bug") for _, f in side_findings(config)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    config._ledger_incomplete = incomplete = incompleteness(config, session)  # type: ignore[attr-defined]
-    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    config.stash[INCOMPLETE] = incomplete = incompleteness(config, session)
+    stop: RunStop | None = state(config, STOP, None)
     if stop is not None and not stop.stopped and stopped_after_failures(config) \
             and session.exitstatus == pytest.ExitCode.INTERRUPTED:
         # -x/--maxfail stopped the run (pytest-xdist reports that as an interruption): the run
@@ -855,7 +855,7 @@ def stopped_after_failures(config: pytest.Config) -> int:
     maxfail = int(getattr(config.option, "maxfail", 0) or 0)
     if maxfail <= 0:
         return 0
-    failed = sum(1 for rep, _ in getattr(config, "_ledger_reports", []) if rep.failed)
+    failed = sum(1 for rep, _ in state(config, REPORTS, []) if rep.failed)
     return failed if failed >= maxfail else 0
 
 
@@ -865,10 +865,10 @@ MAX_UNFINISHED = 200  # node ids of unfinished tests the results list by name
 def incompleteness(config: pytest.Config, session: pytest.Session) -> dict[str, Any] | None:
     """What the run planned and did not finish, and why; None when every planned test has an
     outcome and nothing stopped the run (docs/results.md, ``run.incomplete``)."""
-    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    stop: RunStop | None = state(config, STOP, None)
     if stop is None or (config.option.collectonly and not stop.stopped):
         return None  # --collect-only plans the run and runs nothing
-    reports = getattr(config, "_ledger_reports", [])
+    reports = state(config, REPORTS, [])
     finished = {rep.nodeid for rep, _ in reports}
     planned = list(stop.planned or [])
     planned_set = set(planned)
@@ -925,13 +925,13 @@ class _Collector:
         _collect_report(self.config, report)
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
+        stop: RunStop | None = state(self.config, STOP, None)
         if stop is not None:
             stop.running[nodeid] = None
         progress_line(f"start {nodeid}")
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        stop: RunStop | None = getattr(self.config, "_ledger_stop", None)
+        stop: RunStop | None = state(self.config, STOP, None)
         if stop is not None:
             stop.running.pop(nodeid, None)
 
@@ -939,8 +939,8 @@ class _Collector:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
-    stop: RunStop | None = getattr(config, "_ledger_stop", None)
+    stop: RunStop | None = state(config, STOP, None)
     if stop is not None:
         stop.session = session
-    if getattr(config, "_ledger", None) is not None and not config.pluginmanager.has_plugin("ledgercheck-collector"):
+    if state(config, SESSION, None) is not None and not config.pluginmanager.has_plugin("ledgercheck-collector"):
         config.pluginmanager.register(_Collector(config), "ledgercheck-collector")

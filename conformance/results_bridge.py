@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from ledgercheck.reports.text import MESSAGE_LIMIT, recordable
 
+from .items import INCOMPLETE, REPORTS, RESULTS_DOC, state
+
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
@@ -122,7 +124,7 @@ def run_info(config: pytest.Config, started: float, kind: str = "conformance") -
         "timeout_scale": float(config.getoption("ledger_timeout_scale")),
         "shard": shard_doc,
         "workers": int(workers) if isinstance(workers, int) else 0,
-        "incomplete": getattr(config, "_ledger_incomplete", None),
+        "incomplete": state(config, INCOMPLETE, None),
     }
 
 
@@ -147,7 +149,7 @@ def adapter_info(sess: Any) -> dict[str, Any]:
 def build(config: pytest.Config, sess: Any, kind: str = "conformance", crash_windows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from ledgercheck.reports.results import build_results, environment_info
 
-    reports = getattr(config, "_ledger_reports", [])
+    reports = state(config, REPORTS, [])
     tests = test_entries(reports)
     if crash_windows is None:
         crash_windows = [w for _, props in reports for w in (props.get("ledger_crash_windows") or [])]
@@ -178,7 +180,7 @@ def write_run_results(config: pytest.Config, sess: Any, path: Path) -> None:
         raise ResultsError(f"{path}: the run's results could not be assembled: {exc}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     write_results(doc, str(path))
-    config._ledger_results_doc = doc  # type: ignore[attr-defined]
+    config.stash[RESULTS_DOC] = doc
 
 
 WINDOW_FACTS = ("point", "occurrence", "mode", "step_class", "verdict", "clauses", "decision_observed", "effects_observed",

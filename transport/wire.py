@@ -331,6 +331,8 @@ def schema_text(spec: Spec) -> str:
 
 _TYPES: dict[str, tuple[str, ...]] = {"string": ("str",), "integer": ("int",), "number": ("int", "float"), "boolean": ("bool",),
                                       "null": ("NoneType",), "object": ("dict",), "array": ("list",)}
+_PY_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "NoneType": type(None), "dict": dict,
+                              "list": list}
 _QUICK_KEYWORDS = frozenset({"type", "properties", "required", "$ref", "items", "enum", "const", "description", "minimum",
                              "anyOf", "additionalProperties"})
 
@@ -360,13 +362,21 @@ class _QuickCompiler:
     def ref(self, target: str) -> str:
         if target not in self.names:
             self.names[target] = f"_d_{len(self.names)}"
-            self.function(self.names[target], self.defs[target])
+            # a definition's function is the same wherever it is first met: nothing inlined
+            # around this call decides what it inlines (see quick_accept_plain)
+            outer, self.inlining = self.inlining, []
+            try:
+                self.function(self.names[target], self.defs[target])
+            finally:
+                self.inlining = outer
         return self.names[target]
 
     def function(self, name: str, schema: Any) -> None:
         body: list[str] = []
         if not self.checks(schema, "v", body, "        "):
             lines = ["    return False"]
+        elif not body:  # nothing to test (``true``, ``{}``, only a description)
+            lines = ["    return True"]
         else:
             # a required property that is absent: KeyError, "not sure" (the full check decides)
             lines = ["    try:", *body, "    except KeyError:", "        return False", "    return True"]
@@ -498,6 +508,92 @@ def quick_accept(schema: Any, defs: Mapping[str, Any]) -> Callable[[Any], bool]:
     about a microsecond, a tenth of the general validator.
     """
     return _QuickCompiler(defs).build(schema)
+
+
+def quick_accept_plain(schema: Any, defs: Mapping[str, Any]) -> Callable[[Any], bool]:
+    """The plain version of :func:`quick_accept`: the same answers, read from the schema at each
+    call instead of compiled (the oracle of its differential test, tests/protocol/test_quick_plain.py).
+
+    A *function* is what the compiler makes one Python function of: the top schema, each
+    definition called by ``$ref``, each ``anyOf`` alternative and an ``additionalProperties``
+    schema.  A function whose schema holds a keyword outside the quick set anywhere in what it
+    checks in line (properties, items, a list's item definition inlined) says False for every
+    value; a called one decides only where it is called.  A list's items that are only a
+    reference are checked in line unless that definition is already being inlined (a recursive
+    one is called)."""
+
+    def target(s: dict[str, Any]) -> str | None:
+        t = str(s["$ref"])
+        return t[8:] if t.startswith("#/$defs/") and t[8:] in defs else None
+
+    def inlined(s: Any, stack: tuple[str, ...], inline: bool) -> str | None:
+        if inline and isinstance(s, dict) and set(s) == {"$ref"}:
+            name = target(s)
+            if name is not None and name not in stack:
+                return name
+        return None
+
+    def understood(s: Any, stack: tuple[str, ...], inline: bool = False) -> bool:
+        if s is True or s == {}:
+            return True
+        if not isinstance(s, dict) or set(s) - _QUICK_KEYWORDS:
+            return False
+        if "$ref" in s:
+            if target(s) is None:
+                return False
+            name = inlined(s, stack, inline)
+            if name is not None:
+                return understood(defs[name], stack + (name,))
+        if "type" in s:
+            names = s["type"] if isinstance(s["type"], list) else [s["type"]]
+            if not names or any(n not in _TYPES for n in names):
+                return False
+        if not all(understood(sub, stack) for sub in (s.get("properties") or {}).values()):
+            return False
+        return "items" not in s or understood(s["items"], stack, inline=True)
+
+    def function(s: Any, v: Any) -> bool:
+        return understood(s, ()) and passes(s, v, ())
+
+    def passes(s: Any, v: Any, stack: tuple[str, ...], inline: bool = False) -> bool:
+        if s is True or s == {}:
+            return True
+        if "$ref" in s:
+            name = inlined(s, stack, inline)
+            if name is not None:
+                return passes(defs[name], v, stack + (name,))
+            if not function(defs[str(s["$ref"])[8:]], v):
+                return False
+        if "type" in s:
+            names = s["type"] if isinstance(s["type"], list) else [s["type"]]
+            if type(v) not in {_PY_TYPES[t] for n in names for t in _TYPES[n]}:  # bool is not int here
+                return False
+        if "enum" in s and not any(v == o and type(v) is type(o) for o in s["enum"]):
+            return False
+        if "const" in s and not (v == s["const"] and type(v) is type(s["const"])):
+            return False
+        if "minimum" in s and type(v) in (int, float) and v < s["minimum"]:
+            return False
+        if "anyOf" in s and not any(function(alt, v) for alt in s["anyOf"]):
+            return False
+        if type(v) is dict:
+            props = s.get("properties") or {}
+            required = s.get("required") or []
+            if any(k not in v for k in required):
+                return False
+            if not all(passes(sub, v[k], stack) for k, sub in props.items() if k in v):
+                return False
+            extra = s.get("additionalProperties", True)
+            if extra is False and any(k not in props for k in v):
+                return False
+            if extra is not True and extra is not False \
+                    and not all(function(extra, w) for k, w in v.items() if k not in props):
+                return False
+        if "items" in s and type(v) is list:
+            return all(passes(s["items"], w, stack, inline=True) for w in v)
+        return True
+
+    return lambda v: function(schema, v)
 
 
 class ResultChecker:

@@ -695,6 +695,23 @@ def _compile_same_now(names: tuple[str, ...]) -> Callable[[Any, Any], bool]:
     return scope["same"]  # type: ignore[no-any-return]
 
 
+def same_plain(names: tuple[str, ...], a: Any, b: Any) -> bool:
+    """The plain version of :func:`_compile_same`'s ``same`` (the oracle for its differential test,
+    tests/conformance/test_oracle_plain.py): every field read from both mappings first (a missing
+    field or a mapping that is not one: False), then each pair the same object, or equal and of
+    the same type.  Same answers, a loop instead of generated code."""
+    try:
+        pairs = [(a[n], b[n]) for n in names]
+    except (KeyError, TypeError):
+        return False
+    for x, y in pairs:
+        if x is y:
+            continue
+        if not (x == y and type(x) is type(y)):
+            return False
+    return True
+
+
 def _picker(names: list[str]) -> _Fields:
     """The values of ``names`` in a mapping, as a tuple (KeyError where one is missing), and their
     one-step comparison (:func:`_all_same`)."""

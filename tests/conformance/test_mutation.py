@@ -1,4 +1,4 @@
-"""The mutation self-check (conformance/mutation.py): mutants of the reference served through the
+"""The mutation self-check (conformance/mutation/): mutants of the reference served through the
 wire must be caught by the clause tests, each naming its own clause, and benign ones must not be
 flagged.  The default tests judge a small sample; LEDGERCHECK_MUTATION_FULL=1 runs the whole
 campaign with the floors docs/selfcheck.md states."""

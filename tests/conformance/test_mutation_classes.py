@@ -1,4 +1,4 @@
-"""The mutant classes of the self-check (conformance/mutation.py, docs/selfcheck.md): each new
+"""The mutant classes of the self-check (conformance/mutation/, docs/selfcheck.md): each new
 operator rewrites exactly the calls of its class and leaves the others alone, and the rates are
 reported per class."""
 
@@ -128,3 +128,46 @@ def test_rates_per_class_and_a_class_below_its_floor_fails_the_campaign() -> Non
     assert "| fence | 2 | 2 | 1/2 | 1/1 | 0/0 |" in md
     # rows of an older campaign (no class) get their family's
     assert "refusal" in M.class_figures([{k: v for k, v in _row("refuse_ok:x", "refusal").items() if k != "klass"}])
+
+
+def test_a_replay_refused_instead_of_answered() -> None:
+    server, call, adapter = _server("replay_refuse:inbox_deliver:idempotency_conflict")
+    first = call("inbox_deliver", recipient="r", message_id="m1", sender="s", body={"n": 1}, now=0.0)
+    other = call("inbox_deliver", recipient="r", message_id="m2", sender="s", body={"n": 2}, now=0.0)
+    assert first["ok"] and other["ok"] and server.fired == 0  # first calls: answered
+    again = call("inbox_deliver", recipient="r", message_id="m1", sender="s", body={"n": 1}, now=5.0)  # the clock aside: the same call
+    assert not again["ok"] and again["error"]["code"] == "idempotency_conflict" and server.fired == 1
+    assert M.parse_mutant(SPEC, "replay_refuse:inbox_deliver:idempotency_conflict").klass == "replay_refused"
+    adapter.close()
+
+
+def _tree(call: Callable[..., dict], finish_child: bool) -> tuple[str, str, str]:
+    """root -> child -> grandchild; the child (an interior node) finished or not."""
+    root = _created(call)
+    child = call("spawn", parent_id=root, key="c", now=0.0)["result"]["work"]["work_id"]
+    grand = call("spawn", parent_id=child, key="g", now=0.0)["result"]["work"]["work_id"]
+    if finish_child:
+        tok = call("claim", owner="A", work_id=child, now=1.0)["result"]["lease_token"]
+        assert call("close_out", work_id=child, token=tok, status="done", now=2.0)["ok"]
+    return root, child, grand
+
+
+def test_a_cascade_that_does_not_descend_below_a_finished_node() -> None:
+    for finished in (True, False):
+        server, call, adapter = _server("tree_finished:cancel_tree")
+        root, child, grand = _tree(call, finished)
+        out = call("cancel_tree", work_id=root, now=3.0)
+        ids = [w["work_id"] for w in out["result"]]
+        status = call("get", work_id=grand)["result"]["status"]
+        if finished:  # the grandchild under the finished child is left out and left running
+            assert server.fired == 1 and grand not in ids and status != "cancelled"
+        else:  # no finished interior node: the walk is the reference's
+            assert server.fired == 0 and grand in ids and status == "cancelled"
+        assert M.parse_mutant(SPEC, "tree_finished:cancel_tree").klass == "tree"
+        adapter.close()
+    # the reference alone cancels the grandchild under a finished child
+    server, call, adapter = _server("none")
+    root, child, grand = _tree(call, True)
+    call("cancel_tree", work_id=root, now=3.0)
+    assert call("get", work_id=grand)["result"]["status"] == "cancelled"
+    adapter.close()
