@@ -6,6 +6,7 @@
 #   npm                       (package npm)           the npm packages of the JavaScript library adapters
 #   redis-server              (package redis-server)  a shared hypothesis example store, started by a test
 #   ip                        (package iproute2)      network namespaces
+#   ruby + the sidekiq gem    (package ruby-sidekiq)  the Sidekiq adapter (fixtures/sidekiq, in Ruby)
 # and then the npm packages of the adapters written in JavaScript for real libraries
 # (fixtures/bullmq: `npm ci` from its package-lock.json, when its node_modules is missing).
 # Only what is missing is installed (apt-get as root, or through sudo), so a second run does
@@ -19,7 +20,7 @@ dry=0
 case "${1:-}" in
   "") ;;
   -n|--dry-run) dry=1 ;;
-  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-test-deps: unknown option $1 (use --dry-run or --help)" >&2; exit 2 ;;
 esac
 
@@ -46,6 +47,7 @@ have node || need="$need nodejs"
 have npm || need="$need npm"
 have redis-server || need="$need redis-server"
 have ip || need="$need iproute2"
+{ have ruby && ruby -e 'require "sidekiq"' >/dev/null 2>&1; } || need="$need ruby-sidekiq"
 need="${need# }"
 
 # The npm packages of fixtures/<library>/package.json (pinned in its package-lock.json).
@@ -72,7 +74,7 @@ npm_deps() {
 }
 
 if [ -z "$need" ]; then
-  echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, npm, redis-server, iproute2 present)"
+  echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, npm, redis-server, iproute2, ruby-sidekiq present)"
   npm_deps || exit 1
   exit 0
 fi
