@@ -8,7 +8,8 @@
 #   ip                        (package iproute2)      network namespaces
 #   ruby + the sidekiq gem    (package ruby-sidekiq)  the Sidekiq adapter (fixtures/sidekiq, in Ruby)
 # and then the npm packages of the adapters written in JavaScript for real libraries
-# (fixtures/bullmq: `npm ci` from its package-lock.json, when its node_modules is missing).
+# (fixtures/bullmq, fixtures/pgboss, fixtures/graphile: `npm ci` from each package-lock.json, when its
+# node_modules is missing).
 # Only what is missing is installed (apt-get as root, or through sudo), so a second run does
 # nothing.  The tests fail, never skip, when one of these is missing.
 #
@@ -20,7 +21,7 @@ dry=0
 case "${1:-}" in
   "") ;;
   -n|--dry-run) dry=1 ;;
-  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-test-deps: unknown option $1 (use --dry-run or --help)" >&2; exit 2 ;;
 esac
 
