@@ -77,7 +77,6 @@ def test_the_page_publishes_replays_for_every_library() -> None:
 @pytest.fixture(scope="module")
 def postgres():
     from ledgercheck.fixtures.postgres import PostgresServer
-
     from ledgercheck.fixtures.redis import RedisServer
 
     # the environment the publish step certified in: one PostgreSQL server and one redis-server
