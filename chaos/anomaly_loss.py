@@ -62,6 +62,13 @@ class _Loss:
             proof = [ack, seen.op if seen is not None else None]
         last = [op for op in it.ops if op is not ack][-2:]
         fin = self.final_excerpt(it.work_id)
+        if w is None and self._finished_unkept(it):
+            # a ledger that keeps no record of finished work (the job is deleted when it completes):
+            # the history shows it finished, so no work is lost; the missing record is the contract's
+            # clauses' to judge (core.list.complete)
+            self.cov["finished"] += 1
+            self.counts["finished_not_kept"] += 1
+            return
         if w is None:
             if it.creates:
                 why = f"{it.work_id} was created (acknowledged) but is missing from the final read"
@@ -75,6 +82,9 @@ class _Loss:
             self._held(it, grants, w, st)
             return
         if not (self.final_now > exp + self.grace + self.eps):
+            path = str(self.final.recovery.get("path") or "")
+            if self.meta.reclaim == "lease" and path != "operator" and self._beyond_contract(it, grants, w, last):
+                return
             self.left["leased_live"] += 1  # a holder may still be at work, or its lease not lapsed yet
             return
         path = str(self.final.recovery.get("path") or "")
@@ -92,6 +102,16 @@ class _Loss:
             self.add("lost_work", it.work_id, why, [clock, fin], [*proof, *last], cause)
             return
         self.left["leased_lapsed"] += 1
+
+    def _finished_unkept(self, it: _Item) -> bool:
+        """The last operation that may have changed the item was an acknowledged move to a final
+        status (a close-out answered with the item done, failed, ...): the work was finished, though
+        the final read no longer finds the item."""
+        moved = [op for op in it.ops if op.name not in self.R.reads and op.maybe]
+        if not moved:
+            return False
+        last, r = moved[-1], moved[-1].result
+        return last.ok and type(r) is dict and r.get("work_id") == it.work_id and r.get("status") in self.R.terminal
 
     def _cause(self, it: _Item, grants: list[Grant]) -> list[Op | Record]:
         """The fault that explains why an item was lost, when the history has one: the first kill,
@@ -238,13 +258,28 @@ class _Loss:
                 last = op.t1
         self._last_global = last
 
-    def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op]) -> bool:
+    def _beyond_contract(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], last: list[Op]) -> bool:
+        """Declared reclaim=lease, the item is still leased at the end under a lease the ledger made
+        longer than the contract's ttl + grace (measured on the ledger's own stamps, its start and
+        expiry), so it has not lapsed by the ledger's reckoning: stuck when, past the contract's
+        window (start + ttl + grace), the ledger's monitor ran (if it has one) and then a claim found
+        nothing.  A ledger whose leases are the contract's never gets here."""
+        g = next((g for g in grants if g.token == w.get("lease_token")), None)
+        if g is None or g.op is None or g.start is None or g.expires is None:
+            return False
+        if g.expires - g.start <= self.ttl + self.grace + self.eps:
+            return False
+        return self._stuck(it, grants, w, g.start + self.ttl, last, beyond=g.expires)
+
+    def _stuck(self, it: _Item, grants: list[Grant], w: Mapping[str, Any], exp: float, last: list[Op],
+               beyond: float | None = None) -> bool:
         """Declared reclaim=lease, the item is still leased under a lapsed lease at the end: proven stuck
         when, after the lapse, the ledger's monitor ran (if it has one) and then a claim found nothing."""
         lapse = exp + self.grace
+        unproven = "leased_lapsed_at_end" if beyond is None else "leased_beyond_contract_at_end"
         g = next((g for g in grants if g.token == w.get("lease_token")), None)
         if g is None or g.op is None:
-            self.counts["leased_lapsed_at_end"] += 1
+            self.counts[unproven] += 1
             return False
         after = g.t_done
         mon = None
@@ -252,16 +287,24 @@ class _Loss:
             mon = next((m for m in self.monitor_ops if m.ok and m.t0 > after and m.now is not None
                         and m.now > lapse + self.eps), None)
             if mon is None:
-                self.counts["leased_lapsed_at_end"] += 1
+                self.counts[unproven] += 1
                 return False
         start = mon.t1 if mon is not None else after
         # The final read shows the same lease token, so the item was leased under it all along.
         claim = next((c for c in self.claims_null if c.t0 > start and c.now is not None
                       and c.now > lapse + self.eps and not c.args.get("work_id")), None)
         if claim is None:
-            self.counts["leased_lapsed_at_end"] += 1
+            self.counts[unproven] += 1
             return False
         monitor = f"the monitor's {mon.name} at {fmt_num(mon.now)} and " if mon is not None else ""
+        if beyond is not None:
+            why = (f"{it.work_id} is held under a lease (owner {g.owner}) the ledger set to run until "
+                   f"{fmt_num(beyond)}, longer than the contract's ttl + grace; past the contract's window "
+                   f"({fmt_num(lapse)}) {monitor}a claim at {fmt_num(claim.now)} found nothing to take, and at the "
+                   f"end it is still {w.get('status')} under that lease: it does not come back within the "
+                   f"contract's lease")
+            self.add("stuck_work", it.work_id, why, [*g.proof(), claim, self.final_excerpt(it.work_id)], [mon, *last])
+            return True
         why = (f"{it.work_id}'s lease (owner {g.owner}, lease_version {g.version}) lapsed at {fmt_num(lapse)}; "
                f"{monitor}a claim at {fmt_num(claim.now)} found nothing to take, and at the end it is still "
                f"{w.get('status')} under that lease: it does not come back without an operator action "

@@ -382,7 +382,11 @@ def _lapse_and_take_back(h: Any, clock: _Clock, spec: Spec, held: dict[str, Any]
     (``reopened``): if that changed it from what its holder was handed, the reopen moved it."""
     lt = spec.lease_for("manual")
     wall = clock.wall
-    lapse = (held.get("lease_expires_at") or clock.now() + lt.ttl) + lt.grace
+    expiry = held.get("lease_expires_at")
+    # a lease the ledger set beyond the contract's longest ttl is waited out only to the contract's
+    # window (from now, after the grant): past it the contract says the item comes back
+    reach = clock.now() + max([lt.ttl] + [spec.lease_for(src).ttl for src in spec.source_systems])
+    lapse = (min(expiry, reach) if isinstance(expiry, int | float) else clock.now() + lt.ttl) + lt.grace
     acts, moves = [], []
     lapsed_at_reopen = False
     if reopened and first is not None and _state(first) != _state(held):

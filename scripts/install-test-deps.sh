@@ -7,8 +7,10 @@
 #   redis-server              (package redis-server)  a shared hypothesis example store, started by a test
 #   ip                        (package iproute2)      network namespaces
 #   faketime, libfaketime     (packages faketime, libfaketime)  clock faults (chaos/clockfaults.py)
+#   ruby + the sidekiq gem    (package ruby-sidekiq)  the Sidekiq adapter (fixtures/sidekiq, in Ruby)
 # and then the npm packages of the adapters written in JavaScript for real libraries
-# (fixtures/bullmq: `npm ci` from its package-lock.json, when its node_modules is missing).
+# (fixtures/bullmq, fixtures/pgboss, fixtures/graphile: `npm ci` from each package-lock.json, when its
+# node_modules is missing).
 # Only what is missing is installed (apt-get as root, or through sudo), so a second run does
 # nothing.  The tests fail, never skip, when one of these is missing.
 #
@@ -20,7 +22,7 @@ dry=0
 case "${1:-}" in
   "") ;;
   -n|--dry-run) dry=1 ;;
-  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-test-deps: unknown option $1 (use --dry-run or --help)" >&2; exit 2 ;;
 esac
 
@@ -48,6 +50,7 @@ have npm || need="$need npm"
 have redis-server || need="$need redis-server"
 have ip || need="$need iproute2"
 have faketime || need="$need faketime libfaketime"
+{ have ruby && ruby -e 'require "sidekiq"' >/dev/null 2>&1; } || need="$need ruby-sidekiq"
 need="${need# }"
 
 # The npm packages of fixtures/<library>/package.json (pinned in its package-lock.json).
@@ -74,7 +77,7 @@ npm_deps() {
 }
 
 if [ -z "$need" ]; then
-  echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, npm, redis-server, iproute2, faketime present)"
+  echo "install-test-deps: nothing to install (postgresql, chromium, nodejs, npm, redis-server, iproute2, faketime, ruby-sidekiq present)"
   npm_deps || exit 1
   exit 0
 fi

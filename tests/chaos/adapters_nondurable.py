@@ -20,6 +20,23 @@ class StuckLeases(ReferenceAdapter):
         return []
 
 
+class LongLeases(ReferenceAdapter):
+    """Leases of 50 minutes, whatever the contract's ttl (as graphile-worker frees a dead worker's lock
+    only after 4 hours): the ledger keeps its own, longer lease and reports it."""
+
+    def reset(self, config):
+        import copy
+
+        config = dict(config)
+        doc = copy.deepcopy(config.get("contract"))
+        if isinstance(doc, dict):
+            doc["lease"]["ttl"] = "50m"  # the contract requires ttl + grace below the execution budget
+            for over in (doc["lease"].get("by_source") or {}).values():
+                over.pop("ttl", None)
+            config["contract"] = doc
+        return super().reset(config)
+
+
 class FirstLeaseOnly(ReferenceAdapter):
     """Close-out is fenced against the first lease ever issued, not the live one: after a
     takeover the new holder can never finish the item."""

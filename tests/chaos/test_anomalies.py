@@ -530,9 +530,74 @@ def test_mutation_item_dropped_from_final_is_lost_work(seed: int, pick: int) -> 
     acked = sorted(c["result"]["work"]["work_id"] for c in recs
                    if c["type"] == "complete" and c["op"] == "create" and c["outcome"] == "ok")
     wid = acked[pick % len(acked)]
+    # the item never finished: its close-outs are taken out of the history too
+    ends = {r["id"] for r in recs if r["type"] == "invoke" and r["op"] == "close_out" and r["args"].get("work_id") == wid}
+    recs = [r for r in recs if not (r["type"] in ("invoke", "complete") and r.get("id") in ends)]
     final["items"] = {k: v for k, v in final["items"].items() if k != wid}
     v = check(History.of(recs))
     assert [a.kind for a in v.anomalies] == ["lost_work"] and v.anomalies[0].work_id == wid
+
+
+@FAST
+@given(seed=SEEDS, pick=st.integers(0, 1000))
+def test_a_finished_item_the_ledger_no_longer_keeps_is_not_lost_work(seed: int, pick: int) -> None:
+    """A ledger that deletes a job when it completes (graphile-worker, Sidekiq OSS): the history shows
+    the item's acknowledged close-out to a final status, so its absence from the final read loses no
+    work (the contract's clauses judge the missing record)."""
+    recs = _records(simulate(seed))
+    final = recs[-1]
+    reads = {"get", "list", "events", "active"}
+
+    def finished_by_ack(wid: str) -> bool:  # the last thing that touched it: an acknowledged close-out
+        touched = [r for r in recs if r["type"] in ("invoke", "complete") and r["op"] not in reads
+                   and ((r["args"] or {}).get("work_id") == wid if r["type"] == "invoke"
+                        else isinstance(r["result"], dict) and r["result"].get("work_id") == wid)]
+        last = touched[-1] if touched else None
+        return bool(last) and last["type"] == "complete" and last["op"] == "close_out" and last["outcome"] == "ok"
+
+    done = sorted(w for w, snap in final["items"].items()
+                  if snap is not None and snap.get("status") == "done" and finished_by_ack(w))
+    assume(done)
+    wid = done[pick % len(done)]
+    final["items"] = {k: v for k, v in final["items"].items() if k != wid}
+    v = check(History.of(recs))
+    assert v.anomalies == [] and v.counts.get("finished_not_kept") == 1, [a.explanation for a in v.anomalies]
+
+
+def test_stuck_work_under_a_lease_longer_than_the_contracts() -> None:
+    """reclaim=lease, and the ledger granted a lease far longer than the contract's ttl + grace
+    (graphile-worker frees a lock after 4 hours): past the contract's window the monitor ran and a
+    claim found nothing, so the item does not come back within the contract's lease."""
+    def run(last_claim: float) -> Verdict:
+        b = HistoryBuilder(reclaim="lease")
+        b.create("producer", "x", T0)
+        b.ttl = 4 * 3600.0  # the ledger's own lease; the contract's (in the history's meta) stays 45 s
+        b.claim("w1", "x", T0 + 1)
+        b.ttl = 45.0
+        b.nemesis("kill", "w1")
+        b.expire("monitor", last_claim - 1)  # nothing lapsed by the ledger's reckoning: nothing moves
+        b.claim_nothing("w2", last_claim)
+        b.final(last_claim + 1)
+        return check(b.history())
+
+    v = run(T0 + 100)  # past T0 + 1 + 45 + 15
+    [a] = v.anomalies
+    assert a.kind == "stuck_work" and "longer than the contract's ttl + grace" in a.explanation, a.explanation
+    # before the contract's window has passed nothing proves it: no anomaly, counted as left
+    v = run(T0 + 50)
+    assert v.anomalies == [] and v.counts.get("leased_beyond_contract_at_end") == 1
+    # a ledger whose lease is the contract's and whose monitor brings it back has no anomaly
+    b = HistoryBuilder(reclaim="lease")
+    b.create("producer", "x", T0)
+    b.claim("w1", "x", T0 + 1)
+    b.nemesis("kill", "w1")
+    b.expire("monitor", T0 + 100)
+    b.requeue("monitor", "x", T0 + 100.5)
+    t = b.claim("w2", "x", T0 + 101)
+    assert t is not None
+    b.close_out("w2", "x", t, T0 + 102)
+    b.final(T0 + 103)
+    assert check(b.history()).anomalies == []
 
 
 def test_the_simulation_exercises_the_faults_it_claims() -> None:

@@ -149,6 +149,15 @@ def test_leases_that_never_lapse_are_caught(spec):
     assert windows["takeover"]["verdict"] == "fail"
 
 
+def test_leases_longer_than_the_contracts_are_waited_out_only_to_the_contracts_window(spec):
+    """A ledger whose leases last 50 minutes (it reports them) is judged at the contract's ttl + grace:
+    the item is still running there, not handed back after the ledger's own lease."""
+    windows = _by_scenario(run_campaign("python:adapters_nondurable:LongLeases", spec))
+    kill = windows["kill"]
+    assert kill["verdict"] == "fail" and "core.running.renew_or_leave" in kill["clauses"], kill
+    assert "still running" in kill["message"] and "worker-doomed" in kill["message"]
+
+
 def test_work_that_cannot_be_finished_after_a_takeover_is_caught(spec):
     """Only the effect window finishes the work after taking it back; the plain kill window
     stops once the item is claimed again, and passes."""

@@ -34,7 +34,7 @@ from ledgercheck.fixtures.adapters import PROGRAMS, program_address
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
-LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq", "pg-boss"]
+LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq", "pg-boss", "sidekiq", "graphile-worker"]
 # a program adapter is published by its exec: address from the repository's root
 BY_ADDRESS = {program_address(name, relative=True): name for name in PROGRAMS}
 
@@ -77,17 +77,22 @@ def test_the_page_publishes_replays_for_every_library() -> None:
 @pytest.fixture(scope="module")
 def postgres():
     from ledgercheck.fixtures.postgres import PostgresServer
+    from ledgercheck.fixtures.redis import RedisServer
 
-    with PostgresServer() as pg:
-        old = os.environ.get("LEDGERCHECK_PG_DSN")
-        os.environ["LEDGERCHECK_PG_DSN"] = pg.dsn()
+    # the environment the publish step certified in: one PostgreSQL server and one redis-server
+    # named to every adapter process (so the Redis program adapters declare a durable ledger too)
+    with PostgresServer() as pg, RedisServer() as rs:
+        env = {"LEDGERCHECK_PG_DSN": pg.dsn(), "LEDGERCHECK_REDIS_URL": rs.url()}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             yield pg
         finally:
-            if old is None:
-                os.environ.pop("LEDGERCHECK_PG_DSN", None)
-            else:
-                os.environ["LEDGERCHECK_PG_DSN"] = old
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 LONG = 10.0  # seconds: a recorded run longer than this (of a wall-clock ledger) replays in the long tier
@@ -120,7 +125,8 @@ def _replay(library: str, lines: list[tuple[Finding, Path, dict]], spec: Spec) -
         for f, path, doc in lines:
             done = run_replay(replay_harness(client, spec, doc), doc, str(path))
             headline = done.headline(str(path), library)
-            if done.listed != f.clause:
+            # a stateful machine's trace is listed under no one clause: it judges every clause it meets
+            if done.listed != f.clause and not (done.listed is None and path.name.startswith("stateful_")):
                 problems.append(f"{f.clause}: the replayed trace is of a test of {done.listed}")
             if not done.reproduced:
                 missed.append(f"{f.clause}: {headline}")

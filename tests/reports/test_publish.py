@@ -131,7 +131,7 @@ def test_the_committed_page_is_what_publish_renders(page: str) -> None:
 
 def test_the_registry_names_real_scripts_and_every_script_is_registered() -> None:
     reg = read_confirmations(REGISTRY)
-    scripts = {p.name for p in (ROOT / "tests" / "fixtures").glob("confirm_*") if p.suffix in (".py", ".js")}
+    scripts = {p.name for p in (ROOT / "tests" / "fixtures").glob("confirm_*") if p.suffix in (".py", ".js", ".rb")}
     assert reg.named() == scripts
     assert reg.holds["bullmq"]["lease.fencing"] == "confirm_bullmq.js" and reg.script("bullmq", "lease.fencing") is None
     assert reg.script("pgqueuer", "stale_write_accepted") == REGISTRY.parent / "confirm_pgqueuer_stale_write.py"
