@@ -33,7 +33,8 @@ from ledgercheck.fixtures.redis import RedisServer, RedisUnavailable
 from ledgercheck.reports.verdicts import verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq", "pg-boss", "sidekiq", "graphile-worker"]
+LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq", "pg-boss", "sidekiq", "graphile-worker",
+             "celery"]
 KEYWORD = "not execution"  # every test but the one that waits out the execution budget
 
 
