@@ -136,6 +136,9 @@ def test_the_registry_names_real_scripts_and_every_script_is_registered() -> Non
     assert reg.holds["bullmq"]["lease.fencing"] == "confirm_bullmq.js" and reg.script("bullmq", "lease.fencing") is None
     assert reg.script("pgqueuer", "stale_write_accepted") == REGISTRY.parent / "confirm_pgqueuer_stale_write.py"
     assert reg.script("dbos", "stale_write_accepted") is None
+    assert reg.not_reached["celery"] == ["confirm_celery_acks_late_child_killed.py",
+                                         "confirm_celery_visibility_redelivery.py"]
+    assert not reg.scripts("celery", "split_ownership")  # not reached: never counted as a finding
     assert reg.refuted_by("dbos", "stale_write_accepted") == REGISTRY.parent / "confirm_dbos_stale_execution.py"
     assert [p.name for p in reg.scripts("persist-queue", "split_ownership")] == [
         "confirm_persistqueue_reopen.py", "confirm_persistqueue_concurrent_get.py"]
@@ -150,6 +153,8 @@ def test_the_registry_names_real_scripts_and_every_script_is_registered() -> Non
     ("rq:\n  stuck_work: {holds: confirm_rq_gone.py}\n", "rq: stuck_work: no script 'confirm_rq_gone.py' beside the registry"),
     ("rq:\n  stuck_work: [confirm_rq_intermediate.py, gone.py]\n", "rq: stuck_work: no script 'gone.py' beside the registry"),
     ("rq:\n  stuck_work: [\n", "not YAML"),
+    ("rq:\n  not_reached: confirm_rq_intermediate.py\n", "rq: not_reached: must be a list of scripts"),
+    ("rq:\n  not_reached: [gone.py]\n", "rq: not_reached: no script 'gone.py' beside the registry"),
 ])
 def test_a_bad_registry_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
                                                message: str) -> None:
