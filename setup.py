@@ -1,7 +1,7 @@
 """Package discovery for ledgercheck's layout (everything else is in pyproject.toml).
 
-The source folders spec/, transport/, reference/, conformance/, chaos/, fixtures/ and reports/
-sit beside ledgercheck/ at the top of the tree and install as ledgercheck.spec,
+The source folders spec/, services/, transport/, reference/, conformance/, chaos/, fixtures/ and
+reports/ sit beside ledgercheck/ at the top of the tree and install as ledgercheck.spec,
 ledgercheck.transport, ... (``[tool.setuptools.package-dir]`` in pyproject.toml maps each).
 ``[tool.setuptools.packages.find]`` cannot list them: it names what it finds relative to its
 ``where`` folder (``spec.contract``, not ``ledgercheck.spec.contract``) and has one table for the

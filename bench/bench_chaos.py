@@ -29,7 +29,7 @@ FLOOR = 10.0  # scenarios per second on 2 cores
 
 def cold_start(address: str, n: int) -> float:
     """Seconds for a fresh interpreter to import the harness and greet the adapter."""
-    code = ("from ledgercheck.transport.client import connect; from ledgercheck.chaos import worker; "
+    code = ("from ledgercheck.transport.client import connect; from ledgercheck.chaos.crash import worker; "
             f"c = connect({address!r}); c.close()")
     t = time.perf_counter()
     for _ in range(n):
@@ -39,8 +39,8 @@ def cold_start(address: str, n: int) -> float:
 
 def warm_start(address: str, n: int) -> float:
     """Seconds from asking the fork server for a worker to the worker being ready."""
-    from ledgercheck.chaos.forkserver import fork_server
-    from ledgercheck.chaos.pool import WorkerPool
+    from ledgercheck.chaos.crash.forkserver import fork_server
+    from ledgercheck.chaos.crash.pool import WorkerPool
 
     fork_server()  # started once per harness process; not part of a scenario
     with WorkerPool(address, spare=1) as pool:
@@ -55,7 +55,7 @@ def warm_start(address: str, n: int) -> float:
 
 
 def exploration(address: str, jobs: int, tmp_root: str | None) -> tuple[int, float, int]:
-    from ledgercheck.chaos.exploration import explore
+    from ledgercheck.chaos.crash.exploration import explore
     from ledgercheck.spec import default_spec
 
     t = time.perf_counter()

@@ -1,6 +1,6 @@
 """Time to the first failure: how long a vendor waits, with ``-x``, to learn of a single-clause bug.
 
-Each broken ledger of the catalogues (fixtures/broken*.py, the campaign-only fixtures/broken_safety.py
+Each broken ledger of the catalogues (fixtures/testkit/broken*.py, the campaign-only fixtures/testkit/broken_safety.py
 aside) and each sampled generated mutant (conformance/mutation/, non-benign, the classes of bug
 taken in turns) is run as a vendor
 runs it: a whole ``pytest --ledger-only -x`` process, timed from its start to its exit.  Each is run
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MEDIAN_S = 5.0
 GOAL_WORST_S = 30.0
-LISTS = ("ALL", "SPAWN_LEDGERS")  # the catalogue lists each fixtures/broken_*.py module keeps
+LISTS = ("ALL", "SPAWN_LEDGERS")  # the catalogue lists each fixtures/testkit/broken_*.py module keeps
 NOT_CLAUSE_CATALOGUES = ("broken_safety",)  # found by safety campaigns, not by clause tests
 
 

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from ledgercheck.chaos.anomalies import check
-from ledgercheck.chaos.history import HistoryWriter, load_history, no_gc
+from ledgercheck.chaos.safety.anomalies import check
+from ledgercheck.chaos.safety.history import HistoryWriter, load_history, no_gc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))  # the tests' synthetic histories
 from history_sim import interleave, simulate  # noqa: E402

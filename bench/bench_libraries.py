@@ -23,8 +23,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ledgercheck.fixtures.adapters import ADAPTERS
-from ledgercheck.fixtures.postgres import PostgresServer, PostgresUnavailable
+from ledgercheck.fixtures.libraries import ADAPTERS
+from ledgercheck.services.postgres import PostgresServer, PostgresUnavailable
 from ledgercheck.transport.client import AdapterError, Client, connect
 
 REFERENCE = "python:ledgercheck.reference.adapter:ReferenceAdapter"

@@ -2,7 +2,7 @@
 
     python bench/bench_linearize.py [--ops 100000] [--keep FILE] [--history FILE]
 
-The history is recorded from the reference ledger itself (fixtures/broken_linear.py's recorder:
+The history is recorded from the reference ledger itself (fixtures/testkit/broken_linear.py's recorder:
 a producer, four workers and a monitor on one ledger directory), with operations overlapping in
 real time (several invokes before their completions, which run in turn), lapsed leases taken over,
 retries scheduled and promoted, renewals, late refused writes and reads; every answer is a full
@@ -30,10 +30,10 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from ledgercheck.chaos.anomalies import check
-from ledgercheck.chaos.history import load_history
-from ledgercheck.chaos.linearize import check_linearizable
-from ledgercheck.fixtures.broken_linear import T0, Recorder
+from ledgercheck.chaos.safety.anomalies import check
+from ledgercheck.chaos.safety.history import load_history
+from ledgercheck.chaos.safety.linearize import check_linearizable
+from ledgercheck.fixtures.testkit.broken_linear import T0, Recorder
 from ledgercheck.reference.adapter import ReferenceAdapter
 from ledgercheck.transport.protocol import LedgerError
 

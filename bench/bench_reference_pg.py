@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     dsn = args.dsn
     if dsn is None:
-        from ledgercheck.transport.pgserver import PostgresServer, PostgresUnavailable
+        from ledgercheck.services.postgres import PostgresServer, PostgresUnavailable
 
         try:
             server = PostgresServer().start()

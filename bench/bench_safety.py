@@ -12,9 +12,9 @@ What it prints, all measured in this one run:
   rounds, runs interleaved), and the ratio recorded / not recorded against the floor: recording
   may cost at most 20% (ratio >= 0.80);
 * with ``--hosts N`` (default 3; 0 leaves it out; needs root and ``ip``): the same saturated
-  workload against the small PostgreSQL ledger (fixtures/pg_ledger.py) on a server started for the
+  workload against the small PostgreSQL ledger (fixtures/testkit/pg_ledger.py) on a server started for the
   run, once with all four workers on this host and once with them spread over N hosts (network
-  namespaces joined by veth links, chaos/hosts.py), interleaved, recorded; operations/s side by
+  namespaces joined by veth links, chaos/safety/hosts.py), interleaved, recorded; operations/s side by
   side and their ratio; then one campaign with partitions on those hosts.
 """
 
@@ -30,7 +30,7 @@ FLOOR = 0.80  # recorded ops/s over unrecorded ops/s
 
 
 def _run(address: str, items: int, record: bool, seed: int, **kw: object) -> tuple[float, int]:
-    from ledgercheck.chaos.safety import run_campaign
+    from ledgercheck.chaos.safety.campaign import run_campaign
 
     with tempfile.TemporaryDirectory(prefix="bench-safety-") as out:
         r = run_campaign(address, seed=seed, items=items, workers=4, faults="none", duration=items / 400,
@@ -40,14 +40,14 @@ def _run(address: str, items: int, record: bool, seed: int, **kw: object) -> tup
 
 def _hosts(n: int, items: int, rounds: int) -> None:
     """Single host against N hosts, same PostgreSQL ledger, same workload, same run."""
-    from ledgercheck.chaos.safety import run_campaign
-    from ledgercheck.fixtures.netns import hosts_with_postgres, skip_reason
+    from ledgercheck.chaos.safety.campaign import run_campaign
+    from ledgercheck.fixtures.testkit.netns import hosts_with_postgres, skip_reason
 
     why = skip_reason()
     if why:
         print(f"hosts: not measured: {why}")
         return
-    address = "python:ledgercheck.fixtures.pg_ledger:PgLedger"
+    address = "python:ledgercheck.fixtures.testkit.pg_ledger:PgLedger"
     with hosts_with_postgres(n) as ph:
         reset = {"server_dsn": ph.server_dsn}
         one: list[float] = []
@@ -84,8 +84,8 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=3, help="hosts for the multi-host figure (0: leave it out)")
     args = ap.parse_args()
 
-    from ledgercheck.chaos.forkserver import fork_server
-    from ledgercheck.chaos.safety import check_history, run_campaign
+    from ledgercheck.chaos.crash.forkserver import fork_server
+    from ledgercheck.chaos.safety.campaign import check_history, run_campaign
 
     fork_server()  # started once per harness process; not part of any campaign
     with tempfile.TemporaryDirectory(prefix="bench-safety-") as out:

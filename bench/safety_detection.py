@@ -8,7 +8,7 @@ seed.  It must find, at every seed, what the standalone campaign (``ledgercheck 
 items, its own duration) finds.  This runs certify's campaign (the same function certify calls)
 at each seed against:
 
-* the broken ledgers of fixtures/broken_safety.py (``ALL``: each must show its ``ANOMALIES``),
+* the broken ledgers of fixtures/testkit/broken_safety.py (``ALL``: each must show its ``ANOMALIES``),
   and CloseOutIgnoresToken declared ``reclaim: operator`` and ``never`` (a stale write or a split);
 * the published libraries, on a PostgreSQL server and a redis-server started here (so they are
   durable and shared by the worker processes): each must show what its standalone campaign
@@ -34,14 +34,14 @@ import tempfile
 import time
 from typing import Any
 
-BS = "python:ledgercheck.fixtures.broken_safety"
+BS = "python:ledgercheck.fixtures.testkit.broken_safety"
 BUDGET_S = 8.0  # the reference's campaign inside certify, wall seconds (certify of the reference: ~25 s)
 
 
 def targets() -> list[tuple[str, str, set[str] | None, set[str]]]:
     """(name, address, what it must find (None: nothing), what it may find besides)."""
-    from ledgercheck.fixtures import broken_safety as bs
-    from ledgercheck.fixtures.adapters import ADAPTERS
+    from ledgercheck.fixtures.libraries import ADAPTERS
+    from ledgercheck.fixtures.testkit import broken_safety as bs
 
     out: list[tuple[str, str, set[str] | None, set[str]]] = []
     for cls in bs.ALL:
@@ -99,7 +99,7 @@ KEEP: str | None = None
 
 
 def run_one(name: str, address: str, seed: int, standalone: bool, check: Any) -> dict[str, Any]:
-    from ledgercheck.chaos.safety import run_campaign
+    from ledgercheck.chaos.safety.campaign import run_campaign
     from ledgercheck.conformance.safety_item import certify_campaign
     from ledgercheck.spec import default_spec
 
@@ -152,7 +152,7 @@ def main() -> int:
     if not todo:
         print(f"nothing to run: --only {args.only!r} names no ledger", file=sys.stderr)
         return 2
-    servers = _servers(any(addr.startswith("python:ledgercheck.fixtures.adapters") for _, addr, _, _ in todo))
+    servers = _servers(any(addr.startswith("python:ledgercheck.fixtures.libraries") for _, addr, _, _ in todo))
     if KEEP:
         os.makedirs(KEEP, exist_ok=True)
     from ledgercheck.conformance.safety_item import CAMPAIGN
@@ -233,8 +233,8 @@ def cost(rounds: int, seeds: list[int]) -> int:
 def _servers(libraries: bool) -> list[Any]:
     if not libraries:
         return []
-    from ledgercheck.fixtures.postgres import PostgresServer
-    from ledgercheck.fixtures.redis import RedisServer
+    from ledgercheck.services.postgres import PostgresServer
+    from ledgercheck.services.redis import RedisServer
 
     pg = PostgresServer().start()
     rs = RedisServer().start()

@@ -10,13 +10,13 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "explore": "exploration", "run_one": "exploration", "Explorer": "exploration",
-    "storm": "storms",
-    "replay": "rerun", "load_replay": "replays",
-    "ChaosError": "points",
-    "EffectSink": "sink",
-    "Workload": "workload", "default_workload": "workload", "generate_workload": "workload",
-    "Worker": "worker",
+    "explore": "crash.exploration", "run_one": "crash.exploration", "Explorer": "crash.exploration",
+    "storm": "crash.storms",
+    "replay": "crash.rerun", "load_replay": "crash.replays",
+    "ChaosError": "crash.points",
+    "EffectSink": "safety.sink",
+    "Workload": "safety.workload", "default_workload": "safety.workload", "generate_workload": "safety.workload",
+    "Worker": "crash.worker",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -143,7 +143,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     once (the plugin handles them while the suite runs) and the verdict is INCOMPLETE."""
     import uuid
 
-    from ledgercheck.transport.reaper import RUN_TAG, scratch_parent, sweep
+    from ledgercheck.services.reaper import RUN_TAG, scratch_parent, sweep
 
     from .options import keyword_problem, option_problem
 

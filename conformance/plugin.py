@@ -380,7 +380,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             new.append(ChaosItem.from_parent(root, name=f"recovery::chaos[{point}]", point=point))
     if chaos and not explore_ok and not _opt(config, "ledger_stateful_only") and not _opt(config, "ledger_clauses_only") \
             and ({"core", "lease"} & set(sess.requested)):
-        from ledgercheck.chaos.leases import SCENARIOS
+        from ledgercheck.chaos.crash.leases import SCENARIOS
 
         for scenario in SCENARIOS:
             new.append(LeaseCampaignItem.from_parent(root, name=f"lease::crash[{scenario}]", scenario=scenario))
@@ -671,7 +671,7 @@ class LeaseCampaignItem(LedgerItem):
 
     def runtest(self) -> None:
         from ledgercheck.chaos import ChaosError
-        from ledgercheck.chaos.leases import run_campaign
+        from ledgercheck.chaos.crash.leases import run_campaign
 
 
         sess = self.sess

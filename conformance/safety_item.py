@@ -4,7 +4,7 @@ It runs for every adapter that offers create, claim and close-out (profile core)
 handshake declares: several worker processes on one durable ledger (one process for a non-durable
 one), kills, takeovers (a holder paused past ttl + grace while another worker takes its item, by
 the declared path) and reopens, the recorded history judged by the offline checker
-(ledgercheck.chaos.anomalies).  Any anomaly fails the item; each anomaly is blamed on the
+(ledgercheck.chaos.safety.anomalies).  Any anomaly fails the item; each anomaly is blamed on the
 contract clause it breaks (the most specific clause of a profile the adapter claims, else the
 core clause it also breaks), so the run's verdict counts it.  A campaign without anomaly that did
 not reach what it must (the checker's coverage, the campaign's own: no item handed out, no
@@ -16,7 +16,7 @@ from there into results.json's ``safety`` section.
 Short, and sized by evidence (``CAMPAIGN``: 24 items, 4 workers, 3 s of faults, leases lapsing in
 0.6 s, every fault three times): bench/safety_detection.py shows it finds, at each of seeds 0-5,
 what the standalone campaign (``ledgercheck safety``, 100 items) finds in the broken ledgers of
-fixtures/broken_safety.py and in the published libraries, and what it costs the reference.
+fixtures/testkit/broken_safety.py and in the published libraries, and what it costs the reference.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ REFUSAL_CLAUSES = {"not_found": "core.not_found", "invalid_argument": "core.inva
 
 def certify_campaign(address: str, spec: Any, seed: int, out_dir: str, *, wall_scale: float = 0.01,
                      timeout_scale: float = 1.0, tmp_root: str | None = None) -> Any:
-    """The campaign certify runs against ``address`` (chaos/safety.py's run_campaign, checked)."""
-    from ledgercheck.chaos.safety import run_campaign
+    """The campaign certify runs against ``address`` (chaos/safety/campaign.py's run_campaign, checked)."""
+    from ledgercheck.chaos.safety.campaign import run_campaign
 
     return run_campaign(address, spec, seed=seed, out_dir=out_dir, time_limit=TIME_LIMIT * timeout_scale,
                         wall_scale=wall_scale, op_timeout=30.0 * timeout_scale, tmp_root=tmp_root, **CAMPAIGN)
@@ -102,7 +102,7 @@ def safety_record(result: Any, claimed: Sequence[str]) -> dict[str, Any]:
 
 
 class SafetyItem(LedgerItem):
-    """The safety campaign against the adapter under test (ledgercheck.chaos.safety)."""
+    """The safety campaign against the adapter under test (ledgercheck.chaos.safety.campaign)."""
 
     kind = "chaos"
     phase = "safety"
@@ -113,7 +113,7 @@ class SafetyItem(LedgerItem):
         self.profile = "core"
         self.add_marker(pytest.mark.ledger_clause(None, "core", "chaos"))
         self.user_properties += [("ledger_kind", "chaos"), ("ledger_profile", "core")]
-        from ledgercheck.chaos.safety import applicable
+        from ledgercheck.chaos.safety.campaign import applicable
 
         hs = self.sess.client.handshake if self.sess.client else {}
         why = applicable(hs)
@@ -122,7 +122,7 @@ class SafetyItem(LedgerItem):
             self.add_marker(pytest.mark.skip(reason=f"not claimed: {why}"))
 
     def runtest(self) -> None:
-        from ledgercheck.chaos.points import ChaosError
+        from ledgercheck.chaos.crash.points import ChaosError
 
         sess = self.sess
         seed = self.config.getoption("ledger_seed") or 0

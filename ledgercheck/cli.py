@@ -16,9 +16,9 @@ COMMAND_MODULES = [
     "ledgercheck.transport.server",
     "ledgercheck.conformance.commands",
     "ledgercheck.conformance.mutation",
-    "ledgercheck.chaos.commands",
-    "ledgercheck.chaos.safety_commands",
-    "ledgercheck.chaos.history_commands",
+    "ledgercheck.chaos.crash.commands",
+    "ledgercheck.chaos.safety.commands",
+    "ledgercheck.chaos.safety.history_commands",
     "ledgercheck.reports.commands",
     "ledgercheck.reports.site",
 ]

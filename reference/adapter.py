@@ -237,7 +237,7 @@ class PgReferenceAdapter(ReferenceAdapter):
         if os.environ.get(PG_DSN_ENV):
             return os.environ[PG_DSN_ENV]
         if self._dsn is None:
-            from ledgercheck.transport.pgserver import PostgresUnavailable, shared_server
+            from ledgercheck.services.postgres import PostgresUnavailable, shared_server
 
             try:
                 self._dsn = shared_server().dsn()
@@ -303,7 +303,7 @@ class PgReferenceAdapter(ReferenceAdapter):
 
     def __getattr__(self, name: str) -> Any:
         """The ledger's operation; when the ledger's connection was lost (a reply cut off on the way,
-        chaos/replies.py: the call that lost it answered ``internal``, indefinite), the next
+        chaos/safety/replies.py: the call that lost it answered ``internal``, indefinite), the next
         operation opens the same ledger on a new connection first."""
         got = ReferenceAdapter.__getattr__(self, name)
         if not callable(got):

@@ -330,7 +330,7 @@ def _timelines(doc: Mapping[str, Any]) -> str:
             continue
         ops, problem = None, "the campaign kept no history"
         if camp.get("history") and load_history is None:
-            problem = "no history reader is loaded (ledgercheck.chaos.history)"
+            problem = "no history reader is loaded (ledgercheck.chaos.safety.history)"
         elif camp.get("history"):
             try:
                 ops = collect(load_history(str(camp["history"])))

@@ -42,7 +42,7 @@ CONTEXT_EVENTS = 10  # instants shown either side of the operations a timeline i
 MAX_WHOLE_OPS = 5000  # a whole-history timeline is refused above this many operations
 MAX_TIMELINES = 40  # timelines on one page (the rest of the failing items are listed)
 SPANS = {"pause": "resume", "partition": "heal"}  # a fault that opens a span -> the fault that closes it
-SPANS.update(dict.fromkeys(("skew", "bump", "strobe", "fast"), "clock_end"))  # clock faults (chaos/clockfaults.py)
+SPANS.update(dict.fromkeys(("skew", "bump", "strobe", "fast"), "clock_end"))  # clock faults (chaos/safety/clockfaults.py)
 NEMESIS_LANE = "nemesis"
 
 STEP = 18.0  # px per instant
@@ -194,7 +194,7 @@ def item_of(op: str, args: Any, outcome: str, answer: Any) -> str | None:
 
 
 def collect(records: Any) -> Ops:
-    """The operations and faults of a loaded :class:`~ledgercheck.chaos.history.History`, or of an
+    """The operations and faults of a loaded :class:`~ledgercheck.chaos.safety.history.History`, or of an
     iterable of records (record objects or their JSON objects, as an anomaly's excerpt holds them)."""
     rows: Iterable[tuple[Any, int]]
     if hasattr(records, "rows") and hasattr(records, "line"):  # a History: read its rows, build nothing

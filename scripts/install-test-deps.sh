@@ -6,10 +6,10 @@
 #   npm                       (package npm)           the npm packages of the JavaScript library adapters
 #   redis-server              (package redis-server)  a shared hypothesis example store, started by a test
 #   ip                        (package iproute2)      network namespaces
-#   faketime, libfaketime     (packages faketime, libfaketime)  clock faults (chaos/clockfaults.py)
-#   ruby + the sidekiq gem    (package ruby-sidekiq)  the Sidekiq adapter (fixtures/sidekiq, in Ruby)
+#   faketime, libfaketime     (packages faketime, libfaketime)  clock faults (chaos/safety/clockfaults.py)
+#   ruby + the sidekiq gem    (package ruby-sidekiq)  the Sidekiq adapter (fixtures/libraries/sidekiq, in Ruby)
 # and then the npm packages of the adapters written in JavaScript for real libraries
-# (fixtures/bullmq, fixtures/pgboss, fixtures/graphile: `npm ci` from each package-lock.json, when its
+# (fixtures/libraries/bullmq, fixtures/libraries/pgboss, fixtures/libraries/graphile: `npm ci` from each package-lock.json, when its
 # node_modules is missing).
 # Only what is missing is installed (apt-get as root, or through sudo), so a second run does
 # nothing.  The tests fail, never skip, when one of these is missing.

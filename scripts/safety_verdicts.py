@@ -4,7 +4,7 @@
     python scripts/safety_verdicts.py compare DIR [--rerun]   # check the kept histories again and compare
 
 ``record`` runs the safety campaign of the reference, the independent ledgers and every broken
-safety ledger (fixtures/broken_safety.py, each under the faults that exercise its bug) on fixed
+safety ledger (fixtures/testkit/broken_safety.py, each under the faults that exercise its bug) on fixed
 seeds, and keeps each history and the checker's full verdict (every anomaly with its class, item,
 explanation and excerpt; coverage; missing; verdict).  ``compare`` runs the current checker on
 the kept histories and compares each verdict with the kept one clause by clause (exit 1 on any
@@ -20,14 +20,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ledgercheck.chaos.safety import check_history, run_campaign
-from ledgercheck.fixtures import broken_safety as bs
+from ledgercheck.chaos.safety.campaign import check_history, run_campaign
+from ledgercheck.fixtures.testkit import broken_safety as bs
 
 SETTINGS: dict[str, Any] = {"workers": 4, "items": 40, "duration": 1.6, "time_limit": 60.0}
 CORRECT = {
     "reference": ("reference", "kill,pause,reopen"),
-    "mem": ("python:ledgercheck.fixtures.independent:MemLedger", "kill,pause,reopen"),
-    "shared-mem": ("python:ledgercheck.fixtures.independent:SharedMemLedger", "kill,pause,reopen"),
+    "mem": ("python:ledgercheck.fixtures.testkit.independent:MemLedger", "kill,pause,reopen"),
+    "shared-mem": ("python:ledgercheck.fixtures.testkit.independent:SharedMemLedger", "kill,pause,reopen"),
 }
 BROKEN_FAULTS = {
     "ClaimReadsThenWrites": "kill,pause,reopen", "DequeueDeletes": "kill", "ReopenRequeuesClaimed": "reopen",
@@ -39,7 +39,7 @@ BROKEN_FAULTS = {
 def cases() -> dict[str, tuple[str, str]]:
     out = dict(CORRECT)
     for cls in bs.ALL:
-        out[cls.__name__] = (f"python:ledgercheck.fixtures.broken_safety:{cls.__name__}", BROKEN_FAULTS[cls.__name__])
+        out[cls.__name__] = (f"python:ledgercheck.fixtures.testkit.broken_safety:{cls.__name__}", BROKEN_FAULTS[cls.__name__])
     return out
 
 

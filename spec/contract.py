@@ -179,7 +179,7 @@ class CrashPoint:
     journal: str
     waiting: bool
     description: str
-    stage: str | None = None  # the stage of the worker's protocol a kill here stands for (chaos/points.py)
+    stage: str | None = None  # the stage of the worker's protocol a kill here stands for (chaos/crash/points.py)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
-from ledgercheck.transport.reaper import scratch_parent
+from ledgercheck.services.reaper import scratch_parent
 
 # tests/patience.py (waiting for a condition, with a safety net of minutes) is importable from
 # every test directory

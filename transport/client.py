@@ -34,16 +34,55 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ledgercheck.services import reaper
 from ledgercheck.spec import Spec, default_spec
 from ledgercheck.spec.rules import indefinite_errors
 
 from ledgercheck import PROTOCOL_VERSION
 
-from . import costs, reaper
+from . import costs
 from .protocol import LedgerError, Outcome, is_definite
 from .wire import LOAD_ERRORS, Spinner, dumps, loads, result_checker
 
 ENTRY_POINT_GROUP = "ledgercheck.adapters"
+# python: addresses published before the modules of fixtures/ moved into fixtures/libraries/ and
+# fixtures/testkit/ (issue 34) still load: old module -> the module it became
+MOVED_MODULES = {
+    "ledgercheck.fixtures.adapters": "ledgercheck.fixtures.libraries",
+    "ledgercheck.fixtures.adapters._common": "ledgercheck.fixtures.libraries._common",
+    "ledgercheck.fixtures.adapters.celery_adapter": "ledgercheck.fixtures.libraries.celery_adapter",
+    "ledgercheck.fixtures.adapters.celery_app": "ledgercheck.fixtures.libraries.celery_app",
+    "ledgercheck.fixtures.adapters.dbos_adapter": "ledgercheck.fixtures.libraries.dbos_adapter",
+    "ledgercheck.fixtures.adapters.persistqueue_adapter": "ledgercheck.fixtures.libraries.persistqueue_adapter",
+    "ledgercheck.fixtures.adapters.pgqueuer_adapter": "ledgercheck.fixtures.libraries.pgqueuer_adapter",
+    "ledgercheck.fixtures.adapters.procrastinate_adapter": "ledgercheck.fixtures.libraries.procrastinate_adapter",
+    "ledgercheck.fixtures.adapters.rq_adapter": "ledgercheck.fixtures.libraries.rq_adapter",
+    "ledgercheck.fixtures.broken": "ledgercheck.fixtures.testkit.broken",
+    "ledgercheck.fixtures.broken_clocks": "ledgercheck.fixtures.testkit.broken_clocks",
+    "ledgercheck.fixtures.broken_edges": "ledgercheck.fixtures.testkit.broken_edges",
+    "ledgercheck.fixtures.broken_inputs": "ledgercheck.fixtures.testkit.broken_inputs",
+    "ledgercheck.fixtures.broken_instants": "ledgercheck.fixtures.testkit.broken_instants",
+    "ledgercheck.fixtures.broken_journal": "ledgercheck.fixtures.testkit.broken_journal",
+    "ledgercheck.fixtures.broken_lanes": "ledgercheck.fixtures.testkit.broken_lanes",
+    "ledgercheck.fixtures.broken_linear": "ledgercheck.fixtures.testkit.broken_linear",
+    "ledgercheck.fixtures.broken_paths": "ledgercheck.fixtures.testkit.broken_paths",
+    "ledgercheck.fixtures.broken_power": "ledgercheck.fixtures.testkit.broken_power",
+    "ledgercheck.fixtures.broken_recovery": "ledgercheck.fixtures.testkit.broken_recovery",
+    "ledgercheck.fixtures.broken_replies": "ledgercheck.fixtures.testkit.broken_replies",
+    "ledgercheck.fixtures.broken_safety": "ledgercheck.fixtures.testkit.broken_safety",
+    "ledgercheck.fixtures.broken_spawn": "ledgercheck.fixtures.testkit.broken_spawn",
+    "ledgercheck.fixtures.broken_timing": "ledgercheck.fixtures.testkit.broken_timing",
+    "ledgercheck.fixtures.broken_trees": "ledgercheck.fixtures.testkit.broken_trees",
+    "ledgercheck.fixtures.eventsourced": "ledgercheck.fixtures.testkit.eventsourced",
+    "ledgercheck.fixtures.eventsourced.ledger": "ledgercheck.fixtures.testkit.eventsourced.ledger",
+    "ledgercheck.fixtures.independent": "ledgercheck.fixtures.testkit.independent",
+    "ledgercheck.fixtures.netns": "ledgercheck.fixtures.testkit.netns",
+    "ledgercheck.fixtures.pg_ledger": "ledgercheck.fixtures.testkit.pg_ledger",
+    "ledgercheck.fixtures.postgres": "ledgercheck.services.postgres",
+    "ledgercheck.fixtures.publish": "ledgercheck.fixtures.libraries.publish",
+    "ledgercheck.fixtures.redis": "ledgercheck.services.redis",
+    "ledgercheck.fixtures.servers": "ledgercheck.services.servers",
+}
 HARNESS_CODES = indefinite_errors(default_spec())
 MAX_LINE = 64 << 20  # longest response line the harness accepts
 STDERR_LINES = 200  # stderr lines kept per process
@@ -105,7 +144,7 @@ def load_inprocess(kind: str, target: str) -> Any:
     else:
         mod_name, _, attr = target.partition(":")
         try:
-            mod = importlib.import_module(mod_name)
+            mod = importlib.import_module(MOVED_MODULES.get(mod_name, mod_name))
         except Exception as exc:  # noqa: BLE001
             raise AdapterError(f"adapter python:{target}: cannot import {mod_name!r}: {type(exc).__name__}: {_one_line(str(exc))}") from None
         factory = mod

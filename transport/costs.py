@@ -4,7 +4,7 @@ chaos worker processes started, each counted with the time it took.
 The counters are plain module-level numbers (one process, one harness thread at a time);
 :func:`snapshot` and :func:`since` give the cost of a stretch of work (one test: the plugin
 records it in the test's ``cost``, and the results' ``timings`` add them up by phase).  A
-chaos worker's own counters come back with its replies (``chaos/pool.py``) and are added here.
+chaos worker's own counters come back with its replies (``chaos/crash/pool.py``) and are added here.
 """
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    from .wire import reference_markdown
+    from .protocol_docs import reference_markdown
 
     sys.stdout.write(reference_markdown(_spec()))
     return 0
@@ -350,7 +350,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from .wire import reference_markdown
+    from .protocol_docs import reference_markdown
 
     p = Path(args.path)
     try:

@@ -43,9 +43,9 @@ class ClauseCase:
 
 
 REGISTRY: dict[str, list[Generator]] = {}
-MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "concurrency",
-           "lanes", "wakeups", "spawn", "edges", "instants", "fences", "bounds", "trees", "replays", "tables",
-           "options")
+MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "constructed.concurrency",
+           "lanes", "wakeups", "spawn", "constructed.edges", "constructed.instants", "constructed.fences", "constructed.bounds", "constructed.trees", "constructed.replays", "constructed.tables",
+           "constructed.options")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:

@@ -359,7 +359,7 @@ def _single(h: Harness) -> None:
 @case("lease.single_holder", "concurrent-claims")
 def _concurrent(h: Harness) -> None:
     """Two connections claim from one durable ledger at once; no item gets two owners."""
-    from .concurrency import concurrent_claims
+    from .constructed.concurrency import concurrent_claims
 
     concurrent_claims(h)
 

@@ -89,13 +89,13 @@ class ReclaimedByOperator(_declaring(ReferenceAdapter, reclaim="operator")):
 
 
 def _journal_in_memory():
-    from ledgercheck.fixtures.broken_safety import JournalInProcessMemory
+    from ledgercheck.fixtures.testkit.broken_safety import JournalInProcessMemory
 
     return JournalInProcessMemory
 
 
 class JournalInMemoryAtLeastOnce(_declaring(_journal_in_memory(), delivery="at-least-once")):
-    """fixtures/broken_safety.py's JournalInProcessMemory, declaring at-least-once instead of effectively-once."""
+    """fixtures/testkit/broken_safety.py's JournalInProcessMemory, declaring at-least-once instead of effectively-once."""
 
 
 class AtMostOnce(_declaring(ReferenceAdapter, delivery="at-most-once")):

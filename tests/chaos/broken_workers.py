@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ledgercheck.chaos.worker import Worker
+from ledgercheck.chaos.crash.worker import Worker
 
 
 class BlindRetryWorker(Worker):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from history_sim import START
-from ledgercheck.chaos.anomalies import Anomaly, Verdict, check, excerpt_history
-from ledgercheck.chaos.history import History
+from ledgercheck.chaos.safety.anomalies import Anomaly, Verdict, check, excerpt_history
+from ledgercheck.chaos.safety.history import History
 
 T0 = START  # ledger time of the first operation; ttl 45 s, grace 15 s: a lease lapses 60 s after it was granted
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ledgercheck.fixtures.broken_safety import _COLUMNS, SmallQueue, declaring
-from ledgercheck.fixtures.independent import MemLedger, SharedMemLedger
+from ledgercheck.fixtures.testkit.broken_safety import _COLUMNS, SmallQueue, declaring
+from ledgercheck.fixtures.testkit.independent import MemLedger, SharedMemLedger
 from ledgercheck.transport.protocol import LedgerError
 
 SharedMemOperator = declaring(SharedMemLedger, "operator", "SharedMemOperator")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from ledgercheck.chaos.history import FORMAT, History
+from ledgercheck.chaos.safety.history import FORMAT, History
 
 START = 1_000_000.0
 STALE = {"code": "stale_lease", "message": "the token is not the live lease", "definite": True}

@@ -16,8 +16,8 @@ from checker_support import T0, assert_proves, kinds, only, ops
 from history_sim import STALE, HistoryBuilder, simulate
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from ledgercheck.chaos.anomalies import Verdict, check
-from ledgercheck.chaos.history import (
+from ledgercheck.chaos.safety.anomalies import Verdict, check
+from ledgercheck.chaos.safety.history import (
     History,
     HistoryError,
     HistoryWriter,
@@ -732,7 +732,7 @@ def test_size_and_line_limits(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------- the command
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    code = ("import sys, argparse; from ledgercheck.chaos import history_commands as m; "
+    code = ("import sys, argparse; from ledgercheck.chaos.safety import history_commands as m; "
             "p = argparse.ArgumentParser(prog='ledgercheck'); s = p.add_subparsers(); m.add_parser(s); "
             "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)

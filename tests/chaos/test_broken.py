@@ -7,7 +7,7 @@ import json
 
 import pytest
 from chaos_support import BROKEN_WORKER
-from ledgercheck.chaos.exploration import explore
+from ledgercheck.chaos.crash.exploration import explore
 from ledgercheck.spec import Spec
 
 
@@ -72,7 +72,7 @@ def test_the_same_windows_pass_on_the_reference(spec: Spec, scratch: str | None)
 def test_a_torn_record_is_caught(spec: Spec, scratch: str | None, tmp_path) -> None:
     """A receipt completed in one transaction and given its result in a second: a kill between
     them leaves a completed receipt without the outcome (recovery.marker_kept)."""
-    adapter = "python:ledgercheck.fixtures.broken_recovery:TornRecord"
+    adapter = "python:ledgercheck.fixtures.testkit.broken_recovery:TornRecord"
     ws = explore(adapter, spec, points=["ledger.after_event_insert"], fencing=False, jobs=2, tmp_root=scratch,
                  replay_dir=str(tmp_path), scan_kills=False)
     bad = _failing(ws, "recovery.marker_kept")
@@ -84,7 +84,7 @@ def test_a_torn_record_is_caught(spec: Spec, scratch: str | None, tmp_path) -> N
 def test_a_scan_killed_between_its_two_transactions_is_caught(spec: Spec, scratch: str | None, tmp_path) -> None:
     """The recovery scan releases leases in one transaction and requeues in another: killed in
     between, it leaves timed-out work no later scan sees.  Only a kill inside the scan shows it."""
-    adapter = "python:ledgercheck.fixtures.broken_recovery:TwoPhaseRecover"
+    adapter = "python:ledgercheck.fixtures.testkit.broken_recovery:TwoPhaseRecover"
     ws = explore(adapter, spec, points=["ledger.after_commit"], fencing=False, jobs=2, tmp_root=scratch,
                  replay_dir=str(tmp_path), max_occurrence=1)
     scan = [w for w in ws if w["mode"] == "scan-kill"]
@@ -104,9 +104,9 @@ def test_a_scan_killed_between_its_two_transactions_is_caught(spec: Spec, scratc
 
 
 def test_a_scan_kill_replays(spec: Spec, scratch: str | None, tmp_path) -> None:
-    from ledgercheck.chaos.rerun import replay
+    from ledgercheck.chaos.crash.rerun import replay
 
-    adapter = "python:ledgercheck.fixtures.broken_recovery:TwoPhaseRecover"
+    adapter = "python:ledgercheck.fixtures.testkit.broken_recovery:TwoPhaseRecover"
     ws = explore(adapter, spec, points=["ledger.after_commit"], fencing=False, jobs=1, tmp_root=scratch,
                  replay_dir=str(tmp_path), max_occurrence=1)
     w = next(w for w in ws if w["mode"] == "scan-kill" and w["verdict"] == "fail")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from ledgercheck.chaos.checker import (
+from ledgercheck.chaos.crash.checker import (
     Observation,
     alternatives,
     check_window,
@@ -16,8 +16,8 @@ from ledgercheck.chaos.checker import (
     step_allowance,
     storm_step_allowed,
 )
-from ledgercheck.chaos.points import check_contract, stage_point, worker_points
-from ledgercheck.chaos.workload import Item, Step, Workload
+from ledgercheck.chaos.crash.points import check_contract, stage_point, worker_points
+from ledgercheck.chaos.safety.workload import Item, Step, Workload
 from ledgercheck.spec import Spec, default_spec
 from ledgercheck.spec.contract import CrashPoint, MatrixEntry
 

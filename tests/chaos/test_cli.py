@@ -127,7 +127,7 @@ def test_explore_table_and_exit_code(capsys, scratch, tmp_path) -> None:
 def test_crash_testing_refuses_an_adapter_without_the_event_trail() -> None:
     """The crash workers read each item's event trail: an adapter that does not claim it is
     refused in one line naming the profile, and the same adapter claiming it is taken."""
-    from ledgercheck.chaos.exploration import ChaosError, check_adapter
+    from ledgercheck.chaos.crash.exploration import ChaosError, check_adapter
 
     hs = {"profiles": ["core", "lease", "idempotency", "recovery"], "capabilities": {"clock": "injected", "durable": True}}
     with pytest.raises(ChaosError, match=r"needs profile\(s\) trail,"):

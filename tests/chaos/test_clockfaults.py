@@ -1,9 +1,9 @@
-"""Clock faults (chaos/clockfaults.py): libfaketime moving a process's time, the seeded faults in
+"""Clock faults (chaos/safety/clockfaults.py): libfaketime moving a process's time, the seeded faults in
 a safety campaign, the broken ledger only they catch, and a long recovery window passed by running
 the database fast.
 
 Every test counts events or reads clocks; none waits a fixed time or bounds real time.  The
-campaigns need PostgreSQL for the wall-clock ledgers (fixtures/pg_ledger.py, fixtures/broken_clocks.py)
+campaigns need PostgreSQL for the wall-clock ledgers (fixtures/testkit/pg_ledger.py, fixtures/testkit/broken_clocks.py)
 and libfaketime (sh scripts/install-test-deps.sh); without libfaketime they fail with one line.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ledgercheck.chaos import clockfaults, nemesis
-from ledgercheck.chaos.clockfaults import CLOCK_FAULTS, FakeClock, draw, skewed_workers
-from ledgercheck.chaos.points import ChaosError
-from ledgercheck.chaos.safety import run_campaign
+from ledgercheck.chaos.crash.points import ChaosError
+from ledgercheck.chaos.safety import clockfaults, nemesis
+from ledgercheck.chaos.safety.campaign import run_campaign
+from ledgercheck.chaos.safety.clockfaults import CLOCK_FAULTS, FakeClock, draw, skewed_workers
 from ledgercheck.spec import default_spec
 
 ASK_TIME = "import sys, time\nfor _ in sys.stdin:\n    print(time.time(), time.monotonic(), flush=True)\n"
@@ -183,7 +183,7 @@ def test_the_reference_is_clean_under_every_clock_fault(tmp_path: Any) -> None:
 # ------------------------------------------------------------------------------ long tier
 @pytest.fixture(scope="module")
 def pg_dsn() -> Iterator[str]:
-    from ledgercheck.fixtures.postgres import PostgresUnavailable, shared_server
+    from ledgercheck.services.postgres import PostgresUnavailable, shared_server
 
     try:
         yield shared_server().dsn()
@@ -202,7 +202,7 @@ PROOF_SEED = 1
 
 @pytest.mark.thorough
 def test_a_ledger_that_judges_leases_by_the_worker_clock_is_caught_only_under_skew(pg_dsn: str, tmp_path: Any) -> None:
-    from ledgercheck.fixtures.broken_clocks import WorkerClockLease
+    from ledgercheck.fixtures.testkit.broken_clocks import WorkerClockLease
 
     plain = _pg("broken_clocks:WorkerClockLease", PROOF_SEED, "kill,pause", pg_dsn, tmp_path)
     assert plain.anomalies == [] and plain.verdict == "pass", (plain.anomalies[:1], plain.missing)
@@ -240,12 +240,12 @@ def test_the_reference_is_clean_under_each_clock_fault_over_ten_seeds(fault: str
 
 @pytest.mark.thorough
 def test_a_lease_of_minutes_lapses_in_a_short_run_when_the_database_runs_fast() -> None:
-    """fixtures/pg_ledger.py's PgLedger judges leases by the database server's clock.  The
+    """fixtures/testkit/pg_ledger.py's PgLedger judges leases by the database server's clock.  The
     contract's lease is 45 s + 30 s of grace; with the server run 60 times as fast another worker
     takes the item over once the database's clock has passed that, and the first worker's late
     write is refused.  The test counts claims until the takeover; the database's own timestamps
     show how much of its time passed."""
-    from ledgercheck.fixtures.pg_ledger import PgLedger
+    from ledgercheck.fixtures.testkit.pg_ledger import PgLedger
     from ledgercheck.transport.protocol import LedgerError
 
     lt = default_spec().lease_for("manual")

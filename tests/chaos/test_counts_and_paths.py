@@ -5,9 +5,9 @@ and only occurrences the run reaches are windows."""
 from __future__ import annotations
 
 import pytest
-from ledgercheck.chaos.commands import add_parser
-from ledgercheck.chaos.exploration import Explorer
-from ledgercheck.chaos.workload import Workload, default_workload
+from ledgercheck.chaos.crash.commands import add_parser
+from ledgercheck.chaos.crash.exploration import Explorer
+from ledgercheck.chaos.safety.workload import Workload, default_workload
 from ledgercheck.spec import Spec
 
 EXEC = "exec:ledgercheck serve reference"

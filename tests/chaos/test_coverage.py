@@ -12,8 +12,8 @@ from pathlib import Path
 
 from checker_support import T0, assert_proves, kinds, only
 from history_sim import HistoryBuilder, simulate
-from ledgercheck.chaos.anomalies import SITUATIONS, Verdict, check
-from ledgercheck.chaos.history import History
+from ledgercheck.chaos.safety.anomalies import SITUATIONS, Verdict, check
+from ledgercheck.chaos.safety.history import History
 
 LAPSE = 60.0  # ttl 45 + grace 15
 

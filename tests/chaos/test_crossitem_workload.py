@@ -3,7 +3,7 @@ cross-item rules need from a history (chaos/crossitem.cross_coverage).
 
 A campaign of a correct ledger under the profiles workload reaches spawn trees, the inbox and the
 outbox and gives no alarm (per item, cross-item, class rules); a campaign of each broken ledger of
-fixtures/broken_linear.py that breaks an inbox or outbox rule fails with that rule; a history that
+fixtures/testkit/broken_linear.py that breaks an inbox or outbox rule fails with that rule; a history that
 drives a profile without reaching what its rules need is INCONCLUSIVE."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
-from ledgercheck.chaos.crossitem import check_cross, cross_coverage, roles
-from ledgercheck.chaos.history import load_history
-from ledgercheck.chaos.linearize import check_linearizable
-from ledgercheck.chaos.points import ChaosError
-from ledgercheck.fixtures import broken_linear as bl
+from ledgercheck.chaos.crash.points import ChaosError
+from ledgercheck.chaos.safety.crossitem import check_cross, cross_coverage, roles
+from ledgercheck.chaos.safety.history import load_history
+from ledgercheck.chaos.safety.linearize import check_linearizable
+from ledgercheck.fixtures.testkit import broken_linear as bl
 from ledgercheck.reference.adapter import ReferenceAdapter
 from ledgercheck.spec import default_spec
 
@@ -90,20 +90,20 @@ def test_a_replayed_spawn_is_taken_as_its_child_not_judged_without_the_parent(tm
 
 
 def test_an_unknown_workload_is_one_clear_error() -> None:
-    from ledgercheck.chaos.safety import run_campaign
+    from ledgercheck.chaos.safety.campaign import run_campaign
 
     with pytest.raises(ChaosError, match="unknown safety workload 'trees'"):
         run_campaign("reference", workload="trees")
 
 
 def _campaign(address: str, seed: int, tmp_path: Path, scratch: str | None):  # type: ignore[no-untyped-def]
-    from ledgercheck.chaos.safety import run_campaign
+    from ledgercheck.chaos.safety.campaign import run_campaign
 
     return run_campaign(address, seed=seed, out_dir=str(tmp_path), tmp_root=scratch, items=16, duration=1.6,
                         time_limit=60.0, workload="profiles")
 
 
-CORRECT = {"reference": "reference", "shared-mem": "python:ledgercheck.fixtures.independent:SharedMemLedger"}
+CORRECT = {"reference": "reference", "shared-mem": "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger"}
 
 
 @pytest.mark.thorough
@@ -128,5 +128,5 @@ def test_profiles_campaigns_of_correct_ledgers_reach_the_profiles_and_give_no_al
 @pytest.mark.thorough
 @pytest.mark.parametrize("cls", [c for c in bl.ALL if c.SCENARIO in ("inbox", "outbox")], ids=lambda c: c.__name__)
 def test_profiles_campaigns_of_broken_ledgers_fail_with_their_rule(cls: type, tmp_path: Path, scratch: str | None) -> None:
-    r = _campaign(f"python:ledgercheck.fixtures.broken_linear:{cls.__name__}", 1, tmp_path, scratch)
+    r = _campaign(f"python:ledgercheck.fixtures.testkit.broken_linear:{cls.__name__}", 1, tmp_path, scratch)
     assert r.verdict == "fail" and cls.CATCH[1] in {a["class"] for a in r.anomalies}, (r.anomalies, r.missing)

@@ -1,6 +1,6 @@
 """The checker on real campaign histories: the reference reaches every required situation and shows
 no anomaly; ledgers that go wrong only in what they leave at the end or in what they say they
-refused (fixtures/broken_safety.py: END_STATE) are reported as exactly that; a ledger whose claims
+refused (fixtures/testkit/broken_safety.py: END_STATE) are reported as exactly that; a ledger whose claims
 never answer gives INCONCLUSIVE, never a pass; the reference's own history cut short (no final
 record, a torn last line, one process's part) is INCONCLUSIVE or refused."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.chaos.anomalies import check
-from ledgercheck.chaos.history import load_history
-from ledgercheck.chaos.safety import run_campaign
-from ledgercheck.fixtures import broken_safety as bs
+from ledgercheck.chaos.safety.anomalies import check
+from ledgercheck.chaos.safety.campaign import run_campaign
+from ledgercheck.chaos.safety.history import load_history
+from ledgercheck.fixtures.testkit import broken_safety as bs
 
 SETTINGS: dict[str, Any] = {"workers": 4, "items": 80, "duration": 2.0, "faults": "kill,pause,reopen"}
 DISPLACED = "no live holder was displaced (by time, operator or reopen)"
@@ -82,7 +82,7 @@ def test_the_reference_history_cut_short_is_inconclusive_or_refused(reference_ru
 
 @pytest.mark.parametrize("cls", bs.END_STATE, ids=lambda c: c.__name__)
 def test_a_ledger_that_goes_wrong_at_the_end_or_in_its_refusals_is_reported(cls: type, tmp_path: Path) -> None:
-    r = run_campaign(f"python:ledgercheck.fixtures.broken_safety:{cls.__name__}", seed=1, out_dir=str(tmp_path),
+    r = run_campaign(f"python:ledgercheck.fixtures.testkit.broken_safety:{cls.__name__}", seed=1, out_dir=str(tmp_path),
                      check=False, **SETTINGS)
     v = check(load_history(r.history))
     assert {a.kind for a in v.anomalies} == set(cls.ANOMALIES), [(a.kind, a.explanation) for a in v.anomalies][:5]
@@ -96,7 +96,7 @@ def test_a_ledger_that_goes_wrong_at_the_end_or_in_its_refusals_is_reported(cls:
 
 
 def test_a_ledger_whose_claims_never_answer_is_inconclusive(tmp_path: Path) -> None:
-    r = run_campaign("python:ledgercheck.fixtures.broken_safety:ClaimTimesOut", seed=1, out_dir=str(tmp_path),
+    r = run_campaign("python:ledgercheck.fixtures.testkit.broken_safety:ClaimTimesOut", seed=1, out_dir=str(tmp_path),
                      check=False, workers=2, items=8, duration=1.0, faults="kill,pause")
     v = check(load_history(r.history))
     assert v.anomalies == [] and v.verdict == "inconclusive"

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 from chaos_support import FULL, shared_once
-from ledgercheck.chaos.exploration import explore
-from ledgercheck.chaos.points import worker_points
+from ledgercheck.chaos.crash.exploration import explore
+from ledgercheck.chaos.crash.points import worker_points
 from ledgercheck.spec import Spec
 
 EXEC = "exec:ledgercheck serve reference"

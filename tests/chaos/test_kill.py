@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import psutil
-from ledgercheck.chaos.pool import WorkerPool, descendants
-from ledgercheck.chaos.sink import EffectSink
-from ledgercheck.chaos.workload import default_workload
+from ledgercheck.chaos.crash.pool import WorkerPool, descendants
+from ledgercheck.chaos.safety.sink import EffectSink
+from ledgercheck.chaos.safety.workload import default_workload
 from ledgercheck.spec import Spec
 from patience import until
 

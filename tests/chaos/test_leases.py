@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ledgercheck.chaos.leases import run_campaign
+from ledgercheck.chaos.crash.leases import run_campaign
 from ledgercheck.spec import default_spec
 
 HERE = str(Path(__file__).resolve().parent)
@@ -25,7 +25,7 @@ def _importable_test_adapters():
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = old_env
-BROKEN = "python:ledgercheck.fixtures.broken:"
+BROKEN = "python:ledgercheck.fixtures.testkit.broken:"
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_reference_passes_every_scenario(spec):
 def test_an_effect_doubled_under_a_declared_effectively_once_fails(spec):
     """The journal lives in the worker process's memory: the rescuing worker finds no receipt,
     runs the effect again, and the provider (no key to deduplicate by) applies it twice."""
-    (s,) = run_campaign("python:ledgercheck.fixtures.broken_safety:JournalInProcessMemory", spec,
+    (s,) = run_campaign("python:ledgercheck.fixtures.testkit.broken_safety:JournalInProcessMemory", spec,
                         scenarios=["kill_after_submit_before_record"])
     assert s["verdict"] == "fail" and s["effects_observed"] == 2 and s["delivery"] == "effectively-once", s
     assert s["clauses"] == ["idem.duplicate_returns_stored"], s["clauses"]
@@ -104,7 +104,7 @@ def test_an_item_brought_back_only_by_the_operator_names_the_call(spec):
 
 
 def test_an_item_a_reopen_brought_back_says_so_and_is_no_evidence_of_the_lease(spec):
-    (k,) = run_campaign("python:ledgercheck.fixtures.broken_safety:ReopenRequeuesClaimed", spec, scenarios=["kill_holding_lease"])
+    (k,) = run_campaign("python:ledgercheck.fixtures.testkit.broken_safety:ReopenRequeuesClaimed", spec, scenarios=["kill_holding_lease"])
     assert k["verdict"] == "pass" and k["came_back_by"] == ["reopen"], k
     assert "opening the ledger again (a new process's reset, before the lease lapsed) moved it (running -> queued)" in k["message"]
     assert k["clauses"] == ["recovery.no_loss"]  # not core.running.renew_or_leave: the lease did not do it
@@ -113,7 +113,7 @@ def test_an_item_a_reopen_brought_back_says_so_and_is_no_evidence_of_the_lease(s
 def test_under_reclaim_lease_an_item_only_an_operator_brought_back_fails_the_lease_clause(spec):
     """The rule itself (the campaign's operator path requeues only finished work, which the ledger
     has to have moved first, so a ledger cannot easily be made to show it)."""
-    from ledgercheck.chaos.leases import Comeback, Declared, _came_back, _Run
+    from ledgercheck.chaos.crash.leases import Comeback, Declared, _came_back, _Run
 
     back = Comeback({"work_id": "w", "lease_version": 2}, ["requeue"], ["timeout -> queued"], {"status": "queued"})
     for reclaim, want in (("lease", "fail"), ("operator", "permitted"), ("never", "permitted")):
@@ -127,7 +127,7 @@ def test_under_reclaim_lease_an_item_only_an_operator_brought_back_fails_the_lea
 
 
 def test_a_duplicate_effect_is_blamed_as_the_safety_campaign_blames_it():
-    from ledgercheck.chaos.leases import DUPLICATE_CLAUSES
+    from ledgercheck.chaos.crash.leases import DUPLICATE_CLAUSES
     from ledgercheck.conformance.safety_item import CLAUSES
 
     assert DUPLICATE_CLAUSES == CLAUSES["duplicate_effect"]

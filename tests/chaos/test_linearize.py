@@ -1,6 +1,6 @@
-"""Per-item linearizability and the cross-item checks (chaos/linearize.py, chaos/crossitem.py).
+"""Per-item linearizability and the cross-item checks (chaos/safety/linearize.py, chaos/safety/crossitem.py).
 
-Each broken ledger of fixtures/broken_linear.py, driven through its concurrent scenario, is
+Each broken ledger of fixtures/testkit/broken_linear.py, driven through its concurrent scenario, is
 caught on the right item at the right operation (or by the right cross-item rule), and by none
 of the six anomaly classes; the reference and an independent ledger on the same steps, and the
 safety campaigns of correct ledgers, give no alarm."""
@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from ledgercheck.chaos.anomalies import check
-from ledgercheck.chaos.crossitem import check_cross
-from ledgercheck.chaos.history import History, load_history
-from ledgercheck.chaos.linearize import check_linearizable
-from ledgercheck.fixtures import broken_linear as bl
-from ledgercheck.fixtures.independent import SharedMemLedger
+from ledgercheck.chaos.safety.anomalies import check
+from ledgercheck.chaos.safety.crossitem import check_cross
+from ledgercheck.chaos.safety.history import History, load_history
+from ledgercheck.chaos.safety.linearize import check_linearizable
+from ledgercheck.fixtures.testkit import broken_linear as bl
+from ledgercheck.fixtures.testkit.independent import SharedMemLedger
 from ledgercheck.reference.adapter import ReferenceAdapter
 
 SIX = {"lost_work", "duplicate_effect", "split_ownership", "stale_write_accepted", "terminal_changed", "stuck_work"}
@@ -126,16 +126,16 @@ def test_explain_prints_one_items_story(tmp_path: Path) -> None:
 
 SEEDS = int(os.environ.get("LEDGERCHECK_LINEAR_SEEDS") or 20)
 ROOT = Path(__file__).resolve().parents[2]
-CORRECT = {"reference": "reference", "shared-mem": "python:ledgercheck.fixtures.independent:SharedMemLedger",
+CORRECT = {"reference": "reference", "shared-mem": "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger",
            # its first seed once caught the checker judging a field the contract leaves open after a
            # promotion (next_retry_at kept): the default tier keeps it
-           "eventsourced": f"exec:{sys.executable} {ROOT / 'fixtures' / 'eventsourced' / 'ledger.py'}"}
+           "eventsourced": f"exec:{sys.executable} {ROOT / 'fixtures' / 'testkit' / 'eventsourced' / 'ledger.py'}"}
 
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s == 1 else [pytest.mark.thorough]) for s in range(1, SEEDS + 1)])
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_campaigns_of_correct_ledgers_give_no_false_alarm(name: str, seed: int, tmp_path: Path, scratch: str | None) -> None:
-    from ledgercheck.chaos.safety import run_campaign
+    from ledgercheck.chaos.safety.campaign import run_campaign
 
     r = run_campaign(CORRECT[name], seed=seed, out_dir=str(tmp_path), tmp_root=scratch, items=16, duration=1.6, time_limit=60.0)
     h = load_history(r.history)

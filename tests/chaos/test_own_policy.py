@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledgercheck.chaos.checker import expected_decision, make_alt, step_allowance
-from ledgercheck.chaos.exploration import run_one
-from ledgercheck.chaos.storms import Storm, _Run
-from ledgercheck.chaos.workload import Item, Step, Workload
+from ledgercheck.chaos.crash.checker import expected_decision, make_alt, step_allowance
+from ledgercheck.chaos.crash.exploration import run_one
+from ledgercheck.chaos.crash.storms import Storm, _Run
+from ledgercheck.chaos.safety.workload import Item, Step, Workload
 from ledgercheck.spec import Spec
 
 
@@ -81,6 +81,6 @@ def test_a_real_window_with_an_own_policy_passes_on_the_reference(spec: Spec, tm
 
 
 def test_a_ledger_that_ignores_the_items_policy_is_caught(spec: Spec, tmp_path: Any) -> None:
-    d = _window(spec, "python:ledgercheck.fixtures.broken_recovery:IgnoresOwnRetryPolicy", tmp_path)
+    d = _window(spec, "python:ledgercheck.fixtures.testkit.broken_recovery:IgnoresOwnRetryPolicy", tmp_path)
     assert d["verdict"] == "fail" and d["decision_observed"] == "retry", d
     assert "recovery.attempts_exhausted" in d["clauses"], d

@@ -29,12 +29,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ledgercheck.chaos import hosts as hostsmod
-from ledgercheck.chaos.points import ChaosError
-from ledgercheck.chaos.safety import run_campaign
-from ledgercheck.fixtures import pg_ledger
-from ledgercheck.fixtures.netns import PgHosts, allowed_to_skip, hosts_with_postgres, skip_reason
-from ledgercheck.fixtures.postgres import PostgresUnavailable
+from ledgercheck.chaos.crash.points import ChaosError
+from ledgercheck.chaos.safety import hosts as hostsmod
+from ledgercheck.chaos.safety.campaign import run_campaign
+from ledgercheck.fixtures.testkit import pg_ledger
+from ledgercheck.fixtures.testkit.netns import PgHosts, allowed_to_skip, hosts_with_postgres, skip_reason
+from ledgercheck.services.postgres import PostgresUnavailable
 
 ITEMS = 20
 SLOW = (0.2, 0.6)  # seconds a worker works: long enough that a takeover is still running when the partition heals
@@ -63,7 +63,7 @@ def pg_hosts() -> Iterator[PgHosts]:
 
 
 def _campaign(ph: PgHosts, cls: type, seed: int, *, partition: bool, tmp: Any, latency: tuple[float, float] = SLOW) -> Any:
-    return run_campaign(f"python:ledgercheck.fixtures.pg_ledger:{cls.__name__}", workers=4, items=ITEMS, seed=seed,
+    return run_campaign(f"python:ledgercheck.fixtures.testkit.pg_ledger:{cls.__name__}", workers=4, items=ITEMS, seed=seed,
                         faults="partition" if partition else "kill,pause",
                         hosts=ph.net if partition else None, reset={"server_dsn": ph.server_dsn},
                         latency=latency, out_dir=str(tmp / f"{cls.__name__}-{seed}-{'p' if partition else 's'}"),
@@ -138,7 +138,7 @@ def test_leftovers_of_a_dead_run_are_removed_by_name() -> None:
 
 def test_the_partition_fault_needs_hosts() -> None:
     with pytest.raises(ChaosError, match="partition fault needs workers on hosts"):
-        run_campaign("python:ledgercheck.fixtures.pg_ledger:PgLedger", faults="partition", items=2)
+        run_campaign("python:ledgercheck.fixtures.testkit.pg_ledger:PgLedger", faults="partition", items=2)
 
 
 # ------------------------------------------------------------------------------ correct ledgers
@@ -203,7 +203,7 @@ SEEDS = (2,)
 @pytest.mark.parametrize("cls", [pg_ledger.LostAckRetried, pg_ledger.CallerClockLease], ids=lambda c: c.__name__)
 def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_hosts: PgHosts, cls: type,
                                                                             tmp_path: Any) -> None:
-    # a cut lasts until another host's worker was handed the cut-off holder's item (chaos/safety.py
+    # a cut lasts until another host's worker was handed the cut-off holder's item (chaos/safety/campaign.py
     # _partition): what the holder sent while cut off reaches the ledger after a takeover, on every
     # seed and however busy the machine, so one seed is enough and there is no spare
     seed = SEEDS[0]
@@ -268,7 +268,7 @@ def test_the_command_line_runs_workers_on_hosts_and_cuts_them_off(tmp_path: Any)
 
 def test_one_process_makes_one_set_of_hosts_at_a_time() -> None:
     _need_hosts()  # in a process of its own: this one may hold the module's hosts
-    code = ("from ledgercheck.chaos.hosts import HostNet, HostsUnavailable\n"
+    code = ("from ledgercheck.chaos.safety.hosts import HostNet, HostsUnavailable\n"
             "with HostNet(1):\n"
             "    try:\n        HostNet(1).create()\n    except HostsUnavailable as exc:\n        print(exc)\n"
             "with HostNet(1) as net:\n    print(len(net.hosts))\n")
@@ -283,7 +283,8 @@ def test_the_command_line_hands_hosts_their_server_and_the_partition_fault(tmp_p
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from ledgercheck.chaos import safety, safety_commands
+    from ledgercheck.chaos.safety import campaign as safety
+    from ledgercheck.chaos.safety import commands as safety_commands
 
     from ledgercheck.cli import main
 

@@ -1,4 +1,4 @@
-"""Power loss (chaos/powerloss.py): unsynced writes dropped, the reference reopened on what survived.
+"""Power loss (chaos/crash/powerloss.py): unsynced writes dropped, the reference reopened on what survived.
 
 The recording VFS must reproduce the files exactly (every pending write kept = the live files;
 none kept = the files as of their last syncs); a ledger that acknowledges before its data is
@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from ledgercheck.chaos.powerloss import CrashState, describe, materialise, recording, run_power_loss
+from ledgercheck.chaos.crash.powerloss import CrashState, describe, materialise, recording, run_power_loss
 
 DEFAULT_SEEDS = (0, 1, 2)
 ALL_SEEDS = tuple(range(10))
@@ -76,8 +76,8 @@ ASYNC = {"fsync": "on", "synchronous_commit": "off", "wal_writer_delay": "10s", 
 
 
 def _pg(settings):
-    from ledgercheck.chaos.powerloss import pg_immediate_stop
-    from ledgercheck.fixtures.postgres import PostgresUnavailable
+    from ledgercheck.chaos.crash.powerloss import pg_immediate_stop
+    from ledgercheck.services.postgres import PostgresUnavailable
 
     try:
         return pg_immediate_stop(settings, commits=200)
@@ -102,7 +102,7 @@ def test_postgres_asynchronous_commit_loses_only_a_suffix() -> None:
 
 
 def test_close_out_acknowledged_before_its_sync_is_lost(tmp_path: Path) -> None:
-    from ledgercheck.fixtures.broken_power import FastCloseOut
+    from ledgercheck.fixtures.testkit.broken_power import FastCloseOut
 
     result = run_power_loss(tmp_path, seed=0, synchronous="FULL", opener=FastCloseOut.open)
     problems = {f.problem.split(" of ")[0] for f in result.findings}
@@ -110,7 +110,7 @@ def test_close_out_acknowledged_before_its_sync_is_lost(tmp_path: Path) -> None:
 
 
 def test_ledger_without_a_journal_loses_work(tmp_path: Path) -> None:
-    from ledgercheck.fixtures.broken_power import JournalOff
+    from ledgercheck.fixtures.testkit.broken_power import JournalOff
 
     result = run_power_loss(tmp_path, seed=0, synchronous="FULL", opener=JournalOff.open)
     problems = [f.problem for f in result.findings]

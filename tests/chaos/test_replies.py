@@ -1,5 +1,5 @@
-"""Lost replies and slow links (chaos/replies.py): the relay itself, correct ledgers clean under it,
-and the broken clients of fixtures/broken_replies.py caught by it and missed without it."""
+"""Lost replies and slow links (chaos/safety/replies.py): the relay itself, correct ledgers clean under it,
+and the broken clients of fixtures/testkit/broken_replies.py caught by it and missed without it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ledgercheck.chaos.points import ChaosError
-from ledgercheck.chaos.replies import LinkFaults, TcpRelay, dsn_target, lossy_link, relayed_dsn
-from ledgercheck.chaos.safety import run_campaign
+from ledgercheck.chaos.crash.points import ChaosError
+from ledgercheck.chaos.safety.campaign import run_campaign
+from ledgercheck.chaos.safety.replies import LinkFaults, TcpRelay, dsn_target, lossy_link, relayed_dsn
 
 ITEMS = 20
 LOSE = LinkFaults(seed=1, lose=0.2)
@@ -106,7 +106,7 @@ def test_link_faults_and_dsns_are_checked_and_rewritten() -> None:
 # ------------------------------------------------------------------------------ campaigns
 @pytest.fixture(scope="module")
 def pg() -> Iterator[Any]:
-    from ledgercheck.transport.pgserver import PostgresServer
+    from ledgercheck.services.postgres import PostgresServer
 
     with PostgresServer() as server:
         yield server
@@ -131,7 +131,7 @@ def _indefinite(r: Any) -> int:
 @pytest.mark.thorough
 @pytest.mark.parametrize("cls", ["ReplayedWrite", "RetriedAsNew"])
 def test_a_client_that_retries_a_lost_reply_is_caught_only_when_replies_are_lost(pg: Any, cls: str, tmp_path: Any) -> None:
-    address = f"python:ledgercheck.fixtures.broken_replies:{cls}"
+    address = f"python:ledgercheck.fixtures.testkit.broken_replies:{cls}"
     clean, relay = _campaign(pg, address, 1, LinkFaults(seed=1), tmp_path)
     assert clean.anomalies == [] and relay.counts["replies_lost"] == 0, clean.anomalies[:1]
     found, relay = _campaign(pg, address, 1, LOSE, tmp_path)
@@ -149,8 +149,8 @@ def _seeds() -> range:
 
 
 @pytest.mark.thorough
-@pytest.mark.parametrize("address,key", [("python:ledgercheck.fixtures.pg_ledger:PgLedger", "server_dsn"),
-                                         ("python:ledgercheck.fixtures.pg_ledger:PgTimeFenced", "server_dsn"),
+@pytest.mark.parametrize("address,key", [("python:ledgercheck.fixtures.testkit.pg_ledger:PgLedger", "server_dsn"),
+                                         ("python:ledgercheck.fixtures.testkit.pg_ledger:PgTimeFenced", "server_dsn"),
                                          ("reference-pg", "dsn")], ids=["PgLedger", "PgTimeFenced", "reference-pg"])
 def test_correct_ledgers_are_clean_under_lost_replies_and_slow_links(pg: Any, address: str, key: str, tmp_path: Any) -> None:
     lost = indefinite = 0
@@ -172,7 +172,7 @@ def _wire(faults: Any, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     import orjson
 
-    cmd = [sys.executable, "-m", "ledgercheck.chaos.replies", *faults.args(), "--", shutil.which("ledgercheck") or "ledgercheck",
+    cmd = [sys.executable, "-m", "ledgercheck.chaos.safety.replies", *faults.args(), "--", shutil.which("ledgercheck") or "ledgercheck",
            "serve", "reference"]
     data = b"".join(orjson.dumps(x) + b"\n" for x in lines)
     proc = subprocess.run(cmd, input=data, capture_output=True, timeout=120)
@@ -182,7 +182,7 @@ def _wire(faults: Any, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.thorough  # two adapter processes: seconds on a busy machine
 def test_the_wire_relay_loses_answers_to_writes_after_the_adapter_gave_them_and_delivers_fenced_writes_twice() -> None:
-    from ledgercheck.chaos.replies import LOST_MESSAGE, WireFaults
+    from ledgercheck.chaos.safety.replies import LOST_MESSAGE, WireFaults
 
     now = 1_000_000.0
     script = [{"id": 1, "op": "hello", "args": {"protocol": "1.0"}}, {"id": 2, "op": "reset", "args": {"config": {}}},
@@ -202,7 +202,7 @@ def test_the_wire_relay_loses_answers_to_writes_after_the_adapter_gave_them_and_
 
     import orjson
 
-    cmd = [sys.executable, "-m", "ledgercheck.chaos.replies", *WireFaults(seed=1, duplicate=1.0).args(), "--",
+    cmd = [sys.executable, "-m", "ledgercheck.chaos.safety.replies", *WireFaults(seed=1, duplicate=1.0).args(), "--",
            shutil.which("ledgercheck") or "ledgercheck", "serve", "reference"]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
@@ -235,10 +235,10 @@ def test_the_wire_relay_says_what_is_wrong_in_one_line() -> None:
     import subprocess
     import sys
 
-    bad = subprocess.run([sys.executable, "-m", "ledgercheck.chaos.replies", "--lose", "2", "--", "true"],
+    bad = subprocess.run([sys.executable, "-m", "ledgercheck.chaos.safety.replies", "--lose", "2", "--", "true"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == "replies: wire faults: lose must be between 0 and 1, not 2.0"
-    usage = subprocess.run([sys.executable, "-m", "ledgercheck.chaos.replies"], capture_output=True, text=True, timeout=60)
+    usage = subprocess.run([sys.executable, "-m", "ledgercheck.chaos.safety.replies"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
 
 
@@ -246,7 +246,7 @@ def test_the_wire_relay_says_what_is_wrong_in_one_line() -> None:
 def test_the_reference_is_clean_behind_the_wire_relay(tmp_path: Any) -> None:
     import shutil
 
-    from ledgercheck.chaos.replies import LOST_MESSAGE, WireFaults, wire_address
+    from ledgercheck.chaos.safety.replies import LOST_MESSAGE, WireFaults, wire_address
 
     lost = passed = 0
     for seed in _seeds():
@@ -264,9 +264,9 @@ def test_the_reference_is_clean_behind_the_wire_relay(tmp_path: Any) -> None:
 def test_a_create_repeated_under_a_fresh_key_is_caught_only_when_answers_are_lost(tmp_path: Any) -> None:
     import shutil
 
-    from ledgercheck.chaos.replies import WireFaults, wire_address
+    from ledgercheck.chaos.safety.replies import WireFaults, wire_address
 
-    command = f"{shutil.which('ledgercheck')} serve python:ledgercheck.fixtures.broken_replies:FreshKeyCreate"
+    command = f"{shutil.which('ledgercheck')} serve python:ledgercheck.fixtures.testkit.broken_replies:FreshKeyCreate"
     clean = run_campaign(wire_address(command, WireFaults(seed=1)), workers=4, items=30, seed=1, time_limit=90.0,
                          out_dir=str(tmp_path / "clean"))
     assert clean.anomalies == [], clean.anomalies[:1]
@@ -284,8 +284,8 @@ def test_a_create_repeated_under_a_fresh_key_is_caught_only_when_answers_are_los
 def test_netem_on_the_hosts_links_and_a_correct_ledger_stays_clean(tmp_path: Any) -> None:
     import subprocess
 
-    from ledgercheck.chaos.hosts import allowed_to_skip, hosts_with_postgres, unavailable
-    from ledgercheck.chaos.replies import clear_netem, netem
+    from ledgercheck.chaos.safety.hosts import allowed_to_skip, hosts_with_postgres, unavailable
+    from ledgercheck.chaos.safety.replies import clear_netem, netem
 
     why = unavailable()
     if why:
@@ -297,7 +297,7 @@ def test_netem_on_the_hosts_links_and_a_correct_ledger_stays_clean(tmp_path: Any
         return subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "show", "dev", h.link],
                               capture_output=True, text=True, timeout=30).stdout
 
-    from ledgercheck.chaos.replies import NetemUnavailable
+    from ledgercheck.chaos.safety.replies import NetemUnavailable
 
     with hosts_with_postgres(2) as ph:
         for h in ph.net.hosts:
@@ -308,7 +308,7 @@ def test_netem_on_the_hosts_links_and_a_correct_ledger_stays_clean(tmp_path: Any
             assert "netem" in shown(h) and "loss 2%" in shown(h) and "duplicate 2%" in shown(h), shown(h)
         with pytest.raises(ChaosError, match="reorder needs a delay"):
             netem(ph.net.hosts[0], reorder=5)
-        r = run_campaign("python:ledgercheck.fixtures.pg_ledger:PgLedger", workers=4, items=ITEMS, seed=1,
+        r = run_campaign("python:ledgercheck.fixtures.testkit.pg_ledger:PgLedger", workers=4, items=ITEMS, seed=1,
                          faults="kill,pause", hosts=ph.net, reset={"server_dsn": ph.server_dsn}, latency=(0.05, 0.3),
                          out_dir=str(tmp_path / "netem"), time_limit=90.0)
         assert any(n.startswith("4 workers on 2 hosts") for n in r.notes), r.notes

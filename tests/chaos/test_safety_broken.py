@@ -1,4 +1,4 @@
-"""The safety campaign's broken ledgers (fixtures/broken_safety.py).
+"""The safety campaign's broken ledgers (fixtures/testkit/broken_safety.py).
 
 First each bug is shown directly through the adapter API, with two adapter objects on one
 directory standing for two worker processes, beside the correct ledger doing the right thing in
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.fixtures import broken_safety as bs
+from ledgercheck.fixtures.testkit import broken_safety as bs
 from ledgercheck.reference.adapter import ReferenceAdapter
 from ledgercheck.transport.protocol import LedgerError
 
@@ -223,7 +223,7 @@ WIDEST = max(MIXES, key=lambda m: len(m.split(",")))  # kill,pause,reopen
 
 
 def campaign_classes(address: str, faults: str, out: Path) -> tuple[set[str], Any]:
-    from ledgercheck.chaos.safety import run_campaign
+    from ledgercheck.chaos.safety.campaign import run_campaign
 
     result = run_campaign(address, faults=faults, out_dir=str(out), **SETTINGS)
     assert result.checked, result.notes
@@ -244,7 +244,7 @@ def _broken() -> list:
 
 @pytest.mark.parametrize("cls", _broken(), ids=lambda c: c.__name__)
 def test_the_campaign_reports_exactly_the_ledgers_anomaly(cls: type, tmp_path: Path) -> None:
-    found, result = campaign_classes(f"python:ledgercheck.fixtures.broken_safety:{cls.__name__}", FAULTS[cls], tmp_path)
+    found, result = campaign_classes(f"python:ledgercheck.fixtures.testkit.broken_safety:{cls.__name__}", FAULTS[cls], tmp_path)
     assert set(cls.ANOMALIES) <= found <= set(cls.ANOMALIES) | set(getattr(cls, "MAY_ALSO", ())), _why(result)
 
 
@@ -264,6 +264,6 @@ def test_the_reference_shows_no_anomaly_under_the_same_campaigns(faults: str, tm
 
 
 def test_small_queue_loses_nothing_where_its_deleting_variant_does(tmp_path: Path) -> None:
-    found, result = campaign_classes("python:ledgercheck.fixtures.broken_safety:SmallQueue", FAULTS[bs.DequeueDeletes], tmp_path)
+    found, result = campaign_classes("python:ledgercheck.fixtures.testkit.broken_safety:SmallQueue", FAULTS[bs.DequeueDeletes], tmp_path)
     assert found == set(), _why(result)
     assert result.final == {"done": SETTINGS["items"]} and result.nemesis.get("kill", 0) >= 3, _why(result)  # no fail()

@@ -1,4 +1,4 @@
-"""The safety campaign (chaos/safety.py, chaos/nemesis.py, `ledgercheck safety`, the certify item).
+"""The safety campaign (chaos/safety/campaign.py, chaos/safety/nemesis.py, `ledgercheck safety`, the certify item).
 
 Correct ledgers (the reference, and the independent durable ledgers written from the documents
 alone) must show no anomaly under kills, pauses and reopens, over many seeds: the first seed each
@@ -18,21 +18,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from ledgercheck.chaos.history import load_history
-from ledgercheck.chaos.nemesis import FAULTS, parse_faults, plan
-from ledgercheck.chaos.points import ChaosError
-from ledgercheck.chaos.safety import run_campaign
+from ledgercheck.chaos.crash.points import ChaosError
+from ledgercheck.chaos.safety.campaign import run_campaign
+from ledgercheck.chaos.safety.history import load_history
+from ledgercheck.chaos.safety.nemesis import FAULTS, parse_faults, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = list(range(1, 1 + int(os.environ.get("LEDGERCHECK_SAFETY_SEEDS") or 2)))
 MORE_SEEDS = [] if os.environ.get("LEDGERCHECK_SAFETY_SEEDS") else [pytest.mark.thorough]  # marks of the seeds after the first
-EVENTSOURCED = f"exec:{sys.executable} {ROOT / 'fixtures' / 'eventsourced' / 'ledger.py'}"
+EVENTSOURCED = f"exec:{sys.executable} {ROOT / 'fixtures' / 'testkit' / 'eventsourced' / 'ledger.py'}"
 NODE = shutil.which("node")
 CORRECT = {
     "reference": "reference",
-    "shared-mem": "python:ledgercheck.fixtures.independent:SharedMemLedger",
+    "shared-mem": "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger",
     "eventsourced": EVENTSOURCED,
-    "node": f"exec:node {ROOT / 'fixtures' / 'node' / 'full-ledger.js'}",
+    "node": f"exec:node {ROOT / 'fixtures' / 'libraries' / 'node' / 'full-ledger.js'}",
 }
 SMALL = {"items": 16, "duration": 1.6, "time_limit": 60.0}
 
@@ -106,7 +106,7 @@ def test_every_fault_is_exercised_and_the_history_is_well_formed(tmp_path: Path,
 
 
 def test_a_non_durable_ledger_runs_in_one_process(tmp_path: Path) -> None:
-    r = run_campaign("python:ledgercheck.fixtures.independent:MemLedger", seed=3, out_dir=str(tmp_path), **SMALL)
+    r = run_campaign("python:ledgercheck.fixtures.testkit.independent:MemLedger", seed=3, out_dir=str(tmp_path), **SMALL)
     assert r.mode == "one process" and any("not durable" in x for x in r.notes)
     assert r.anomalies == [] and set(r.final) <= {"done", "quarantined"} and sum(r.final.values()) == 16
     assert r.nemesis["reopen"] == 0 and r.nemesis["kill"] + r.nemesis["pause"] >= 1
@@ -151,7 +151,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "verdict: no anomaly" in ok.stdout and f"history: {tmp_path / 'ok' / 'history.jsonl'}" in ok.stdout
     assert json.loads((tmp_path / "ok" / "safety.json").read_text())["anomalies"] == []
-    bad = _cli("--adapter", "python:ledgercheck.fixtures.broken_safety:DequeueDeletes", "--items", "16", "--nemesis", "kill",
+    bad = _cli("--adapter", "python:ledgercheck.fixtures.testkit.broken_safety:DequeueDeletes", "--items", "16", "--nemesis", "kill",
                "--seed", "1", "--out", "bad", "--json", cwd=tmp_path)
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
     doc = json.loads(bad.stdout)
@@ -186,7 +186,7 @@ def _suite(tmp_path: Path, adapter: str) -> dict:
 def test_certify_item_fails_on_an_anomaly_and_blames_its_clause(tmp_path: Path) -> None:
     # a claim that reads, then writes in a second transaction: two workers get one item (the race
     # is open on every claim, so even certify's short campaign shows it)
-    doc = _suite(tmp_path, "python:ledgercheck.fixtures.broken_safety:ClaimReadsThenWrites")
+    doc = _suite(tmp_path, "python:ledgercheck.fixtures.testkit.broken_safety:ClaimReadsThenWrites")
     (t,) = [t for t in doc["tests"] if t["nodeid"] == "ledgercheck::safety::campaign"]
     assert t["outcome"] == "failed" and t["clause"] == "lease.single_holder", t
     (camp,) = doc["safety"]

@@ -1,4 +1,4 @@
-"""Takeovers whatever an adapter declares, and runs where nothing happened (chaos/safety.py).
+"""Takeovers whatever an adapter declares, and runs where nothing happened (chaos/safety/campaign.py).
 
 The declared ``reclaim`` chooses which path moves a paused holder's item (the operator's recovery
 under ``operator`` and ``never``), never whether a live holder is displaced: a ledger without
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.chaos.history import load_history
-from ledgercheck.chaos.safety import run_campaign
+from ledgercheck.chaos.safety.campaign import run_campaign
+from ledgercheck.chaos.safety.history import load_history
 
-BS = "python:ledgercheck.fixtures.broken_safety"
+BS = "python:ledgercheck.fixtures.testkit.broken_safety"
 DL = "python:declared_ledgers"
 SETTINGS: dict[str, Any] = {"workers": 4, "items": 40, "seed": 1, "duration": 2.0}
 WRITES = {"close_out", "renew", "fail", "set_waiting"}  # what a holder writes with its lease token

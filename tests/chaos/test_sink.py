@@ -6,7 +6,7 @@ import multiprocessing
 import os
 
 import pytest
-from ledgercheck.chaos.sink import EffectSink, SinkError
+from ledgercheck.chaos.safety.sink import EffectSink, SinkError
 from ledgercheck.spec import Spec
 
 

@@ -7,9 +7,9 @@ import os
 
 import pytest
 from chaos_support import FULL
-from ledgercheck.chaos.replays import load_replay
-from ledgercheck.chaos.rerun import replay
-from ledgercheck.chaos.storms import storm
+from ledgercheck.chaos.crash.replays import load_replay
+from ledgercheck.chaos.crash.rerun import replay
+from ledgercheck.chaos.crash.storms import storm
 from ledgercheck.spec import Spec
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.chaos import limits, storms
-from ledgercheck.chaos.replays import FORMAT, VERSION
+from ledgercheck.chaos.crash import limits, storms
+from ledgercheck.chaos.crash.replays import FORMAT, VERSION
 from ledgercheck.spec import default_spec
 
 from ledgercheck.cli import main

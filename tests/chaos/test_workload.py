@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ledgercheck.chaos.workload import ItemIndex, Workload, WorkloadError, default_workload, generate_workload
+from ledgercheck.chaos.safety.workload import (
+    ItemIndex,
+    Workload,
+    WorkloadError,
+    default_workload,
+    generate_workload,
+)
 from ledgercheck.spec import Spec
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledgercheck.fixtures.broken import ClaimIgnoresPriority
+from ledgercheck.fixtures.testkit.broken import ClaimIgnoresPriority
 from ledgercheck.reference.adapter import ReferenceAdapter
 from ledgercheck.transport.protocol import Handshake
 

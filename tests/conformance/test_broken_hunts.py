@@ -1,8 +1,8 @@
 """Broken ledgers found by adversarial hunts are caught by the clause tests, each for its clause.
 
-``fixtures/broken_paths.py`` (bugs that show only on one path), ``fixtures/broken_recovery.py``
+``fixtures/testkit/broken_paths.py`` (bugs that show only on one path), ``fixtures/testkit/broken_recovery.py``
 (crash recovery; its crash-only variants are in tests/chaos/test_broken.py) and
-``fixtures/broken_journal.py`` (journals, inputs, long runs), ``fixtures/broken_edges.py`` (arguments at
+``fixtures/testkit/broken_journal.py`` (journals, inputs, long runs), ``fixtures/testkit/broken_edges.py`` (arguments at
 their edges, answers read field by field).  For every variant the clause
 tests of its clause's profile fail, the failing test of the broken clause blames that clause,
 and no other clause's tests fail beyond those listed in ``ALSO``; the reference passes the same tests.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from clause_runs import clause_test_failures
-from ledgercheck.fixtures import broken_edges, broken_journal, broken_paths, broken_recovery
+from ledgercheck.fixtures.testkit import broken_edges, broken_journal, broken_paths, broken_recovery
 
 MODULES = (broken_paths, broken_recovery, broken_journal, broken_edges)
 VARIANTS = [(m, cls) for m in MODULES for cls in m.ALL]

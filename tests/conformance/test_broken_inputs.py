@@ -1,6 +1,6 @@
 """Broken ledgers that only unusual inputs expose must be caught by the clause tests.
 
-Every class in ``ledgercheck.fixtures.broken_inputs`` mishandles values the contract allows or
+Every class in ``ledgercheck.fixtures.testkit.broken_inputs`` mishandles values the contract allows or
 forbids but a test suite easily never sends (an empty run id, a boolean priority, identifiers
 differing only by case, nulls inside payloads, a zero count, non-ASCII step ids...).  The clause
 tests of the broken clause's profile must fail and blame that clause (as in
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 from clause_runs import clause_test_failures
-from ledgercheck.fixtures import broken_inputs
+from ledgercheck.fixtures.testkit import broken_inputs
 
 
 def _address(cls: type) -> str:
-    return f"python:ledgercheck.fixtures.broken_inputs:{cls.__name__}"
+    return f"python:ledgercheck.fixtures.testkit.broken_inputs:{cls.__name__}"
 
 
 def test_variants_name_contract_clauses(spec):

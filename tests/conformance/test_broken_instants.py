@@ -1,7 +1,7 @@
 """The cases by construction (instants, fences, bounds, identifiers) catch their broken ledgers, each
 on its own clause, and raise no false alarm on correct ledgers.
 
-For every class in ``ledgercheck.fixtures.broken_instants.ALL``: the clause tests of its clause's
+For every class in ``ledgercheck.fixtures.testkit.broken_instants.ALL``: the clause tests of its clause's
 profile fail, the failing test of its clause blames that clause, and no other clause fails beyond
 ``ALSO``; the new cases alone (param ids ``instant:``/``fence:``/``bound:``/``ident:``) already fail
 that clause.  ``OLD_MISSED`` records the variants the clause tests without the new cases let through
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from clause_runs import clause_test_failures
-from ledgercheck.conformance.clauses import bounds, fences
-from ledgercheck.fixtures import broken_instants
+from ledgercheck.conformance.clauses.constructed import bounds, fences
+from ledgercheck.fixtures.testkit import broken_instants
 
 NEW = ("instant:", "fence:", "bound:", "ident:")
 VARIANTS = broken_instants.ALL
@@ -35,7 +35,7 @@ OLD_MISSED = {"PromoteOwnPolicyStrictlyAfter", "TimerStrictlyAfter", "HandoutRed
 
 
 def _address(cls: type) -> str:
-    return f"python:ledgercheck.fixtures.broken_instants:{cls.__name__}"
+    return f"python:ledgercheck.fixtures.testkit.broken_instants:{cls.__name__}"
 
 
 def _new(case) -> bool:
@@ -83,9 +83,9 @@ def test_clause_tests_catch_it_on_its_clause(cls, spec, harness_for):
         f"{cls.__name__}: the new cases alone gave {new_only}"
 
 
-ADDRESSES = ["reference", "python:ledgercheck.fixtures.independent:MemLedger",
-             "python:ledgercheck.fixtures.independent:SharedMemLedger",
-             f"exec:{sys.executable} {ROOT / 'fixtures' / 'eventsourced' / 'ledger.py'}"]
+ADDRESSES = ["reference", "python:ledgercheck.fixtures.testkit.independent:MemLedger",
+             "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger",
+             f"exec:{sys.executable} {ROOT / 'fixtures' / 'testkit' / 'eventsourced' / 'ledger.py'}"]
 
 
 @pytest.mark.parametrize("address", ADDRESSES, ids=["reference", "independent", "independent-shared", "eventsourced"])
@@ -100,5 +100,5 @@ def test_node_ledger_passes_every_new_case(spec, harness_for):
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    h = harness_for(f"exec:{node} {ROOT / 'fixtures' / 'node' / 'full-ledger.js'}")
+    h = harness_for(f"exec:{node} {ROOT / 'fixtures' / 'libraries' / 'node' / 'full-ledger.js'}")
     assert clause_test_failures(h, spec, lambda case: _new(case) and spec.clause(case.clause).profile in h.profiles) == {}

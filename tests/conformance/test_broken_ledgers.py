@@ -1,6 +1,6 @@
 """The harness must catch deliberately broken ledgers, each for the right clause.
 
-Every class in ``ledgercheck.fixtures.broken``, ``broken_lanes`` and ``broken_spawn`` breaks one clause of the contract (named in its
+Every class in ``ledgercheck.fixtures.testkit.broken``, ``broken_lanes`` and ``broken_spawn`` breaks one clause of the contract (named in its
 ``BREAKS``).  For each of them:
 
 * the clause tests of that clause's profile fail, a failure names the clause, and every failing
@@ -25,13 +25,13 @@ from ledgercheck.conformance.stateful import (
     make_machine,
     run_machine,
 )
-from ledgercheck.fixtures import broken, broken_lanes, broken_spawn
+from ledgercheck.fixtures.testkit import broken, broken_lanes, broken_spawn
 from ledgercheck.spec import default_spec
 
 MESSAGING = {"inbox", "outbox", "lanes", "wakeups", "logread"}  # profiles the messaging machine family checks
 STATEFUL_BUDGET = 150  # examples, same for every ledger
 SEED = 0
-# every catalogue of broken ledgers these tests hold to their clauses: fixtures/broken.py, and a module
+# every catalogue of broken ledgers these tests hold to their clauses: fixtures/testkit/broken.py, and a module
 # per later group of profiles
 CATALOGUE: list[type] = [*broken.ALL, *broken_lanes.ALL, *broken_spawn.SPAWN_LEDGERS]
 

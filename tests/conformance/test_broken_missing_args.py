@@ -10,7 +10,7 @@ refuse such a call as the reference does.
 from __future__ import annotations
 
 import pytest
-from ledgercheck.fixtures import (
+from ledgercheck.fixtures.testkit import (
     broken,
     broken_edges,
     broken_inputs,

@@ -1,6 +1,6 @@
 """Broken ledgers that get a timing boundary or a per-source value wrong are caught, each for its clause.
 
-For every class in ``ledgercheck.fixtures.broken_timing.ALL`` the clause tests of its clause's
+For every class in ``ledgercheck.fixtures.testkit.broken_timing.ALL`` the clause tests of its clause's
 profile fail, and the failing test of the broken clause blames that clause (as in
 test_broken_ledgers.py).  For ``MODEL_BLAME`` and for the model's own blame rules, one short
 scenario through the harness shows which clause the model names.  The reference passes the
@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 from clause_runs import clause_test_failures
 from ledgercheck.conformance.harness import ClauseFailure, Harness
-from ledgercheck.fixtures import broken_timing
+from ledgercheck.fixtures.testkit import broken_timing
 from ledgercheck.transport.clock import QUANTUM
 
 
 def _address(cls: type) -> str:
-    return f"python:ledgercheck.fixtures.broken_timing:{cls.__name__}"
+    return f"python:ledgercheck.fixtures.testkit.broken_timing:{cls.__name__}"
 
 
 def test_variants_name_contract_clauses(spec):

@@ -1,5 +1,5 @@
 """Cases by construction (issue 32: trees, replays, options, table rows) catch the broken ledgers of
-``fixtures/broken_trees.py``, each on its own clause, and the correct ledgers pass every one of them.
+``fixtures/testkit/broken_trees.py``, each on its own clause, and the correct ledgers pass every one of them.
 
 * every broken ledger fails a case of its class (param prefix ``tree:``, ``replay:``, ``option:``,
   ``row:``) registered under the clause it breaks, and that failure names the clause;
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 from clause_runs import clause_test_failures
-from ledgercheck.conformance.clauses import all_cases, options, replays, tables, trees
+from ledgercheck.conformance.clauses import all_cases
+from ledgercheck.conformance.clauses.constructed import options, replays, tables, trees
 from ledgercheck.conformance.model.base import _Bad
-from ledgercheck.fixtures import broken_trees
+from ledgercheck.fixtures.testkit import broken_trees
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = ("tree", "replay", "option", "row")
@@ -105,7 +106,7 @@ def _new_cases_failures(h, spec) -> tuple[dict[str, list[str]], float]:
     return failed, time.process_time() - t0
 
 
-@pytest.mark.parametrize("address", ["reference", "python:ledgercheck.fixtures.independent:SharedMemLedger"])
+@pytest.mark.parametrize("address", ["reference", "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger"])
 def test_correct_ledgers_in_process_pass_every_new_case(address, spec, harness_for):
     h = harness_for(address)
     failed, _ = _new_cases_failures(h, spec)
@@ -114,8 +115,8 @@ def test_correct_ledgers_in_process_pass_every_new_case(address, spec, harness_f
 
 def _wire_ledgers() -> list:
     node = shutil.which("node") or "node"
-    return [pytest.param(f"exec:{sys.executable} {ROOT / 'fixtures' / 'eventsourced' / 'ledger.py'}", id="eventsourced"),
-            pytest.param(f"exec:{node} {ROOT / 'fixtures' / 'node' / 'full-ledger.js'}", id="node-full-ledger")]
+    return [pytest.param(f"exec:{sys.executable} {ROOT / 'fixtures' / 'testkit' / 'eventsourced' / 'ledger.py'}", id="eventsourced"),
+            pytest.param(f"exec:{node} {ROOT / 'fixtures' / 'libraries' / 'node' / 'full-ledger.js'}", id="node-full-ledger")]
 
 
 # the default run certifies both (tests/protocol/test_eventsourced_ledger.py, test_node_full_ledger.py),

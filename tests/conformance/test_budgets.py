@@ -22,7 +22,7 @@ def test_every_budget_is_a_setting_and_only_smoke_skips_shrinking():
 def test_smoke_still_finds_a_broken_ledger(harness_for):
     # a ledger that records no event when work is claimed: the smoke budget drives the lifecycle rules and
     # finds it (seeded), and the failure names the clause
-    h = harness_for("python:ledgercheck.fixtures.broken:NoEventOnClaim")
+    h = harness_for("python:ledgercheck.fixtures.testkit.broken:NoEventOnClaim")
     with pytest.raises(BaseException) as info:
         run_machine(make_machine(h, only="lifecycle"), hypothesis_settings("smoke"), 0)
     failure = find_exception(info.value, ClauseFailure)

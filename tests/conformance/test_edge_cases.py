@@ -1,14 +1,15 @@
-"""The clause cases of conformance/clauses/edges.py come from the contract's own data.
+"""The clause cases of conformance/clauses/constructed/edges.py come from the contract's own data.
 
 Each kind of case is drawn from the contract (its transition table, its operations' ``args``,
 its batch limits), not from a list written per operation; these tests check that every place
 the contract gives rise to has its case.  That each case fails on a ledger that breaks it, for
-its clause, is tests/conformance/test_broken_hunts.py's (fixtures/broken_edges.py).
+its clause, is tests/conformance/test_broken_hunts.py's (fixtures/testkit/broken_edges.py).
 """
 
 from __future__ import annotations
 
-from ledgercheck.conformance.clauses import all_cases, edges
+from ledgercheck.conformance.clauses import all_cases
+from ledgercheck.conformance.clauses.constructed import edges
 from ledgercheck.conformance.harness import DRIVERS
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from ledgercheck.conformance.example_db import StoreError, check_store, example_database, parse_store
-from ledgercheck.fixtures.postgres import free_port
-from ledgercheck.fixtures.redis import RedisServer, RedisUnavailable
+from ledgercheck.services.postgres import free_port
+from ledgercheck.services.redis import RedisServer, RedisUnavailable
 
-BROKEN = "python:ledgercheck.fixtures.broken:NoEventOnClaim"
+BROKEN = "python:ledgercheck.fixtures.testkit.broken:NoEventOnClaim"
 CLAUSE = "trail.one_per_transition"
 MACHINE = "ledgercheck::stateful::lifecycle"
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from ledgercheck.conformance.order import order_items
 from ledgercheck.reports.results import load_results, merged_incomplete
 
-BROKEN = "python:ledgercheck.fixtures.broken:PromotesEarly"  # breaks retry.promote, a clause of a later profile
+BROKEN = "python:ledgercheck.fixtures.testkit.broken:PromotesEarly"  # breaks retry.promote, a clause of a later profile
 
 
 def _item(kind: str, profile: str = "", clause: str = "", param: str = "") -> SimpleNamespace:

@@ -1,6 +1,6 @@
 """A correct ledger the harness was not written against is certified, every profile.
 
-``ledgercheck.fixtures.independent`` was written from the documentation alone (not from the
+``ledgercheck.fixtures.testkit.independent`` was written from the documentation alone (not from the
 reference or the model), so it makes its own choices wherever the contract leaves room.  Any
 change to the harness that fails it is a false alarm until shown otherwise.
 """
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-ADDRESS = "python:ledgercheck.fixtures.independent:SharedMemLedger"
+ADDRESS = "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger"
 
 
 @pytest.mark.budgeted

@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 import pytest
-from ledgercheck.transport import reaper
+from ledgercheck.services import reaper
 from patience import SAFETY_NET
 
 HERE = Path(__file__).resolve().parent

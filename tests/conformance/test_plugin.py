@@ -88,7 +88,7 @@ def test_shards_merge_into_the_whole(tmp_path, suite, cli):
 
 
 def test_node_ids_name_the_clause(tmp_path, suite, cli):
-    proc = suite(tmp_path, "--ledger-adapter", "python:ledgercheck.fixtures.broken:AcceptsDoneToRunning",
+    proc = suite(tmp_path, "--ledger-adapter", "python:ledgercheck.fixtures.testkit.broken:AcceptsDoneToRunning",
                      "--ledger-profile", "core", "--ledger-clauses-only", "-k", "corruption", "-rf")
     assert proc.returncode == 1
     assert "FAILED ledgercheck::core::core.transition.corruption[done->running]" in proc.stdout

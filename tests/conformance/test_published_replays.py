@@ -1,6 +1,6 @@
 """Every replay command the library page publishes reproduces the failure of its line.
 
-docs/libraries/README.md (written by ``python -m ledgercheck.fixtures.publish``) lists, per library,
+docs/libraries/README.md (written by ``python -m ledgercheck.fixtures.libraries.publish``) lists, per library,
 one line per clause it breaks with the command that replays it.  This test runs the in-process
 equivalent of each command (the same trace, the same adapter, the same replay as
 ``ledgercheck replay``: one connection per library, reset before each replay) against the real
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from ledgercheck.conformance.trace import load_trace, replay_harness, run_replay
-from ledgercheck.fixtures.adapters import PROGRAMS, program_address
+from ledgercheck.fixtures.libraries import PROGRAMS, program_address
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
@@ -77,8 +77,8 @@ def test_the_page_publishes_replays_for_every_library() -> None:
 
 @pytest.fixture(scope="module")
 def postgres():
-    from ledgercheck.fixtures.postgres import PostgresServer
-    from ledgercheck.fixtures.redis import RedisServer
+    from ledgercheck.services.postgres import PostgresServer
+    from ledgercheck.services.redis import RedisServer
 
     # the environment the publish step certified in: one PostgreSQL server and one redis-server
     # named to every adapter process (so the Redis program adapters declare a durable ledger too)
@@ -165,7 +165,7 @@ def test_every_long_published_replay_reproduces_its_line(spec: Spec, postgres) -
 
 
 def test_a_line_shows_the_test_whose_own_violation_names_its_clause() -> None:
-    from ledgercheck.fixtures.publish import _findings, blamed_clauses, clearest
+    from ledgercheck.fixtures.libraries.publish import _findings, blamed_clauses, clearest
 
     def t(nodeid: str, blamed: str, text: str) -> dict:
         return {"clause": "core.status.terminal", "nodeid": nodeid, "outcome": "failed", "replay": f"ledgercheck replay {nodeid}",

@@ -21,7 +21,7 @@ from ledgercheck.conformance.trace import dump_trace, load_trace, run_replay
 from ledgercheck.transport.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
-WIPES = "python:ledgercheck.fixtures.broken:WipesOnSameProcessReopen"
+WIPES = "python:ledgercheck.fixtures.testkit.broken:WipesOnSameProcessReopen"
 SAME, NEW = "core.list.complete[after-reopen-same-process]", "core.list.complete[after-reopen-new-process]"
 
 
@@ -43,9 +43,9 @@ def _run(spec, address: str, name: str, trace: Path | None = None) -> str | Exce
         client.close()
 
 
-@pytest.mark.parametrize("address", ["reference", "python:ledgercheck.fixtures.independent:SharedMemLedger",
-                                     f"exec:node {ROOT / 'fixtures/node/full-ledger.js'}",
-                                     f"exec:python {ROOT / 'fixtures/eventsourced/ledger.py'}"])
+@pytest.mark.parametrize("address", ["reference", "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger",
+                                     f"exec:node {ROOT / 'fixtures/libraries/node/full-ledger.js'}",
+                                     f"exec:python {ROOT / 'fixtures/testkit/eventsourced/ledger.py'}"])
 def test_correct_ledgers_keep_everything_across_both_reopens(spec, address):
     assert _run(spec, address, SAME) == "pass"
     assert _run(spec, address, NEW) == "pass"
@@ -82,7 +82,7 @@ def test_an_adapter_that_cannot_open_a_dir_twice_in_one_process_does_not_offer_i
 
 def test_an_adapter_without_durable_state_is_not_asked(spec):
     for name in (SAME, NEW):
-        got = _run(spec, "python:ledgercheck.fixtures.independent:MemLedger", name)
+        got = _run(spec, "python:ledgercheck.fixtures.testkit.independent:MemLedger", name)
         assert isinstance(got, NotApplicable) and "durable" in str(got), got
 
 

@@ -1,6 +1,6 @@
 """Every replay the harness prints reproduces the failure it is printed for.
 
-For every deliberately broken ledger of the catalogues (fixtures/broken*.py), the clause tests of
+For every deliberately broken ledger of the catalogues (fixtures/testkit/broken*.py), the clause tests of
 the clause it breaks are run as the plugin runs them, each failing test's trace is saved as the
 plugin saves it, and the trace is replayed on a new connection:
 
@@ -114,7 +114,7 @@ def test_reopen_is_a_step_and_its_bare_steps_reproduce(spec: Spec, tmp_path: Pat
 
 
 def test_the_replay_command_reproduces_a_reopen_failure_and_not_on_the_reference(cli, spec: Spec, tmp_path: Path) -> None:
-    address = "python:ledgercheck.fixtures.broken_journal:OutboxSentInMemory"
+    address = "python:ledgercheck.fixtures.testkit.broken_journal:OutboxSentInMemory"
     ((_, case, path),) = _failing_traces(spec, "broken_journal", tmp_path, only={address.rsplit(":", 1)[1]})
     for steps in ([], ["--steps"]):
         proc = cli("replay", str(path), "--adapter", address, "--json", *steps)

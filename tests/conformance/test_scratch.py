@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from ledgercheck.transport.reaper import scratch_parent
+from ledgercheck.services.reaper import scratch_parent
 
 ROOT = Path(__file__).resolve().parents[2]
-ES_LEDGER = ROOT / "fixtures" / "eventsourced" / "ledger.py"
+ES_LEDGER = ROOT / "fixtures" / "testkit" / "eventsourced" / "ledger.py"
 SUBPROCESS_ADAPTER = f"exec:{sys.executable} {ES_LEDGER}"
 # clauses that reset fresh ledgers and reopen one in a new process; for the subprocess adapter
 # also a crash window, which kills the adapter process with SIGKILL at a named point

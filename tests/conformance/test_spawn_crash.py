@@ -1,7 +1,7 @@
 """A crash inside a spawn, then its replay (issue 17: "a replayed spawn after the crash must return
 the same child").  The clause case kills the adapter process at each of its own crash points
 while it spawns, reopens the ledger and replays the spawn: the reference leaves one child, the
-ledger that enqueues before it logs (fixtures/broken_spawn.py) a second one.
+ledger that enqueues before it logs (fixtures/testkit/broken_spawn.py) a second one.
 
 And a crash inside a child's close-out ("between a child's completion and the parent's wake"):
 the reference finishes the child and wakes its parent's run in one transaction; the ledger that
@@ -28,7 +28,7 @@ def test_the_reference_leaves_one_child_after_a_crash_and_a_replay(spec, harness
 
 
 def test_enqueue_before_log_leaves_a_second_child(spec, harness_for) -> None:
-    h = harness_for("exec:ledgercheck serve python:ledgercheck.fixtures.broken_spawn:SpawnEnqueuesBeforeLog")
+    h = harness_for("exec:ledgercheck serve python:ledgercheck.fixtures.testkit.broken_spawn:SpawnEnqueuesBeforeLog")
     with pytest.raises(ClauseFailure) as info:
         _run(h, spec)
     assert info.value.clauses == ["spawn.logged_first"]
@@ -45,7 +45,7 @@ def test_the_reference_wakes_the_parent_of_a_child_a_crash_finished(spec, harnes
 
 
 def test_waking_the_parent_in_a_second_step_leaves_it_asleep(spec, harness_for) -> None:
-    h = harness_for("exec:ledgercheck serve python:ledgercheck.fixtures.broken_spawn:ChildWakesParentSeparately")
+    h = harness_for("exec:ledgercheck serve python:ledgercheck.fixtures.testkit.broken_spawn:ChildWakesParentSeparately")
     with pytest.raises(ClauseFailure) as info:
         _run(h, spec, WAKE_CASE)
     assert info.value.clauses == ["spawn.wakes_parent"]

@@ -14,7 +14,7 @@ from ledgercheck.conformance.harness import ClauseFailure, find_exception
 from ledgercheck.conformance.stateful import hypothesis_settings, machine_profiles, make_machine, run_machine
 from ledgercheck.conformance.stateful_args import ASTRAL, ArgDraws, Pools, edges
 from ledgercheck.conformance.stateful_rules import Ctx
-from ledgercheck.fixtures.broken import Broken
+from ledgercheck.fixtures.testkit.broken import Broken
 
 QUIET = settings(database=None, max_examples=2000, phases=(Phase.generate,))
 
@@ -158,7 +158,7 @@ def test_the_same_owner_taking_an_item_again_cannot_use_its_old_token(harness_fo
 
 
 def test_a_failing_example_prints_as_a_program_over_named_values(harness_for, capsys):
-    name = "python:ledgercheck.fixtures.broken:RenewsWhileWaiting"
+    name = "python:ledgercheck.fixtures.testkit.broken:RenewsWhileWaiting"
     h = harness_for(name)
     h = harness_for(name, machine_profiles(h.client.profiles, "lifecycle"))
     # no shrinking here (minutes on a busy machine): the example as found already names its values

@@ -3,7 +3,7 @@ clause case kills the adapter process at each of its own crash points while it t
 the ledger and checks the promise: the merged wakeups are still pending, whole, or were handed
 out once, and a hand-out whose holder died is handed out again, whole, after its lease lapsed
 and never while it is live.  The reference keeps it; a ledger that records the hand-out in a
-second transaction (fixtures/broken_lanes.py) loses the wakeups."""
+second transaction (fixtures/testkit/broken_lanes.py) loses the wakeups."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_the_reference_hands_the_merged_wakeups_out_once_after_a_crash(spec, har
 
 
 def test_a_take_in_two_steps_loses_the_wakeups(spec, harness_for) -> None:
-    h = harness_for("exec:ledgercheck serve python:ledgercheck.fixtures.broken_lanes:WakeTakeInTwoSteps")
+    h = harness_for("exec:ledgercheck serve python:ledgercheck.fixtures.testkit.broken_lanes:WakeTakeInTwoSteps")
     with pytest.raises(ClauseFailure) as info:
         _run(h, spec)
     assert info.value.clauses == ["wakeups.redeliver"]

@@ -31,8 +31,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from ledgercheck.chaos.replays import window_doc
-from ledgercheck.chaos.workload import default_workload
+from ledgercheck.chaos.crash.replays import window_doc
+from ledgercheck.chaos.safety.workload import default_workload
 from ledgercheck.conformance.harness import Harness
 from ledgercheck.conformance.trace import dump_trace
 from ledgercheck.reports.integrity import file_bytes, with_integrity

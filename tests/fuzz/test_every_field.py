@@ -136,7 +136,7 @@ def test_every_field_of_a_results_file(tmp_path: Path) -> None:
 
 def test_every_field_of_a_safety_history(tmp_path: Path) -> None:
     """Scalars only: a list or an object where the checker expects a token or a status is a
-    question for the checker (chaos/anomalies.py), not for the reader."""
+    question for the checker (chaos/safety/anomalies.py), not for the reader."""
     lines = simulate(4, items=3, workers=2, steps=40).dumps().splitlines()
     firsts: dict[tuple[Any, ...], int] = {}
     for i, line in enumerate(lines):  # one line of each record type and operation

@@ -220,8 +220,8 @@ def check_replay(data: bytes, adapter: str | None) -> None:
     """Everything a replay file says is checked before a window (or storm) would start; what
     would start is never an exec:/python: address or a worker variant the file chose."""
     _run_one.calls = []  # type: ignore[attr-defined]
-    with _fresh() as d, mock.patch("ledgercheck.chaos.rerun.run_one", _run_one), \
-            mock.patch("ledgercheck.chaos.rerun.storm_from_replay", _storm):
+    with _fresh() as d, mock.patch("ledgercheck.chaos.crash.rerun.run_one", _run_one), \
+            mock.patch("ledgercheck.chaos.crash.rerun.storm_from_replay", _storm):
         root = Path(d)
         path = write(root / "replay.json", data)
         before = files_under(root)

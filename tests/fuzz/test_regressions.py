@@ -132,7 +132,7 @@ def test_json_inputs_over_their_size_or_value_limit_are_refused(argv: list[str],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     real: bounded.Limits = getattr(bounded, limits)
     small = bounded.Limits(real.what, max_bytes=5000, max_values=100)
-    for module in ("ledgercheck.bounded", "ledgercheck.conformance.trace", "ledgercheck.chaos.replays"):
+    for module in ("ledgercheck.bounded", "ledgercheck.conformance.trace", "ledgercheck.chaos.crash.replays"):
         monkeypatch.setattr(f"{module}.{limits}", small, raising=False)
     monkeypatch.setattr("ledgercheck.reports.results.RESULTS_LIMITS", small)
     path = tmp_path / "in.json"
@@ -224,12 +224,12 @@ def test_a_replay_past_its_time_limit_stops_in_one_line(tmp_path: Path) -> None:
 
 
 def test_replay_bounds_accept_what_runs_write(tmp_path: Path) -> None:
-    """The largest storm `crash storm` lets a user run (the storms' own table, chaos/limits.py),
+    """The largest storm `crash storm` lets a user run (the storms' own table, chaos/crash/limits.py),
     a negative seed and a scan-killed window load; one past each bound does not."""
     from fuzz_support import storm_replay_doc, window_replay_doc
-    from ledgercheck.chaos import limits
-    from ledgercheck.chaos.points import ChaosError
-    from ledgercheck.chaos.replays import MAX_OCCURRENCE, load_replay
+    from ledgercheck.chaos.crash import limits
+    from ledgercheck.chaos.crash.points import ChaosError
+    from ledgercheck.chaos.crash.replays import MAX_OCCURRENCE, load_replay
 
     def loads(doc: dict[str, Any]) -> bool:
         path = tmp_path / "r.json"

@@ -57,7 +57,7 @@ def test_the_wheel_holds_the_package_and_nothing_else(installed: Installed) -> N
     # comparison below is not between two empty or trivial lists
     assert "ledgercheck/conformance/clauses/core.py" in expected
     assert {"ledgercheck/spec/contract/ledger.yaml", "ledgercheck/reports/schema/results.schema.json",
-            "ledgercheck/reports/templates/report.css", "ledgercheck/fixtures/node/full-ledger.js"} <= set(expected)
+            "ledgercheck/reports/templates/report.css", "ledgercheck/fixtures/libraries/node/full-ledger.js"} <= set(expected)
     names = wheel_names(installed.wheel)
     project = _project()
     dist_info = f"{project['name']}-{project['version']}.dist-info/"

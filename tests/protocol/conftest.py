@@ -18,7 +18,7 @@ from patience import SAFETY_NET
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ADAPTERS = HERE / "adapters"
-NODE_ADAPTER = REPO / "fixtures" / "node" / "ledger-adapter.js"
+NODE_ADAPTER = REPO / "fixtures" / "libraries" / "node" / "ledger-adapter.js"
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,9 @@ import jsonschema
 import pytest
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import WireClient, connect
+from ledgercheck.transport.protocol_docs import reference_markdown
 from ledgercheck.transport.server import parse_transcript_block, read_block
-from ledgercheck.transport.wire import protocol_schema, reference_markdown, schema_text
+from ledgercheck.transport.wire import protocol_schema, schema_text
 
 from ledgercheck.cli import main as cli
 

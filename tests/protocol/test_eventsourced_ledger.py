@@ -1,4 +1,4 @@
-"""A third independent ledger: fixtures/eventsourced/ledger.py, an event-sourced Python ledger.
+"""A third independent ledger: fixtures/testkit/eventsourced/ledger.py, an event-sourced Python ledger.
 
 It was written from the docs and the contract alone (never from the reference, the model or
 the other independent ledgers).  Its only durable record of a work item is an append-only
@@ -11,7 +11,7 @@ The crash-window exploration is left out here (it takes minutes: the ledger's ow
 are passed on every write); without it only the three clauses that crash windows decide stay
 undecided, so the recovery profile is reported as not certified and every other profile as
 certified.  Certified with the exploration by hand:
-``ledgercheck certify --adapter "exec:python fixtures/eventsourced/ledger.py" --seed 1``.
+``ledgercheck certify --adapter "exec:python fixtures/testkit/eventsourced/ledger.py" --seed 1``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "eventsourced" / "ledger.py"
+LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "testkit" / "eventsourced" / "ledger.py"
 
 
 @pytest.mark.budgeted

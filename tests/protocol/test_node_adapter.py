@@ -1,4 +1,4 @@
-"""The Node.js example adapter (fixtures/node/ledger-adapter.js), checked by the model.
+"""The Node.js example adapter (fixtures/libraries/node/ledger-adapter.js), checked by the model.
 
 Long random operation sequences, valid and invalid, go through the wire to the adapter; the
 model (``Model(spec, profiles=["core", "trail", "cancel"])``) judges every answer, and every item an operation
@@ -22,7 +22,7 @@ from ledgercheck.conformance.model import Model, Refuse, Violation
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import Client, WireClient, connect
 
-NODE_ADAPTER = Path(__file__).resolve().parents[2] / "fixtures" / "node" / "ledger-adapter.js"
+NODE_ADAPTER = Path(__file__).resolve().parents[2] / "fixtures" / "libraries" / "node" / "ledger-adapter.js"
 T0 = 1_000_000.0
 # time steps (seconds) and their weights: mostly small, sometimes onto and just past lease limits
 STEPS = [0.0, 0.125, 1.0, 5.0, 30.0, 44.875, 45.0, 45.125, 75.0, 75.125, 600.0]

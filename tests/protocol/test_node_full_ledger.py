@@ -1,4 +1,4 @@
-"""A second, independent ledger in another language: fixtures/node/full-ledger.js.
+"""A second, independent ledger in another language: fixtures/libraries/node/full-ledger.js.
 
 It was written from the docs and the contract alone (never from the reference or the model),
 claims every profile of the contract, keeps its state in a file across processes, and can switch on
@@ -8,7 +8,7 @@ on: a harness that demanded the reference's choice would be raising a false alar
 
 The crash-window exploration is left out here (its own crash points are passed on every
 write, so exploring them takes minutes); certified with it by hand: ``ledgercheck certify
---adapter "exec:node fixtures/node/full-ledger.js"``.
+--adapter "exec:node fixtures/libraries/node/full-ledger.js"``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "node" / "full-ledger.js"
+LEDGER = Path(__file__).resolve().parents[2] / "fixtures" / "libraries" / "node" / "full-ledger.js"
 CHOICES = ["promote_keeps_next_retry_at", "cancel_keeps_next_retry_at", "done_clears_error_class", "fail_stores_result",
            "outbox_destination_is_input", "quarantine_marks_unknown", "wait_timeout_keeps_wait", "lane_late_holder",
            "wake_timer_shows_due"]

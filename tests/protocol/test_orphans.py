@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ledgercheck.services import reaper
 from ledgercheck.spec import Spec
-from ledgercheck.transport import reaper
 from ledgercheck.transport.client import WireClient
 from patience import SAFETY_NET, until
 

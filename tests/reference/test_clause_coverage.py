@@ -85,6 +85,6 @@ def test_the_reference_passes_the_cases_of(profile: str) -> None:
 
 def test_the_same_run_fails_a_ledger_that_breaks_a_clause() -> None:
     # identifiers folded by case: the cases of core.identity.exact fail, every failure blames it
-    failed, judged = case_failures("python:ledgercheck.fixtures.broken:IdentityFoldsCase", "core")
+    failed, judged = case_failures("python:ledgercheck.fixtures.testkit.broken:IdentityFoldsCase", "core")
     assert any(name.startswith("core.identity.exact[") for name in failed), failed
     assert {c for blamed in failed.values() for c in blamed} == {"core.identity.exact"}, failed

@@ -22,8 +22,8 @@ from ledgercheck.reference.adapter import PgReferenceAdapter
 from ledgercheck.reference.pg import PgLedger, _any_lists, _ddl, row_checks, split_table, translate
 from ledgercheck.reference.schema import _event_table, _work_table
 from ledgercheck.reference.verify import verify
+from ledgercheck.services.postgres import PostgresServer, PostgresUnavailable, free_port
 from ledgercheck.spec import default_spec
-from ledgercheck.transport.pgserver import PostgresServer, PostgresUnavailable, free_port
 from ledgercheck.transport.protocol import LedgerError
 from patience import SAFETY_NET
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from ledgercheck.transport.pgserver import PostgresServer, PostgresUnavailable, free_port
+from ledgercheck.services.postgres import PostgresServer, PostgresUnavailable, free_port
 
 SECRET = "hunter2-s3cret"
 

@@ -218,7 +218,7 @@ def test_build_refuses_inconsistent_input(factory, mutate, message: str) -> None
 def test_a_window_that_could_not_be_judged_is_an_error_of_its_clause(factory, spec, mode, clause) -> None:
     """A window that ended without a verdict (its worker lost the item, say) still goes into the
     report, as an error of the clause it was there to decide; it never breaks the report."""
-    from ledgercheck.chaos.scenario import WindowResult
+    from ledgercheck.chaos.crash.scenario import WindowResult
 
     point = next(iter(spec.crash_points))
     w = WindowResult(point, 3, mode, "error", message="get: not_found: item-2 is gone").as_dict()

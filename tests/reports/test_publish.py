@@ -1,4 +1,4 @@
-"""The published library page (``python -m ledgercheck.fixtures.publish``), rendered from the
+"""The published library page (``python -m ledgercheck.fixtures.libraries.publish``), rendered from the
 published results in docs/libraries without certifying anything again: verdicts worst first in
 the contract's words, and every finding either confirmed by a script that uses the library alone
 (linked) or marked as possibly the adapter's mapping."""
@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ledgercheck.fixtures.publish import (
+from ledgercheck.fixtures.libraries.publish import (
     UNCONFIRMED,
     ConfirmationsError,
     _page,

@@ -163,10 +163,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_the_committed_site_is_what_build_renders(tmp_path: Path) -> None:
-    """docs/site is rebuilt by ``python -m ledgercheck.fixtures.publish`` (``--render-only`` too) from
+    """docs/site is rebuilt by ``python -m ledgercheck.fixtures.libraries.publish`` (``--render-only`` too) from
     the published results; it must be what the current code renders from them (the track record's
     links to the scripts are relative to where the site is, so they are compared without them)."""
-    from ledgercheck.fixtures.publish import LIBRARIES
+    from ledgercheck.fixtures.libraries.publish import LIBRARIES
 
     committed = ROOT / "docs" / "site"
     done = build([ROOT / "docs" / "libraries" / n / "results.json" for n, _t, _p in LIBRARIES], tmp_path,
@@ -177,4 +177,4 @@ def test_the_committed_site_is_what_build_renders(tmp_path: Path) -> None:
         a, b = (committed / rel).read_text(encoding="utf-8"), (tmp_path / rel).read_text(encoding="utf-8")
         if rel == "track-record.html":
             a, b = (re.sub(r'href="[^"]*/tests/fixtures/', 'href="', x) for x in (a, b))
-        assert a == b, f"docs/site/{rel} is stale: run python -m ledgercheck.fixtures.publish --render-only"
+        assert a == b, f"docs/site/{rel} is stale: run python -m ledgercheck.fixtures.libraries.publish --render-only"

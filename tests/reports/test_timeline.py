@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.chaos.anomalies import check
+from ledgercheck.chaos.safety.anomalies import check
 from ledgercheck.reports import timeline as tl
 from ledgercheck.reports.html_report import render_html
 from timeline_support import Recs, stale_write_history
@@ -296,7 +296,7 @@ def test_whole_history_over_the_limit_refused(tmp_path: Path) -> None:
 
 
 def _dict(rec: Any) -> dict[str, Any]:
-    from ledgercheck.chaos.history import to_dict
+    from ledgercheck.chaos.safety.history import to_dict
 
     return to_dict(rec)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledgercheck.chaos.anomalies import check
+from ledgercheck.chaos.safety.anomalies import check
 from ledgercheck.reports import timeline as tl
 from ledgercheck.reports.html_report import render_html
 from timeline_support import stale_write_history

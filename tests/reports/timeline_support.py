@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from history_sim import HistoryBuilder
-from ledgercheck.chaos.history import FORMAT, History
+from ledgercheck.chaos.safety.history import FORMAT, History
 
 T0 = 1_000_000.0
 META = {"type": "meta", "format": FORMAT, "adapter": {"name": "hand-built"}, "declared": {}, "timings": {"ttl": 45}}

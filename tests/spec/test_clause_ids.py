@@ -104,7 +104,7 @@ def test_a_check_registered_under_an_unknown_id_raises(monkeypatch: pytest.Monke
 
 
 def test_chaos_and_campaign_findings_with_an_unknown_id_raise() -> None:
-    from ledgercheck.chaos.checker import Violation as ChaosViolation
+    from ledgercheck.chaos.crash.checker import Violation as ChaosViolation
     from ledgercheck.conformance.items import blamed
 
     spec = load_spec(None)

@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "ledgercheck": "ledgercheck", "ledgercheck.spec": "spec", "ledgercheck.reference": "reference",
     "ledgercheck.conformance": "conformance", "ledgercheck.chaos": "chaos", "ledgercheck.fixtures": "fixtures",
-    "ledgercheck.reports": "reports", "ledgercheck.transport": "transport",
+    "ledgercheck.reports": "reports", "ledgercheck.transport": "transport", "ledgercheck.services": "services",
 }
 
 # No cycle is allowed.  The ones there were, and how each went: spec.load <-> spec.checks
 # (Problem and Positions live in spec/problems.py); clauses <-> clauses.recovery (which clauses
 # only chaos judges is contract data, rules.chaos_clauses); chaos exploration <-> replays <->
-# storms (running a replay file is chaos/rerun.py; replays only reads and writes the files);
+# storms (running a replay file is chaos/crash/rerun.py; replays only reads and writes the files);
 # conformance plugin <-> results_bridge <-> safety_item (the base item, the run folder and the
 # artifact hash are conformance/items.py).  The set stays so the test's message keeps its form.
 KNOWN_CYCLES: set[frozenset[str]] = set()
@@ -189,12 +189,12 @@ def test_a_function_level_import_cycle_is_found(tmp_path: Path) -> None:
 
 def test_a_cycle_across_packages_is_found(tmp_path: Path) -> None:
     mods = _tree(tmp_path, {
-        "chaos/checker.py": "from ledgercheck.conformance.model import fold\n",
-        "conformance/model.py": "def f():\n    import ledgercheck.chaos.checker\n",
+        "chaos/crash/checker.py": "from ledgercheck.conformance.model import fold\n",
+        "conformance/model.py": "def f():\n    import ledgercheck.chaos.crash.checker\n",
         "conformance/plain.py": "from ledgercheck.spec import rules\n",
         "spec/rules.py": "X = 1\n",
     })
-    assert cycles(graph(mods)) == {frozenset({"ledgercheck.chaos.checker", "ledgercheck.conformance.model"})}
+    assert cycles(graph(mods)) == {frozenset({"ledgercheck.chaos.crash.checker", "ledgercheck.conformance.model"})}
 
 
 def test_type_checking_imports_and_one_way_imports_are_no_cycle(tmp_path: Path) -> None:
@@ -226,17 +226,18 @@ def test_a_listed_cycle_passes_only_while_it_exists(tmp_path: Path, known: bool)
 # reach everything.  The root package ``ledgercheck`` (the CLI, the version) is outside the layers.
 # "model" is conformance/model, the contract's executable model (the oracle every check asks):
 # it reads only the contract and the protocol's types, so the history checkers of chaos ask it too
-# (chaos/linearize.py) without going through the rest of conformance.  chaos may open the reference
-# ledger itself (chaos/powerloss.py: the SQLite ledger whose files a power cut damages).
+# (chaos/safety/linearize.py) without going through the rest of conformance.  chaos may open the reference
+# ledger itself (chaos/crash/powerloss.py: the SQLite ledger whose files a power cut damages).
 LAYERS: dict[str, set[str]] = {
     "spec": set(),
-    "transport": {"spec"},
+    "services": set(),
+    "transport": {"spec", "services"},
     "reports": {"spec"},
     "model": {"spec", "transport"},
-    "reference": {"spec", "transport", "reports"},
-    "chaos": {"spec", "transport", "reports", "model", "reference"},
-    "conformance": {"spec", "transport", "reports", "chaos", "model"},
-    "fixtures": {"spec", "transport", "reports", "chaos", "conformance", "model", "reference"},
+    "reference": {"spec", "transport", "reports", "services"},
+    "chaos": {"spec", "transport", "reports", "model", "reference", "services"},
+    "conformance": {"spec", "transport", "reports", "chaos", "model", "services"},
+    "fixtures": {"spec", "transport", "reports", "chaos", "conformance", "model", "reference", "services"},
 }
 
 

@@ -214,10 +214,10 @@ def test_the_guard_comes_from_the_transition_table(spec: Spec) -> None:
 CALLERS = {
     "reference/recovery.py": "_decide",
     "conformance/model/recovery.py": "_decision",
-    "chaos/checker.py": "expected_decision",
-    "chaos/storms.py": "_check_barrier",
+    "chaos/crash/checker.py": "expected_decision",
+    "chaos/crash/storms.py": "_check_barrier",
     "conformance/clauses/recovery.py": "_expected",
-    "fixtures/broken_recovery.py": "_decide",
+    "fixtures/testkit/broken_recovery.py": "_decide",
 }
 PACKAGE_DIRS = ("ledgercheck", "reference", "conformance", "chaos", "fixtures", "reports")
 

@@ -1,0 +1,1 @@
+"""Clause cases built across profiles from the contract's own data (instants, fences, bounds, status trees, replays, optional arguments, rule tables, concurrent calls, transition edges): each module registers cases for clauses of many profiles, so none is named after one.  The per-profile modules are the package above (conformance/clauses/<profile>.py)."""
