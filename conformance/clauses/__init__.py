@@ -43,9 +43,10 @@ class ClauseCase:
 
 
 REGISTRY: dict[str, list[Generator]] = {}
-MODULES = ("core", "trail", "cancel", "lease", "waiting", "idempotency", "messaging", "eventlog", "recovery", "constructed.concurrency",
-           "lanes", "wakeups", "spawn", "constructed.edges", "constructed.instants", "constructed.fences", "constructed.bounds", "constructed.trees", "constructed.replays", "constructed.tables",
-           "constructed.options")
+MODULES = ("core", "trail", "cancel", "lease", "waiting", "retry", "idempotency", "inbox", "outbox", "eventlog", "recovery",
+           "constructed.concurrency", "lanes", "wakeups", "spawn", "ask", "logread", "constructed.edges",
+           "constructed.instants", "constructed.fences", "constructed.bounds", "constructed.trees", "constructed.replays",
+           "constructed.tables", "constructed.options")
 
 
 def cases(clause: str) -> Callable[[Generator], Generator]:

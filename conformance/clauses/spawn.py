@@ -1,15 +1,10 @@
-"""Clause tests of the spawn, ask and logread profiles (seed 003: supervisor, ask outcomes,
-event-log reads).  Every step goes through the model; the explicit checks here say what a
-scenario is about."""
+"""Clause tests of the spawn profile (spec/contract/clauses/spawn.yaml)."""
+
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from ledgercheck.spec import Spec
-
-from ..harness import DriveBlocked, Harness, NotApplicable
-from . import CaseFn, case, cases, check, durable
+from ..harness import Harness, NotApplicable
+from . import case, check, durable
 
 SPAWNED = "child_spawned"
 
@@ -258,67 +253,3 @@ def _join(h: Harness) -> None:
     h.do("children", work_id="no-such-work")
 
 
-# ------------------------------------------------------------------ ask
-def _ask_case(outcome: str) -> CaseFn:
-    def fn(h: Harness) -> None:
-        h.need("ask_outcome")
-        statuses = [s for s, o in h.spec.ask_outcomes.items() if o == outcome] if outcome != h.spec.ask_unfinished \
-            else [s for s in h.spec.statuses if not h.spec.terminal(s)]
-        asked = 0
-        for i, status in enumerate(statuses):
-            wid = h.create(source_id=f"asked-{i}")
-            try:
-                h.drive(wid, status)
-            except (NotApplicable, DriveBlocked):
-                continue  # a status the claimed profiles cannot reach
-            asked += 1
-            out = h.do("ask_outcome", work_id=wid)
-            check(out.value.get("outcome") == outcome, f"ask.{outcome}", f"{status} target answered {out.value!r:.80}", h)
-        if not asked:
-            raise NotApplicable(f"no status with the outcome {outcome} is reachable with the claimed profiles")
-        h.do("ask_outcome", work_id="no-such-work")
-    return fn
-
-
-@cases("ask.replied")
-def _replied(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    yield "done-target", _ask_case("replied")
-
-
-@cases("ask.timed_out")
-def _timed_out(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    yield "unfinished-targets", _ask_case("timed_out")
-
-
-@cases("ask.target_failed")
-def _target_failed(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    yield "dead-targets", _ask_case("target_failed")
-
-
-@cases("ask.target_cancelled")
-def _target_cancelled(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-    yield "cancelled-target", _ask_case("target_cancelled")
-
-
-# ------------------------------------------------------------------ log reads
-@case("logread.last_seq", "follows-appends")
-def _last_seq(h: Harness) -> None:
-    first = h.spec.first_seq
-    h.do("log_last_seq", stream="run-7")
-    for i in range(3):
-        got = h.do("log_append", stream="run-7", expected_seq=first - 1 + i, kind="tool.called")
-        last = h.do("log_last_seq", stream="run-7")
-        check(last.value["seq"] == got.value["seq"], "logread.last_seq", f"after an append at {got.value['seq']} last_seq is {last.value}", h)
-    h.do("log_append", stream="run-7", expected_seq=first - 1, kind="stale")  # refused: last_seq stays
-    h.do("log_last_seq", stream="run-7")
-    h.do("log_last_seq", stream="Run-7")
-
-
-@case("logread.tail", "bounded-from-seq")
-def _tail(h: Harness) -> None:
-    first = h.spec.first_seq
-    for i in range(5):
-        h.do("log_append", stream="run-8", expected_seq=first - 1 + i, kind=f"k{i}", payload={"i": i})
-    for start, n in ((first, 2), (first + 1, 3), (first + 3, 9), (first + 9, 1), (0, 5)):
-        h.do("log_tail", stream="run-8", from_seq=start, max=n)
-    h.do("log_tail", stream="never-written", from_seq=first, max=4)
