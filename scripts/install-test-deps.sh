@@ -53,10 +53,10 @@ have faketime || need="$need faketime libfaketime"
 { have ruby && ruby -e 'require "sidekiq"' >/dev/null 2>&1; } || need="$need ruby-sidekiq"
 need="${need# }"
 
-# The npm packages of fixtures/<library>/package.json (pinned in its package-lock.json).
+# The npm packages of fixtures/libraries/<library>/package.json (pinned in its package-lock.json).
 npm_deps() {
   here="$(cd "$(dirname "$0")/.." && pwd)"
-  for pkg in "$here"/fixtures/*/package-lock.json; do
+  for pkg in "$here"/fixtures/libraries/*/package-lock.json; do
     [ -f "$pkg" ] || continue
     dir="$(dirname "$pkg")"
     [ -d "$dir/node_modules" ] && continue
