@@ -43,10 +43,10 @@ NOT_CLAUSE_CATALOGUES = ("broken_safety",)  # found by safety campaigns, not by 
 def catalogue() -> list[tuple[str, str]]:
     """(module, class name) of every broken ledger of the clause catalogues, in a stable order."""
     out: list[tuple[str, str]] = []
-    for path in sorted((ROOT / "fixtures").glob("broken*.py")):
+    for path in sorted((ROOT / "fixtures" / "testkit").glob("broken*.py")):
         if path.stem in NOT_CLAUSE_CATALOGUES:
             continue
-        mod = importlib.import_module(f"ledgercheck.fixtures.{path.stem}")
+        mod = importlib.import_module(f"ledgercheck.fixtures.testkit.{path.stem}")
         for name in LISTS:
             for cls in getattr(mod, name, ()) or ():
                 key = (mod.__name__, cls.__name__)

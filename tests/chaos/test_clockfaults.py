@@ -192,7 +192,7 @@ def pg_dsn() -> Iterator[str]:
 
 
 def _pg(cls: str, seed: int, faults: str, dsn: str, tmp: Any) -> Any:
-    return run_campaign(f"python:ledgercheck.fixtures.{cls}", workers=5, items=20, seed=seed, faults=faults,
+    return run_campaign(f"python:ledgercheck.fixtures.testkit.{cls}", workers=5, items=20, seed=seed, faults=faults,
                         reset={"server_dsn": dsn}, latency=(0.05, 0.3), min_each=2,
                         out_dir=str(tmp / f"{cls.replace(':', '-')}-{seed}-{faults}"), time_limit=90.0)
 

@@ -28,8 +28,9 @@ def test_dry_run_names_what_is_missing_and_the_command(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     missing = r.stdout.splitlines()[0].removeprefix("install-test-deps: missing: ").split()
     # PostgreSQL is also found in /usr/lib/postgresql/*/bin, which a PATH does not hide
-    assert {"chromium", "nodejs", "npm", "redis-server", "iproute2"} <= set(missing) <= \
-        {"postgresql", "chromium", "nodejs", "npm", "redis-server", "iproute2"}
+    assert {"chromium", "nodejs", "npm", "redis-server", "iproute2", "faketime", "libfaketime", "ruby-sidekiq"} \
+        <= set(missing) <= {"postgresql", "chromium", "nodejs", "npm", "redis-server", "iproute2", "faketime",
+                             "libfaketime", "ruby-sidekiq"}
     assert r.stdout.splitlines()[1] == ("install-test-deps: would run: apt-get update && apt-get install -y "
                                         + " ".join(missing))
 
@@ -42,12 +43,13 @@ def test_no_apt_get_is_one_line_and_a_failure(tmp_path: Path) -> None:
 
 def test_nothing_missing_installs_nothing(tmp_path: Path) -> None:
     env = _bare_path(tmp_path)
-    for tool in ("node", "npm", "chromium", "redis-server", "ip", "initdb", "pg_ctl", "postgres"):
+    # (a ruby that exits 0 stands for one whose `require "sidekiq"` works)
+    for tool in ("node", "npm", "chromium", "redis-server", "ip", "initdb", "pg_ctl", "postgres", "faketime", "ruby"):
         (tmp_path / "bin" / tool).write_text("#!/bin/sh\n")
         (tmp_path / "bin" / tool).chmod(0o755)
     r = _run(env)
     assert (r.returncode, r.stdout.strip()) == (0, "install-test-deps: nothing to install (postgresql, chromium, "
-                                                   "nodejs, npm, redis-server, iproute2 present)")
+                                                   "nodejs, npm, redis-server, iproute2, faketime, ruby-sidekiq present)")
 
 
 def test_unknown_option(tmp_path: Path) -> None:

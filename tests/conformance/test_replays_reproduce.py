@@ -36,13 +36,13 @@ IN_MEMORY = {"DeadLettersInMemory", "OutboxSentInMemory", "RetryPolicyInMemory"}
 def _failing_traces(spec: Spec, module: str, out: Path, only: Collection[str] | None = None) -> list[tuple[str, str, Path]]:
     """(address, case, trace file) for every failing clause test of each ledger's broken clause
     (of the ledgers named in ``only``, when given)."""
-    m = importlib.import_module(f"ledgercheck.fixtures.{module}")
+    m = importlib.import_module(f"ledgercheck.fixtures.testkit.{module}")
     found = []
     cases = list(all_cases(spec))  # listed once: every ledger's broken clause is looked up in it
     for cls in m.ALL:
         if only is not None and cls.__name__ not in only:
             continue
-        address = f"python:ledgercheck.fixtures.{module}:{cls.__name__}"
+        address = f"python:ledgercheck.fixtures.testkit.{module}:{cls.__name__}"
         client = connect(address, spec)
         h = Harness(client, spec, client.profiles)
         try:
