@@ -129,11 +129,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CORRECT = {"reference": "reference", "shared-mem": "python:ledgercheck.fixtures.testkit.independent:SharedMemLedger",
            # its first seed once caught the checker judging a field the contract leaves open after a
            # promotion (next_retry_at kept): the default tier keeps it
-           "eventsourced": f"exec:{sys.executable} {ROOT / 'fixtures' / 'testkit' / 'eventsourced' / 'ledger.py'}"}
+           "eventsourced": f"exec:{sys.executable} {ROOT / 'fixtures' / 'testkit' / 'eventsourced' / 'ledger.py'}",
+           # the reference on PostgreSQL (a shared throwaway server): the long tier only
+           "reference-pg": "reference-pg"}
+DEFAULT_TIER = {"reference", "shared-mem", "eventsourced"}  # their first seed runs by default
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s == 1 else [pytest.mark.thorough]) for s in range(1, SEEDS + 1)])
-@pytest.mark.parametrize("name", sorted(CORRECT))
+@pytest.mark.parametrize(("name", "seed"), [
+    pytest.param(n, s, id=f"{n}-{s}", marks=[] if s == 1 and n in DEFAULT_TIER else [pytest.mark.thorough])
+    for n in sorted(CORRECT) for s in range(1, SEEDS + 1)])
 def test_campaigns_of_correct_ledgers_give_no_false_alarm(name: str, seed: int, tmp_path: Path, scratch: str | None) -> None:
     from ledgercheck.chaos.safety.campaign import run_campaign
 
