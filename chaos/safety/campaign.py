@@ -330,7 +330,9 @@ class _Ctx:
                 lookup: bool) -> Any:
         """The item's effect, done only while the worker's lease is live: a runtime that finds its
         lease past its expiry by the clock renews before acting and leaves the item if refused
-        (returns _GONE).  The nemesis never leaves a worker paused inside this section (it sees
+        (returns _GONE).  A ledger that offers no renewal (``unsupported``) gives its holder no way
+        to learn that its lease lapsed: the holder carries on with its effect and its close-out,
+        as a job queue's worker whose run never hears of a timeout does.  The nemesis never leaves a worker paused inside this section (it sees
         IN_EFFECT and lets go at once): no ledger can stop a process that was stopped after its
         last check from reaching an outside provider late, so such a pause would test nothing
         about the ledger."""
@@ -339,11 +341,12 @@ class _Ctx:
             exp = lease.get("expires")
             if isinstance(exp, int | float) and self.now() > exp:
                 out = rec.call("renew", work_id=wid, token=token, now=self.now())
-                if not out.ok or not isinstance(out.value, Mapping):
-                    self.hold(slot, HOLDING)
-                    return _GONE
-                lease["expires"] = out.value.get("lease_expires_at")
-                self.expires(slot, lease["expires"])
+                if out.code != "unsupported":
+                    if not out.ok or not isinstance(out.value, Mapping):
+                        self.hold(slot, HOLDING)
+                        return _GONE
+                    lease["expires"] = out.value.get("lease_expires_at")
+                    self.expires(slot, lease["expires"])
             result = self.sink.lookup(key) if lookup else None
             result = result if result is not None else self._apply(rec, wid, key, token)
             self.hold(slot, EFFECT_DONE)

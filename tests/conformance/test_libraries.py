@@ -34,7 +34,7 @@ from ledgercheck.services.redis import RedisServer, RedisUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq", "pg-boss", "sidekiq", "graphile-worker",
-             "celery"]
+             "celery", "celery-acks-late", "celery-visibility"]
 KEYWORD = "not execution"  # every test but the one that waits out the execution budget
 
 

@@ -35,7 +35,7 @@ from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
 LIBRARIES = ["persist-queue", "dbos", "pgqueuer", "procrastinate", "rq", "bullmq", "pg-boss", "sidekiq", "graphile-worker",
-             "celery"]
+             "celery", "celery-acks-late", "celery-visibility"]
 # a program adapter is published by its exec: address from the repository's root
 BY_ADDRESS = {program_address(name, relative=True): name for name in PROGRAMS}
 

@@ -136,9 +136,10 @@ def test_the_registry_names_real_scripts_and_every_script_is_registered() -> Non
     assert reg.holds["bullmq"]["lease.fencing"] == "confirm_bullmq.js" and reg.script("bullmq", "lease.fencing") is None
     assert reg.script("pgqueuer", "stale_write_accepted") == REGISTRY.parent / "confirm_pgqueuer_stale_write.py"
     assert reg.script("dbos", "stale_write_accepted") is None
-    assert reg.not_reached["celery"] == ["confirm_celery_acks_late_child_killed.py",
-                                         "confirm_celery_visibility_redelivery.py"]
-    assert not reg.scripts("celery", "split_ownership")  # not reached: never counted as a finding
+    assert reg.not_reached["celery-acks-late"] == ["confirm_celery_acks_late_child_killed.py"]
+    assert not reg.scripts("celery-acks-late", "lost_work")  # not reached: never counted as a finding
+    assert reg.script("celery-visibility", "stale_write_accepted") == \
+        REGISTRY.parent / "confirm_celery_visibility_redelivery.py"
     assert reg.refuted_by("dbos", "stale_write_accepted") == REGISTRY.parent / "confirm_dbos_stale_execution.py"
     assert [p.name for p in reg.scripts("persist-queue", "split_ownership")] == [
         "confirm_persistqueue_reopen.py", "confirm_persistqueue_concurrent_get.py"]
