@@ -3,9 +3,11 @@
 Runs ``ledgercheck certify`` three times on the same selection and seed: in process serially,
 in process with ``-n 2``, and over the wire (``exec:<python> -m ledgercheck serve reference``),
 serially.  Prints each run's wall time with the load average before and after it, the ratios,
-where the wire run spent its time (results.json ``timings.phases``: adapter process starts,
-round trips) and whether the three runs decided the same (conformance/results_bridge.py
-``decided``: clauses, tests, crash windows, verdicts).
+where the wire run spent its time beside the in-process run's (results.json
+``timings.phases``: adapter process starts, round trips; each phase's ratio), whether byte-code
+is written (without it every adapter process started compiles its sources) and whether the
+three runs decided the same (conformance/results_bridge.py ``decided``: clauses, tests, crash
+windows, verdicts).
 
 Floors (issue 33): the wire run <= 2x the in-process run; -n 2 >= 1.5x faster than serial
 (on 2 quiet cores); the three runs decide the same.  The time floors are a quiet machine's: a
@@ -73,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"selection": selection, "cores": cores,
               "runs": {n: {k: v for k, v in r.items() if k != "doc"} for n, r in runs.items()},
               "wire_over_in_process": wire_ratio, "n2_speedup": n2_speedup, "differences": diffs,
-              "wire_phases": runs["wire"]["doc"]["timings"].get("phases"), "floors": floors}
+              "wire_phases": runs["wire"]["doc"]["timings"].get("phases"),
+              "in_process_phases": base["doc"]["timings"].get("phases"),
+              # a served adapter process compiles the package's sources at every start when no
+              # byte-code is written (PYTHONDONTWRITEBYTECODE, an editable install): say which
+              "byte_code_written": not sys.dont_write_bytecode, "floors": floors}
     if a.json:
         print(json.dumps(result, indent=2))
     else:
@@ -82,10 +88,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:16} {r['wall_s']:7.1f}s  load {r['load_before']:.1f} -> {r['load_after']:.1f}  "
                   f"{r['doc']['verdict']}")
         print(f"wire / in-process: {wire_ratio:.2f}x; -n 2 speed-up over serial: {n2_speedup:.2f}x")
-        print("wire run, by phase: tests, time, adapter starts (their time), round trips (their time)")
+        print("wire run, by phase: tests, time (in process, ratio), adapter starts (their time), round trips (their time)")
+        inproc = result["in_process_phases"] or {}
         for ph, p in (result["wire_phases"] or {}).items():
-            print(f"  {ph:15} {p['count']:4} {p['duration_s']:7.1f}s  {p['starts']:4} starts {p['start_s']:6.1f}s  "
-                  f"{p['round_trips']:6} round trips {p['round_trip_s']:6.1f}s")
+            ip = (inproc.get(ph) or {}).get("duration_s") or 0.0
+            ratio = f"{p['duration_s'] / ip:5.2f}x" if ip else "    -"
+            print(f"  {ph:15} {p['count']:4} {p['duration_s']:7.1f}s ({ip:6.1f}s, {ratio})  {p['starts']:4} starts "
+                  f"{p['start_s']:6.1f}s  {p['round_trips']:6} round trips {p['round_trip_s']:6.1f}s")
+        if not result["byte_code_written"]:
+            print("  (no byte-code is written here (PYTHONDONTWRITEBYTECODE): every adapter process the wire run "
+                  "starts compiles what it imports that has none)")
         for name, d in diffs.items():
             for line in d:
                 print(f"  {name} differs: {line}")

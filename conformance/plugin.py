@@ -88,7 +88,22 @@ class LedgerSession:
             self.requested = list(self.spec.profile_closure(self.claimed)) if self.claimed else []
         self.artifacts = Path(_opt(config, "ledger_artifacts"))
         self._harness: Harness | None = None
+        self._crash_pool: Any = None
         self.started = time.time()
+
+    def crash_pool(self, lanes: int) -> Any:
+        """The crash-window workers of this session, shared by every crash point: a worker left
+        clean by one point's last window serves the next point's first, so a point neither starts
+        a first adapter process of its own nor leaves its spares unused (a new pool after one was
+        stopped or failed to start a worker)."""
+        from ledgercheck.chaos.crash.pool import WorkerPool
+
+        pool = self._crash_pool
+        if pool is None or pool.failed is not None:
+            if pool is not None:
+                pool.close()
+            pool = self._crash_pool = WorkerPool(self.address, self.base_spec, spare=lanes + 1)
+        return pool
 
     @property
     def wall_tolerance(self) -> float:
@@ -118,8 +133,13 @@ class LedgerSession:
         return " ".join(shlex.quote(c) for c in cmd)
 
     def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
+        try:
+            if self._crash_pool is not None:
+                self._crash_pool.close()
+                self._crash_pool = None
+        finally:
+            if self.client is not None:
+                self.client.close()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -621,7 +641,8 @@ class ChaosItem(LedgerItem):
 
             windows = explore(sess.address, sess.base_spec, seed=seed, points=[self.point],
                               replay_dir=str(sess.artifacts / "replays" / sess.slug),
-                              timeout=60.0 * sess.timeout_scale, jobs=lanes, tmp_root=shm, progress=progress)
+                              timeout=60.0 * sess.timeout_scale, jobs=lanes, tmp_root=shm, progress=progress,
+                              pool=sess.crash_pool(lanes))
             if stop is not None:
                 stop.chaos_progress.pop(self.nodeid, None)
         except ChaosError as exc:

@@ -11,9 +11,9 @@ from . import __version__
 # Each entry adds its own subcommands; modules are imported lazily so one broken optional
 # part (or a slow import) does not take the whole command down.
 COMMAND_MODULES = [
+    "ledgercheck.transport.server",  # first: ``serve`` starts once per adapter process a run opens
     "ledgercheck.spec.commands",
     "ledgercheck.reference.commands",
-    "ledgercheck.transport.server",
     "ledgercheck.conformance.commands",
     "ledgercheck.conformance.mutation",
     "ledgercheck.chaos.crash.commands",

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import jsonschema
 
-from .checks import semantic_problems
 from .contract import (
     Allowance,
     Arg,
@@ -156,8 +155,77 @@ def _stable_name(path: Path) -> str:
 @lru_cache(maxsize=64)
 def _parse(text: str, shown: str) -> tuple[Any, dict[tuple[Any, ...], Pos]]:
     # Cached by content: the shipped files are parsed once per process however many overlays
-    # are validated.  Callers never change the returned value or positions.
-    return loads_yaml(text, shown)
+    # are validated, and across processes on disk (_parsed_file).  Callers never change the
+    # returned value or positions.
+    where = _parsed_file(text, shown)
+    if where is not None:
+        got = _read_parsed(where, shown)
+        if got is not None:
+            return got
+    value, positions = loads_yaml(text, shown)
+    if where is not None:
+        _write_parsed(where, shown, value, positions)
+    return value, positions
+
+
+_PARSED_FORMAT = 1
+
+
+@lru_cache(maxsize=1)
+def _parser_digest() -> str:
+    """The code that turns a file's text into its value and positions (yamlpos.py, PyYAML's version)."""
+    import yaml
+
+    h = hashlib.sha256(f"{_PARSED_FORMAT}\n{yaml.__version__}\n{yaml.__with_libyaml__}\n".encode())
+    try:
+        h.update((HERE / "yamlpos.py").read_bytes())
+    except OSError:
+        h.update(os.urandom(16))  # unreadable: never matches a stored parse
+    return h.hexdigest()
+
+
+def _parsed_file(text: str, shown: str) -> Path | None:
+    """Where the parse of ``text`` (shown as ``shown``) is kept between processes (docs/contract.md,
+    "Validation cache"): named by the SHA-256 of the text, its shown name and the parsing code.
+    None when LEDGERCHECK_CACHE=off."""
+    if os.environ.get("LEDGERCHECK_CACHE") == "off":
+        return None
+    h = hashlib.sha256(_parser_digest().encode())
+    h.update(shown.encode("utf-8", "surrogatepass") + b"\0")
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return _cache_dir() / "parsed-contracts" / h.hexdigest()
+
+
+def _read_parsed(where: Path, shown: str) -> tuple[Any, dict[tuple[Any, ...], Pos]] | None:
+    """A stored parse, or None when there is none or it cannot be read back whole (parse again)."""
+    import marshal
+
+    try:
+        data = where.read_bytes()
+        fmt, value, marks = marshal.loads(data)
+        if fmt != _PARSED_FORMAT or not isinstance(marks, list):
+            return None
+        positions = {tuple(path): Pos(shown, int(line), int(col)) for path, line, col in marks}
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return value, positions
+
+
+def _write_parsed(where: Path, shown: str, value: Any, positions: Mapping[tuple[Any, ...], Pos]) -> None:
+    """Best effort: a value marshal cannot hold (a YAML timestamp) or a folder that cannot be
+    written only costs the next process the parse."""
+    import marshal
+
+    if any(p.file != shown for p in positions.values()):
+        return
+    try:
+        data = marshal.dumps((_PARSED_FORMAT, value, [(path, p.line, p.col) for path, p in positions.items()]))
+        where.parent.mkdir(parents=True, exist_ok=True)
+        tmp = where.with_name(f"{where.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, where)
+    except (OSError, ValueError):
+        pass
 
 
 def _kind(value: Any) -> str:
@@ -292,8 +360,7 @@ class _Chain:
         self.overlay(value, vpos, shown)
 
 
-def merged_document(paths: Sequence[str | Path] | None = None) -> tuple[dict[str, Any], Positions, dict[str, str]]:
-    """Read and merge the given files (or the shipped contract); no validation beyond YAML syntax."""
+def _chain(paths: Sequence[str | Path] | None) -> _Chain:
     chain = _Chain()
     files = [Path(p) for p in (paths or [DEFAULT_MANIFEST])]
     chain.load(files[0])
@@ -302,7 +369,65 @@ def merged_document(paths: Sequence[str | Path] | None = None) -> tuple[dict[str
             chain.extra(extra)
     if chain.problems:
         raise SpecError(chain.problems)
+    return chain
+
+
+def merged_document(paths: Sequence[str | Path] | None = None) -> tuple[dict[str, Any], Positions, dict[str, str]]:
+    """Read and merge the given files (or the shipped contract); no validation beyond YAML syntax."""
+    chain = _chain(paths)
     return chain.doc, chain.pos, chain.files
+
+
+def _merged_file(paths: Sequence[str | Path] | None) -> Path | None:
+    """Where the merge of ``paths`` is kept between processes once it validated (docs/contract.md,
+    "Validation cache"): named by the files asked for and the reading and merging code; the entry
+    lists every file the merge read with the SHA-256 of its text, and is used only while each
+    still has that text.  None when LEDGERCHECK_CACHE=off."""
+    if os.environ.get("LEDGERCHECK_CACHE") == "off":
+        return None
+    h = hashlib.sha256(_parser_digest().encode())
+    try:
+        h.update(Path(__file__).read_bytes())
+        for p in paths or [DEFAULT_MANIFEST]:
+            h.update(str(Path(p).resolve()).encode("utf-8", "surrogatepass") + b"\0")
+    except (OSError, ValueError):
+        return None
+    return _cache_dir() / "parsed-contracts" / ("merged-" + h.hexdigest())
+
+
+def _read_merged(where: Path) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """The stored merge (document, files) if every file it read still has the text it had."""
+    import marshal
+
+    try:
+        fmt, read, doc, files = marshal.loads(where.read_bytes())
+        if fmt != _PARSED_FORMAT or not isinstance(doc, dict) or not isinstance(files, dict):
+            return None
+        for path, digest in read:
+            if hashlib.sha256(Path(path).read_text(encoding="utf-8").encode("utf-8")).hexdigest() != digest:
+                return None
+    except (OSError, EOFError, ValueError, TypeError, UnicodeError):
+        return None
+    return doc, files
+
+
+def _write_merged(where: Path | None, chain: _Chain) -> None:
+    """Best effort, like _write_parsed; only for a merge that read each file once under its own name."""
+    import marshal
+
+    if where is None:
+        return
+    try:
+        read = [(str(p), chain.files[_stable_name(p)]) for p in chain.loaded]
+        if len(read) != len(chain.files):
+            return
+        data = marshal.dumps((_PARSED_FORMAT, read, chain.doc, chain.files))
+        where.parent.mkdir(parents=True, exist_ok=True)
+        tmp = where.with_name(f"{where.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, where)
+    except (OSError, ValueError, KeyError):
+        pass
 
 
 @lru_cache(maxsize=1)
@@ -476,9 +601,16 @@ def load_spec(paths: Sequence[str | Path] | None = None) -> Spec:
     A document that passed every check before (same content, same schema and checking code) is
     not checked again: an adapter served over the wire (``ledgercheck serve``) loads the contract
     in every process it starts, and the checks cost far more than the rest of the start."""
-    doc, pos, files = merged_document(paths)
+    where = _merged_file(paths)
+    stored = _read_merged(where) if where is not None else None
+    if stored is not None and _known_valid(stored[0])[0]:
+        return build_spec(*stored)
+    chain = _chain(paths)
+    doc, pos, files = chain.doc, chain.pos, chain.files
     known, marker = _known_valid(doc)
     if not known:
+        from .checks import semantic_problems  # (imported only when a check runs)
+
         problems = schema_problems(doc, pos)
         if problems:
             raise SpecError(problems)
@@ -486,6 +618,8 @@ def load_spec(paths: Sequence[str | Path] | None = None) -> Spec:
         if problems:
             raise SpecError(problems)
         _remember_valid(marker)
+    if marker is not None:
+        _write_merged(where, chain)
     return build_spec(doc, files)
 
 
@@ -526,6 +660,8 @@ def _spec_from_document(doc: Mapping[str, Any]) -> Spec:
     pos = Positions()
     known, marker = _known_valid(doc)
     if not known:
+        from .checks import semantic_problems  # (imported only when a check runs)
+
         problems = schema_problems(doc, pos)
         if not problems:
             problems = semantic_problems(doc, pos)

@@ -34,7 +34,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledgercheck.services import reaper
 from ledgercheck.spec import Spec, default_spec
 from ledgercheck.spec.rules import indefinite_errors
 
@@ -523,6 +522,8 @@ class WireClient(Client):
         self.last_crash_point = None
         # a tag every process below the adapter inherits: close() finds them by it even after
         # they left the adapter's process group and lost their parent (see reaper.py)
+        from ledgercheck.services import reaper  # (psutil: only a process that starts adapters needs it)
+
         self._tag = uuid.uuid4().hex
         env = dict(self.env if self.env is not None else os.environ)
         env[reaper.ADAPTER_TAG] = self._tag
@@ -561,6 +562,8 @@ class WireClient(Client):
     def snapshot(self) -> None:
         """Remember the processes now below the adapter, so a kill reaches them even once the
         adapter has exited and they were re-parented (taken at start and on every failure)."""
+        from ledgercheck.services import reaper
+
         if self.proc is not None:
             for p in reaper.processes(reaper.descendants(self.proc.pid)):
                 self._seen.setdefault(p.pid, p)
@@ -571,6 +574,8 @@ class WireClient(Client):
         The process group goes whether or not its leader is still alive (a child holding the
         adapter's output outlives its parent there), then every descendant seen (now or
         earlier) and every process carrying this adapter's tag (one that called ``setsid``)."""
+        from ledgercheck.services import reaper
+
         proc = self.proc
         if proc is None:
             return

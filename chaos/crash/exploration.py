@@ -59,7 +59,8 @@ class Explorer:
     """Shared set-up for explore/run/replay: pool, handshake checks, workload, baseline."""
 
     def __init__(self, address: str, spec: Spec, *, seed: int = 0, workload: Workload | Mapping[str, Any] | None = None,
-                 worker: str | None = None, jobs: int = 1, timeout: float = 60.0, tmp_root: str | None = None) -> None:
+                 worker: str | None = None, jobs: int = 1, timeout: float = 60.0, tmp_root: str | None = None,
+                 pool: WorkerPool | None = None) -> None:
         problems = check_contract(spec)
         if problems:
             raise ChaosError(f"the contract does not fit the crash harness: {problems[0]}")
@@ -71,7 +72,10 @@ class Explorer:
                 workload = Workload.from_dict(workload, spec)
             except WorkloadError as exc:
                 raise ChaosError(str(exc)) from None
-        self.pool = WorkerPool(address, spec, spare=self.jobs + 1, worker=worker)
+        # a pool given by the caller (one for every point of a run: its workers are clean, never
+        # armed, so handing them to the next point is no different from the next window) stays open
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else WorkerPool(address, spec, spare=self.jobs + 1, worker=worker)
         try:
             probe = self.pool.get()
             self.handshake, self.kind = probe.handshake, probe.kind
@@ -86,7 +90,7 @@ class Explorer:
                 raise ChaosError(f"the workload uses step classes the contract does not define: {', '.join(sorted(unknown))}")
             self.harness = Harness(address, spec, self.workload, pool=self.pool, timeout=timeout, tmp_root=tmp_root)
         except BaseException:
-            self.pool.close()
+            self.close()
             raise
         self.adapter_points = [p for p in self.handshake.get("crash_points") or [] if isinstance(p, str)]
         self._baseline: dict[str, Any] | None = None
@@ -94,7 +98,8 @@ class Explorer:
         self._probe_lock = threading.Lock()
 
     def close(self) -> None:
-        self.pool.close()
+        if self._own_pool:
+            self.pool.close()
 
     def __enter__(self) -> Explorer:
         return self
@@ -261,14 +266,17 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
             workload: Workload | Mapping[str, Any] | None = None,
             max_occurrence: int | None = None, replay_dir: str | None = None, progress: Progress | None = None,
             jobs: int = 1, fencing: bool = True, worker: str | None = None, timeout: float = 60.0,
-            tmp_root: str | None = None, scan_kills: bool = True) -> list[dict[str, Any]]:
+            tmp_root: str | None = None, scan_kills: bool = True, pool: WorkerPool | None = None) -> list[dict[str, Any]]:
     """Run every crash window of a workload against an adapter; see docs/chaos.md.
 
     With ``scan_kills`` the worker running the recovery scan is killed too, at every occurrence of
-    the adapter's own points inside ``recover``, for one window per recovery decision."""
+    the adapter's own points inside ``recover``, for one window per recovery decision.  ``pool``:
+    workers for ``address`` and ``spec`` shared with other explorations (left open: its owner
+    closes it; certify keeps one for all its crash points), instead of a pool of this
+    exploration's own."""
     replay_dir = replay_dir or default_replay_dir()
     with Explorer(address, spec, seed=seed, workload=workload, worker=worker, jobs=jobs, timeout=timeout,
-                  tmp_root=tmp_root) as ex:
+                  tmp_root=tmp_root, pool=pool) as ex:
         pts = ex.check_points(points)
         ex.baseline()
         fixed: list[tuple[str, int, str]] = []

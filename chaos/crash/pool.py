@@ -232,6 +232,11 @@ class WorkerPool:
         with self._lock:
             self._idle.append(h)
 
+    @property
+    def failed(self) -> str | None:
+        """Why this pool hands out no more workers (stopped, or a worker failed to start), or None."""
+        return self._failed
+
     def abort(self, reason: str) -> None:
         """Stop at once (an interrupt): no more workers are handed out, and every worker is
         SIGKILLed with all it started, so a scenario waiting on one ends now, not at its deadline."""
