@@ -136,7 +136,12 @@ class WakeupsOps(ModelBase):
             run["expires_at"] = res.get("expires_at") if isinstance(res, Mapping) and self._same("time", want, res.get("expires_at")) else want
             return out
 
-        return Accept(h, "wakeups.fencing", f"the holder renews the hand-out of run {rid!r}", also_refuse=also)
+        # the live token's renewal is what wakeups.lease says happens; refusing it with the fence's
+        # code misjudges which hand-out is live, the judgement wakeups.fencing is about (as a work
+        # item's and a lane's renewal: the renewal's own clause, the fence's for a stale refusal)
+        fence = self.spec.handouts[PROFILE].fence
+        return Accept(h, "wakeups.lease", f"the holder renews the hand-out of run {rid!r}", also_refuse=also,
+                      refused_as={fence: "wakeups.fencing"})
 
     def _handout_ok(self, run: Mapping[str, Any], res: Any, clause: str, expires: float, cycle: int, attempt: int,
                     woken: list[str] | None) -> list[Violation]:

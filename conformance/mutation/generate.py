@@ -244,14 +244,19 @@ def _stale_replays(c: _Contract) -> list[Mutant]:
 
 def _refused_replays(c: _Contract) -> list[Mutant]:
     """a replay refused: the same call again (its arguments but ``now`` unchanged), which the reference
-    answers, refused with the code the contract gives to a reused idempotency key"""
+    answers, refused with the code the contract gives to a reused idempotency key.  Its own clauses:
+    those saying the operation is replayed or done again, and, for an operation that lists a
+    transition, the clause saying every transition of the table is accepted through the operations
+    that list it (the repeated call the reference answers moves an item: a second claim takes the
+    next item; refusing it refuses an allowed move, whatever a replay clause says)"""
     spec, ops = c.spec, c.ops
     out: list[Mutant] = []
     refusal = _replay_refusal(spec)
     for op in ops:
         said = _said(spec, op, REPLAY_WORDS)
         if said:
-            out.append(Mutant("replay_refuse", (op, refusal), own=own_clauses(spec, op, [], [c.id for c in said]),
+            extra = [c.id for c in said] + _status_owner(spec, op)
+            out.append(Mutant("replay_refuse", (op, refusal), own=own_clauses(spec, op, [], extra),
                               site=("replay_same", op), what=f"a replayed {op} is refused with {refusal} instead of answered"))
     return out
 

@@ -19,6 +19,7 @@ from ledgercheck.fixtures.testkit import (
     broken_lanes,
     broken_paths,
     broken_recovery,
+    broken_refused,
     broken_safety,
     broken_spawn,
     broken_timing,
@@ -28,7 +29,7 @@ from ledgercheck.spec import default_spec
 from ledgercheck.transport.client import connect
 
 MODULES = (broken, broken_edges, broken_instants, broken_inputs, broken_journal, broken_lanes, broken_paths, broken_recovery,
-           broken_safety, broken_spawn, broken_timing, broken_trees)
+           broken_refused, broken_safety, broken_spawn, broken_timing, broken_trees)
 SPEC = default_spec()
 
 
