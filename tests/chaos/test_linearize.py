@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ledgercheck.chaos.safety.anomalies import check
@@ -350,3 +351,31 @@ def test_a_ledger_is_held_to_the_profiles_it_claims(claims: list[str] | None) ->
         assert not lin.violations and not lin.unchecked, lin.to_json()
     else:
         assert lin.violations == ["x"] and "lease.fencing" in lin.items["x"].clauses, lin.to_json()
+
+
+class _NackToBack(bl.Linear):
+    """A nack puts the message behind every pending one (a new arrival): it loses its place in its
+    sender's order (inbox.nack.redeliver)."""
+
+    def inbox_nack(self, *, recipient: str, message_id: str, now: float, error: str | None = None) -> Any:
+        got = self.ledger.inbox_nack(recipient=recipient, message_id=message_id, now=now, error=error)
+        with self.ledger._tx as cur:
+            top = cur.execute("SELECT MAX(arrival) FROM inbox WHERE recipient = ?", (recipient,)).fetchone()[0]
+            cur.execute("UPDATE inbox SET arrival = ? WHERE recipient = ? AND message_id = ?", (top + 1, recipient, message_id))
+        return got
+
+
+@pytest.mark.parametrize("factory", [_NackToBack, ReferenceAdapter, SharedMemLedger], ids=["nack-to-back", "reference", "shared-mem"])
+def test_a_nacked_message_keeps_its_place_in_its_senders_order_across_drains(factory: type, tmp_path: Path) -> None:
+    r = bl.Recorder(factory, tmp_path / "ledger", ("sender", "w1", "w2"))
+    for mid in ("m1", "m2"):
+        r.call("sender", "inbox_deliver", recipient="box", message_id=mid, sender="alice", body={"text": mid}, now=bl.T0 + 1)
+    r.call("w1", "inbox_drain", recipient="box", max=1, now=bl.T0 + 2)
+    r.call("w1", "inbox_nack", recipient="box", message_id="m1", error="again", now=bl.T0 + 3)
+    r.call("w2", "inbox_drain", recipient="box", max=1, now=bl.T0 + 4)
+    h = load_history(r.finish(tmp_path / "history.jsonl"))
+    cross = check_cross(h)
+    if factory is _NackToBack:
+        assert [c["rule"] for c in cross] == ["inbox_sender_order"] and cross[0]["items"] == ["box/m2", "box/m1"], cross
+    else:
+        assert cross == [], cross
