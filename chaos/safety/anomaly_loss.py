@@ -105,13 +105,18 @@ class _Loss:
 
     def _finished_unkept(self, it: _Item) -> bool:
         """The last operation that may have changed the item was an acknowledged move to a final
-        status (a close-out answered with the item done, failed, ...): the work was finished, though
-        the final read no longer finds the item."""
+        status (a close-out answered with the item done, failed, ...), or a close-out to a final
+        status that did not answer (its holder killed while it ran: it may have taken effect): the
+        work was, or may have been, finished, though the final read no longer finds the item (a
+        ledger that deletes a job when it completes).  Work lost before its holder asked to finish
+        it is still lost."""
         moved = [op for op in it.ops if op.name not in self.R.reads and op.maybe]
         if not moved:
             return False
         last, r = moved[-1], moved[-1].result
-        return last.ok and type(r) is dict and r.get("work_id") == it.work_id and r.get("status") in self.R.terminal
+        if not last.ok:
+            return last.name in self.R.close_outs and last.args.get("status") in self.R.terminal
+        return type(r) is dict and r.get("work_id") == it.work_id and r.get("status") in self.R.terminal
 
     def _cause(self, it: _Item, grants: list[Grant]) -> list[Op | Record]:
         """The fault that explains why an item was lost, when the history has one: the first kill,

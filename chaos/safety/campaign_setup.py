@@ -130,7 +130,9 @@ class _Setup:
             adapter={"address": self.address, "name": hs.get("name"), "version": hs.get("version"),
                      "clock": "wall" if self.wall else "injected", "durable": self.durable,
                      "concurrent": caps.get("concurrent"), "profiles": self.profiles,
-                     "mode": self.mode},
+                     "mode": self.mode,
+                     # the resolution of the ledger's own stamps (a wall clock's), when its handshake says
+                     **({"time_resolution": caps["time_resolution"]} if "time_resolution" in caps else {})},
             declared={"delivery": self.declared.delivery, "reclaim": self.declared.reclaim},
             timings={"ttl": self.ttl * (self.p.wall_scale if self.wall else 1.0),
                      "grace": self.grace * (self.p.wall_scale if self.wall else 1.0),

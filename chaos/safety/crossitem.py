@@ -29,6 +29,12 @@ read answering an ``outbox_list``; *marking sent* names a ``key`` and answers an
   time, or handed out more times than one plus its nacks: two holders at once.
 * ``inbox_delivered_twice`` (inbox.deliver.idempotent): two deliveries of one message id to one
   recipient both answered as new.
+* ``inbox_sender_order`` (inbox.fifo.per_sender, inbox.nack.redeliver): a drain answered ok
+  handed out a sender's message while an earlier message of the same sender (its delivery
+  answered as new before the later one's was invoked) was certainly pending: never handed out by
+  then, or handed out and given back by nacks answered before the drain, and no ack, other nack
+  or unanswered drain that may have taken it before the drain.  The contract's order is per
+  sender and holds across drains: a message nacked back keeps its place.
 * ``outbox_phantom`` (outbox.intent_first): a relay listing or a mark-sent answered ok with a
   message whose key no enqueue that was not refused, invoked before that answer, could have made
   (an outbound message for a write that never happened).
@@ -286,11 +292,85 @@ def _inbox(recs: list[tuple[Any, Any]], spec: Spec) -> list[dict[str, Any]]:
                           "text": f"message {mid!r} of {r!r} was handed out by {i1.op} #{i1.id} ({i1.process}) and {i2.op} "
                                   f"#{i2.id} ({i2.process}) with {len(ns)} nack(s) of it that can come between "
                                   f"({len(hs)} hand-outs in all)"})
+    found += _sender_order(recs, spec, handed, released)
     for (r, mid), ds in new.items():
         if len(ds) > 1:
             found.append({"rule": "inbox_delivered_twice", "items": [f"{r}/{mid}"], "ops": [i.id for i in ds],
                           "text": f"message {mid!r} to {r!r} was delivered as new {len(ds)} times "
                                   f"({', '.join(f'#{i.id}' for i in ds)})"})
+    return found
+
+
+def _sender_order(recs: list[tuple[Any, Any]], spec: Spec, handed: Mapping[tuple[str, str], list[tuple[Any, Any]]],
+                  released: Mapping[tuple[str, str], list[tuple[Any, Any]]]) -> list[dict[str, Any]]:
+    """``inbox_sender_order`` (inbox.fifo.per_sender, inbox.nack.redeliver): a drain answered ok
+    handed out a sender's message while an earlier message of that sender was certainly pending.
+
+    "Earlier": its delivery was answered as new before every delivery (not refused) of the later
+    one was invoked.  "Certainly pending" during the drain: every hand-out of it that may come
+    before the drain was answered before the drain was invoked and was given back by as many nacks
+    answered ok (not dead-lettered) before the drain was invoked; no ack of it (not refused), no
+    other nack of it, and no drain of the recipient that did not answer (it may have handed it
+    out) may come before the drain.  Anything less certain is not judged."""
+    r_ = roles(spec)
+    ops = spec.operations
+    delivers = {n for n, o in ops.items() if o.kind != "read" and "message_id" in o.args and "sender" in o.args}
+    drains = {n for n, o in ops.items() if o.kind != "read" and o.returns == "message_list"}
+    acks = {r_["ack"]} - {None}
+    # (recipient, message id) -> sender, and when it surely arrived (a delivery answered as new)
+    sender: dict[tuple[str, str], str] = {}
+    arrived: dict[tuple[str, str], float] = {}
+    first_try: dict[tuple[str, str], float] = {}  # the first invoke of a delivery of it that was not refused
+    acked: dict[tuple[str, str], list[Any]] = {}
+    open_drains: dict[str, list[Any]] = {}  # recipient -> invokes of drains that did not answer
+    for inv, comp in recs:
+        r, mid = inv.args.get("recipient"), inv.args.get("message_id")
+        if not isinstance(r, str):
+            continue
+        if inv.op in delivers and isinstance(mid, str) and isinstance(inv.args.get("sender"), str) and _happened(comp):
+            sender.setdefault((r, mid), inv.args["sender"])
+            first_try[(r, mid)] = min(first_try.get((r, mid), INF), inv.t)
+            if comp is not None and comp.outcome == "ok" and isinstance(comp.result, Mapping) \
+                    and comp.result.get("delivered") is True:
+                arrived[(r, mid)] = min(arrived.get((r, mid), INF), comp.t)
+        elif inv.op in acks and isinstance(mid, str) and _happened(comp):
+            acked.setdefault((r, mid), []).append(inv)
+        elif inv.op in drains and (comp is None or comp.outcome == "indefinite"):
+            open_drains.setdefault(r, []).append(inv)
+    by_sender: dict[tuple[str, str], list[str]] = {}
+    for (r, mid), s in sender.items():
+        by_sender.setdefault((r, s), []).append(mid)
+
+    def pending_throughout(r: str, mid: str, d0: float, d1: float) -> bool:
+        if any(i.t < d1 for i in acked.get((r, mid), ())) or any(i.t < d1 for i in open_drains.get(r, ())):
+            return False
+        hs = [(i, c) for i, c in handed.get((r, mid), ()) if i.t < d1]
+        ns = [(i, c) for i, c in released.get((r, mid), ()) if i.t < d1]
+        if any(c.t >= d0 for _, c in hs):
+            return False
+        back = [c for _, c in ns if c is not None and c.outcome == "ok" and c.t < d0
+                and isinstance(c.result, Mapping) and c.result.get("dead") is False]
+        return len(back) == len(ns) == len(hs)
+
+    found: list[dict[str, Any]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for (r, later), hs in handed.items():
+        s = sender.get((r, later))
+        if s is None:
+            continue
+        for d_inv, d_comp in hs:
+            got = {m.get("message_id") for m in d_comp.result if isinstance(m, Mapping)}
+            for earlier in by_sender.get((r, s), ()):
+                if earlier == later or earlier in got or (r, earlier, later) in seen:
+                    continue
+                if not arrived.get((r, earlier), INF) < first_try.get((r, later), -INF):
+                    continue
+                if pending_throughout(r, earlier, d_inv.t, d_comp.t):
+                    seen.add((r, earlier, later))
+                    found.append({"rule": "inbox_sender_order", "items": [f"{r}/{later}", f"{r}/{earlier}"], "ops": [d_inv.id],
+                                  "text": f"{d_inv.op} #{d_inv.id} ({d_inv.process}) handed out {later!r} of sender {s!r} to "
+                                          f"{r!r} while {earlier!r}, which that sender's messages had brought before it, was "
+                                          f"pending"})
     return found
 
 

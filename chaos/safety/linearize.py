@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledgercheck.conformance.harness import wall_tolerance
 from ledgercheck.conformance.model import Accept, Model, Outcome, Refuse
 from ledgercheck.spec import Spec, default_spec
 
@@ -75,6 +76,9 @@ class LinOp:
     read: Any = None  # for a projected read (list, final): the item's snapshot
     kind: str = "op"  # op | read (a listing's snapshot) | adopt (a multi-item write's snapshot) | final
     optional: bool = False
+    # a create whose answer's item fields are judged by a read beside it (project): its own step
+    # judges what makes the item, not the fields its answer shows
+    fields_read: bool = False
 
     @property
     def definite(self) -> bool:
@@ -91,13 +95,16 @@ class ItemResult:
     reason: str = ""
     states: int = 0
     ops: int = 0
+    # the contract clauses the model names at ``at`` (a violation; empty when its word names none:
+    # an operation on an item not created yet, an answer the model cannot read)
+    clauses: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"result": self.result}
         if self.result == "linearizable":
             out["order"] = self.order
         elif self.result == "violation":
-            out.update(excerpt=self.excerpt, at=self.at, expected=self.expected)
+            out.update(excerpt=self.excerpt, at=self.at, expected=self.expected, clauses=self.clauses)
         else:
             out["reason"] = self.reason
         return out
@@ -241,8 +248,21 @@ def project(history: History, spec: Spec) -> tuple[dict[str, list[LinOp]], list[
         wid = snap["work_id"] if snap is not None else ident.get(key)
         if wid is None and history.final is not None:
             wid = next((w for w, s in history.final.items.items() if isinstance(s, Mapping) and _identity(s) == key), None)
-        if wid is not None:
+        if wid is None:
+            continue
+        if snap is not None and snap.get("work_id") == wid and op.result.get("created") is True:
+            # The contract promises the state new work starts in (core.create.initial), and answers a
+            # create of a unit it already holds with the item as it is: a ledger may answer a new
+            # one the same way, by reading the item after writing it, and a claim that took it in
+            # between shows.  The create is judged on what makes the item (its id and identity),
+            # and what its answer shows as a read of the item between the create and the answer:
+            # a state the item never had (a torn answer, a wrong initial state no other operation
+            # explains) is still a violation.
+            op.fields_read = True
             per.setdefault(wid, []).append(op)
+            per[wid].append(LinOp(op.id, op.process, op.op, op.args, op.t0, op.t1, "ok", op.result, None, snap, "read"))
+            continue
+        per.setdefault(wid, []).append(op)
     fin = history.final
     if fin is not None:
         moved = {w for a in (fin.recovery or {}).get("actions") or [] if isinstance(a, Mapping)
@@ -281,8 +301,13 @@ class _Budget(Exception):
     pass
 
 
-_MODELS: dict[int, tuple[Spec, Model, dict[str, Any], frozenset[str]]] = {}
+_MODELS: dict[tuple[int, tuple[str, ...] | None, float], tuple[Spec, Model, dict[str, Any], frozenset[str]]] = {}
 _LACKS = "snapshot lacks field"  # the model's word for a field an answer does not carry (base.py)
+
+
+def _clauses(found: list[Any]) -> list[str]:
+    """The clause ids of the model's findings, once each, in their order."""
+    return list(dict.fromkeys(v.clause for v in found if getattr(v, "clause", "")))
 
 
 def _judged(found: list[Any]) -> list[Any]:
@@ -374,14 +399,17 @@ class _Watch:
 class _Search:
     """The search for one item."""
 
-    def __init__(self, spec: Spec, wid: str, ops: list[LinOp], slack: bool, budget: int) -> None:
+    def __init__(self, spec: Spec, wid: str, ops: list[LinOp], slack: bool, budget: int,
+                 profiles: tuple[str, ...] | None = None, tolerance: float = 0.0) -> None:
         self.spec = spec
-        held = _MODELS.get(id(spec))
+        self.profiles = profiles
+        self.tolerance = tolerance
+        held = _MODELS.get((id(spec), profiles, tolerance))
         if held is None or held[0] is not spec:
-            m = Model(spec)
+            m = Model(spec, profiles, tolerance=tolerance) if tolerance else Model(spec, profiles)
             # operations that make an item from another one (answering a create_result, not a create)
             makers = frozenset(n for n, o in spec.operations.items() if o.returns == "create_result" and o.kind != "create")
-            held = _MODELS[id(spec)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS}, makers)
+            held = _MODELS[(id(spec), profiles, tolerance)] = (spec, m, {a: getattr(m, a) for a in _STATE_ATTRS}, makers)
         self._model, self._empty, self.makers = held[1], held[2], held[3]
         self.wid = wid
         self.ops = ops
@@ -391,6 +419,7 @@ class _Search:
         self.best: list[int] = []  # longest order found (indices into ops)
         self.memo: set[tuple[frozenset[int], str]] = set()
         self.forked = False  # a branch point was passed: states may come again, the memo is kept from here
+        self.why: list[str] = []  # the clauses the model named at the last step found inconsistent
 
     # -- model state
     def fresh(self) -> Model:
@@ -421,7 +450,8 @@ class _Search:
     # -- one step
     def step(self, m: Model, op: LinOp, st: State) -> tuple[bool, State, str]:
         """Apply ``op`` to the model: (consistent, the state of knowledge afterwards, the model's
-        word when not)."""
+        word when not; the clauses it names in ``self.why``)."""
+        self.why = []
         unknown, stale = st
         snap = op.read if op.kind in ("read", "final", "adopt") else (_snapshot_of(op.op, op.result) if op.outcome == "ok" else None)
         if op.kind == "adopt":  # an answer of a write on several items: the item as it left it
@@ -437,6 +467,7 @@ class _Search:
             if self.wid not in m.items:
                 return False, st, "the item does not exist yet"
             bad = _judged(m.check_work(dict(snap), self.wid))
+            self.why = _clauses(bad)
             return (not bad), st, "; ".join(v.message for v in bad)
         if unknown:  # nothing is judged; what the operation may have written becomes unknown too
             return True, self.unjudged(m, op, snap, stale, self.may_touch(m, op), True), ""
@@ -476,12 +507,22 @@ class _Search:
             if isinstance(exp, Refuse):
                 return True, st, ""
             if code in STATE_CODES and code not in exp.also_refuse:
+                blamed = exp.refused_as.get(code) or exp.clause
+                if not m.claimed(blamed):  # a rule of a profile the ledger does not claim: it did not happen
+                    return True, st, ""
+                self.why = [blamed]
                 return False, st, f"{op.op} must succeed here ({exp.why}), it was refused {code}"
             return True, st, ""
         # ok
         if snap is not None and snap.get("work_id") == self.wid and self._take_open(m, snap):
             exp = m.expect(op.op, op.args)  # judged again on the fields the answer settled
         if isinstance(exp, Refuse):
+            if not m.claimed(exp.clause):
+                # refused by a rule of a profile the ledger does not claim (a core-only ledger
+                # accepting a close-out past a lease's expiry): what it did instead is no violation of
+                # its claim, and the item is what the answer shows (unknown without one)
+                return True, self.unjudged(m, op, snap, stale, self.may_touch(m, op)), ""
+            self.why = [exp.clause]
             return False, st, f"{op.op} must be refused here with {'/'.join(sorted(exp.codes))} ({exp.why})"
         assert isinstance(exp, Accept)
         saved, watch = (self.save(m), _Watch(m)) if stale else (None, None)  # judging the answer may read a receipt not known
@@ -496,7 +537,10 @@ class _Search:
             self.restore(m, saved)
             return True, self.unjudged(m, op, snap, stale, watch.seen), ""
         bad = _judged(bad)
+        if op.fields_read:  # the item's fields: judged by the read beside it
+            bad = [v for v in bad if not v.message.startswith(f"{self.wid}: ")]
         if bad:
+            self.why = _clauses(bad)
             return False, st, "; ".join(v.message for v in bad)
         return True, st, ""
 
@@ -620,8 +664,11 @@ class _Search:
             return None
 
 
-def check_item(spec: Spec, wid: str, ops: list[LinOp], *, wall: bool = False, budget: int = BUDGET) -> ItemResult:
-    s = _Search(spec, wid, ops, wall, budget)
+def check_item(spec: Spec, wid: str, ops: list[LinOp], *, wall: bool = False, budget: int = BUDGET,
+               profiles: tuple[str, ...] | None = None, tolerance: float = 0.0) -> ItemResult:
+    """One item's search; ``profiles``: the contract profiles whose clauses are judged (None: all);
+    ``tolerance``: how far a ledger's own time stamps may lie outside a call's window (wall clock)."""
+    s = _Search(spec, wid, ops, wall, budget, profiles, tolerance)
     idx = list(range(len(ops)))
     try:
         got = s.run(idx)
@@ -648,7 +695,7 @@ def _explain_failure(s: _Search, budget: int) -> ItemResult:
         # every definite op completed by `end`, every op invoked before it as optional
         idx = [i for i, o in enumerate(ops) if (o.definite and o.t1 <= end) or (o.t0 <= end and not o.definite)]
         pending = [i for i, o in enumerate(ops) if o.definite and o.t1 > end and o.t0 <= end]
-        sub = _Search(s.spec, s.wid, [_as_optional(ops[i]) if i in pending else ops[i] for i in range(len(ops))], s.slack, budget)
+        sub = _Search(s.spec, s.wid, [_as_optional(ops[i]) if i in pending else ops[i] for i in range(len(ops))], s.slack, budget, s.profiles, s.tolerance)
         try:
             got = sub.run(idx + pending)
         except (_Budget, RecursionError):
@@ -657,12 +704,24 @@ def _explain_failure(s: _Search, budget: int) -> ItemResult:
         if got is None:
             prefix = idx + pending
             at = next(i for i, o in enumerate(ops) if o.definite and o.t1 == end)
-            s = _Search(s.spec, s.wid, sub.ops, s.slack, budget)
+            s = _Search(s.spec, s.wid, sub.ops, s.slack, budget, s.profiles, s.tolerance)
             ops = s.ops
             break
     if at is None:
         at = max((i for i, o in enumerate(ops) if o.definite), key=lambda i: ops[i].t1, default=0)
     word0 = _word(s, prefix, at, budget)
+    if not word0[0]:
+        # the model has no word for the operation the failing prefix ends with (several answers
+        # at that instant: a create and the read of its answer; or a refusal that changes nothing,
+        # after an answer only that prefix makes definite): the first answer of the prefix, in
+        # order of completion, the model has a word for
+        same = [i for i in prefix if ops[i].definite and ops[i].t1 == ops[at].t1 and i != at]
+        rest = sorted((i for i in prefix if ops[i].definite and i != at and i not in same), key=lambda i: ops[i].t1)
+        for j in same + rest:
+            w = _word(s, prefix, j, budget)
+            if w[0]:
+                at, word0 = j, w
+                break
     # greedy minimisation: drop every operation whose removal keeps the same failure (no order,
     # and the model saying the same at the same operation)
     keep = sorted(prefix, key=lambda i: ops[i].t0)
@@ -672,7 +731,7 @@ def _explain_failure(s: _Search, budget: int) -> ItemResult:
             continue
         tries += 1
         trial = [j for j in keep if j != i]
-        sub = _Search(s.spec, s.wid, ops, s.slack, budget)
+        sub = _Search(s.spec, s.wid, ops, s.slack, budget, s.profiles, s.tolerance)
         try:
             got = sub.run(trial)
         except (_Budget, RecursionError):
@@ -680,15 +739,16 @@ def _explain_failure(s: _Search, budget: int) -> ItemResult:
         total_states += sub.states
         if got is None and _word(s, trial, at, budget) == word0:
             keep = trial
-    word = word0 or "no order of the excerpt explains this answer"
+    word = word0[0] or "no order of the excerpt explains this answer"
     return ItemResult("violation", excerpt=[ops[j].id for j in keep], at=ops[at].id, expected=word,
-                      states=total_states, ops=len(ops))
+                      states=total_states, ops=len(ops), clauses=list(word0[1]))
 
 
-def _word(s: _Search, idx: list[int], at: int, budget: int) -> str:
-    """What the model says at ``at`` after the longest order of ``idx`` without it."""
+def _word(s: _Search, idx: list[int], at: int, budget: int) -> tuple[str, tuple[str, ...]]:
+    """What the model says at ``at`` after the longest order of ``idx`` without it, and the
+    clauses it names."""
     ops = s.ops
-    sub = _Search(s.spec, s.wid, ops, s.slack, budget)
+    sub = _Search(s.spec, s.wid, ops, s.slack, budget, s.profiles, s.tolerance)
     before = [j for j in idx if j != at]
     try:
         order = sub.run(before)
@@ -700,7 +760,8 @@ def _word(s: _Search, idx: list[int], at: int, budget: int) -> str:
     unknown = KNOWN
     for j in order:
         _, unknown, _ = sub.step(m, ops[j], unknown)
-    return sub.step(m, ops[at], unknown)[2]
+    word = sub.step(m, ops[at], unknown)[2]
+    return word, tuple(sub.why)
 
 
 def _as_optional(o: LinOp) -> LinOp:
@@ -716,6 +777,13 @@ def check_linearizable(history: History, spec: Spec | None = None, *, budget: in
     want = set(items) if items is not None else None
     out: dict[str, ItemResult] = {}
     spec, why = contract_as_run(history, spec)
+    profiles = claimed_profiles(history, spec)
+    # a wall-clock ledger stamps instants of its own, at its own resolution (BullMQ: whole
+    # milliseconds, so a stamp may fall just before the call was sent; DBOS on SQLite: whole
+    # seconds): its stamps are held to the call's window widened by the tolerance the conformance
+    # harness allows the same ledger (from the resolution its handshake declares, kept in the meta)
+    meta = history.meta.adapter or {}
+    tol = wall_tolerance({"capabilities": {"time_resolution": meta.get("time_resolution")}}) if wall else 0.0
     if why:
         return Linearizability({w: ItemResult("unchecked", reason=why, ops=len(per[w])) for w in sorted(per)
                                 if want is None or w in want})
@@ -728,10 +796,22 @@ def check_linearizable(history: History, spec: Spec | None = None, *, budget: in
             ops = per[wid]
             if floating:
                 ops = sorted(ops + [f for f in floating if f.t0 <= max(o.t0 for o in ops)], key=lambda o: o.t0)
-            out[wid] = check_item(spec, wid, ops, wall=wall, budget=budget)
+            out[wid] = check_item(spec, wid, ops, wall=wall, budget=budget, profiles=profiles, tolerance=tol)
     finally:
         sys.setrecursionlimit(limit)
     return Linearizability(out)
+
+
+def claimed_profiles(history: History, spec: Spec) -> tuple[str, ...] | None:
+    """The contract profiles the history's ledger claimed (its handshake, in the meta record), whose
+    clauses the search judges, as the conformance suite holds a ledger to what it claims: what it
+    does in a profile it does not claim is no violation of its claim (the conformance suite reports
+    it apart).  None (every profile) when the history does not say.  Whatever is claimed, the six
+    anomaly classes are judged by the class checker on every history."""
+    got = (history.meta.adapter or {}).get("profiles")
+    if not isinstance(got, list) or not got:
+        return None
+    return tuple(p for p in spec.profiles if p in got)
 
 
 def contract_as_run(history: History, spec: Spec) -> tuple[Spec, str]:

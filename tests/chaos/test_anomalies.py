@@ -858,3 +858,24 @@ def test_a_close_out_in_flight_across_a_takeover_that_comes_back_ok_is_a_stale_w
     assert _close_out_in_flight_across_a_takeover("refused")[1].anomalies == []
     # a requeue between the two makes a finished item claimable again: either order may be right
     assert "stale_write_accepted" not in kinds(_close_out_in_flight_across_a_takeover("ok", requeue=True)[1])
+
+
+@pytest.mark.parametrize("close", ["indefinite", "refused", None])
+def test_a_job_deleted_as_it_completes_whose_close_out_never_answered_is_not_lost(close: str | None) -> None:
+    """A ledger that deletes a job when it completes (graphile-worker), its holder killed while its
+    close-out to done ran: the close-out may have taken effect, so the missing record is no proof
+    of lost work (seen in graphile-worker's campaign, seed 4).  A close-out refused (it certainly
+    did not happen), or none at all, leaves the same missing record as lost work."""
+    b = HistoryBuilder(reclaim="lease")
+    b.create("producer", "x", T0)
+    b.claim("w1", "x", T0 + 1)
+    if close is not None:
+        b.close_out("w1", "x", b.items["x"].token or "", T0 + 2, outcome=close,
+                    applied=close == "indefinite")
+    b.nemesis("kill", "w1")
+    b.final(T0 + 100, drop={"x"})
+    v = check(b.history())
+    if close == "indefinite":
+        assert v.anomalies == [] and v.counts.get("finished_not_kept") == 1, [a.explanation for a in v.anomalies]
+    else:
+        assert kinds(v) == ["lost_work"], [a.explanation for a in v.anomalies]

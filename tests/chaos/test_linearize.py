@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ledgercheck.chaos.safety.anomalies import check
@@ -291,3 +292,90 @@ def test_an_unanswered_enqueue_may_have_made_its_message_and_a_refused_one_did_n
 def test_an_unanswered_mark_sent_may_have_taken_its_message_out_of_pending(tmp_path: Path) -> None:
     path = bl.record(ReferenceAdapter, "outbox", tmp_path)
     assert check_cross(load_history(_rewrite(path, _answer("outbox_mark_sent", 0, "indefinite")))) == []
+
+
+# ---------------------------------------------------------------------- a create answered by a read
+def _create_answered_late(answer: str) -> History:
+    """A create whose answer comes back after a claim took the new item: the answer shows the
+    item as the claim left it (``after``), a state it never had (``torn``: still queued, attempt
+    1), or running though no claim in the history took it (``unclaimed``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from history_sim import HistoryBuilder
+
+    b = HistoryBuilder()
+    b.create("producer", "x", bl.T0)
+    if answer != "unclaimed":
+        b.claim("w1", "x", bl.T0 + 1)
+    recs = b.records
+    create_done = next(i for i, r in enumerate(recs) if r["type"] == "complete" and r["op"] == "create")
+    done = recs.pop(create_done)
+    running = b.items["x"].snapshot() if answer != "unclaimed" else {**b.items["x"].snapshot(), "status": "running",
+                                                                       "owner": "w9", "attempt": 1}
+    done["result"] = {"work": running if answer != "torn" else {**running, "status": "queued", "owner": None,
+                                                                  "lease_token": None, "lease_expires_at": None},
+                      "created": True}
+    recs.append(done)
+    b.final(bl.T0 + 2)
+    for i, r in enumerate(recs[1:], 1):
+        r["t"] = i / 1000
+    return b.history()
+
+
+def test_a_create_answered_by_a_read_after_a_claim_is_linearizable_and_a_torn_or_unexplained_one_is_not() -> None:
+    lin = check_linearizable(_create_answered_late("after"))
+    assert not lin.violations and not lin.unchecked, lin.to_json()
+    for answer in ("torn", "unclaimed"):
+        lin = check_linearizable(_create_answered_late(answer))
+        assert lin.violations == ["x"], (answer, lin.to_json())
+        assert lin.items["x"].clauses, lin.items["x"].to_json()  # the model names what it holds against it
+
+
+@pytest.mark.parametrize("claims", [None, ["core", "lease"], ["core"]])
+def test_a_ledger_is_held_to_the_profiles_it_claims(claims: list[str] | None) -> None:
+    """A close-out by the holder long after its lease lapsed, accepted: the lease profile's fencing
+    forbids it, so a ledger claiming that profile (or a history that does not say) is caught; a
+    core-only ledger (graphile-worker, Sidekiq OSS, Celery: their claims carry no lease they
+    enforce) is not held to it, as the conformance suite does not hold it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from history_sim import HistoryBuilder
+
+    b = HistoryBuilder()
+    if claims is not None:
+        b.records[0]["adapter"]["profiles"] = claims
+    b.create("producer", "x", bl.T0)
+    b.claim("w1", "x", bl.T0 + 1)
+    b.close_out("w1", "x", b.items["x"].token or "", bl.T0 + 1000)
+    b.final(bl.T0 + 1001)
+    lin = check_linearizable(b.history())
+    if claims == ["core"]:
+        assert not lin.violations and not lin.unchecked, lin.to_json()
+    else:
+        assert lin.violations == ["x"] and "lease.fencing" in lin.items["x"].clauses, lin.to_json()
+
+
+class _NackToBack(bl.Linear):
+    """A nack puts the message behind every pending one (a new arrival): it loses its place in its
+    sender's order (inbox.nack.redeliver)."""
+
+    def inbox_nack(self, *, recipient: str, message_id: str, now: float, error: str | None = None) -> Any:
+        got = self.ledger.inbox_nack(recipient=recipient, message_id=message_id, now=now, error=error)
+        with self.ledger._tx as cur:
+            top = cur.execute("SELECT MAX(arrival) FROM inbox WHERE recipient = ?", (recipient,)).fetchone()[0]
+            cur.execute("UPDATE inbox SET arrival = ? WHERE recipient = ? AND message_id = ?", (top + 1, recipient, message_id))
+        return got
+
+
+@pytest.mark.parametrize("factory", [_NackToBack, ReferenceAdapter, SharedMemLedger], ids=["nack-to-back", "reference", "shared-mem"])
+def test_a_nacked_message_keeps_its_place_in_its_senders_order_across_drains(factory: type, tmp_path: Path) -> None:
+    r = bl.Recorder(factory, tmp_path / "ledger", ("sender", "w1", "w2"))
+    for mid in ("m1", "m2"):
+        r.call("sender", "inbox_deliver", recipient="box", message_id=mid, sender="alice", body={"text": mid}, now=bl.T0 + 1)
+    r.call("w1", "inbox_drain", recipient="box", max=1, now=bl.T0 + 2)
+    r.call("w1", "inbox_nack", recipient="box", message_id="m1", error="again", now=bl.T0 + 3)
+    r.call("w2", "inbox_drain", recipient="box", max=1, now=bl.T0 + 4)
+    h = load_history(r.finish(tmp_path / "history.jsonl"))
+    cross = check_cross(h)
+    if factory is _NackToBack:
+        assert [c["rule"] for c in cross] == ["inbox_sender_order"] and cross[0]["items"] == ["box/m2", "box/m1"], cross
+    else:
+        assert cross == [], cross
