@@ -30,6 +30,7 @@ from ledgercheck.transport.clock import (
     plain,
     scaled_document,
     scaled_spec,
+    wall_tolerance,
 )
 
 from .model import Accept, Model, Outcome, Refuse, Violation
@@ -775,14 +776,6 @@ class Harness:
     def lapse_time(self, wid: str) -> float:
         it = self.item(wid)
         return it["lease_expires_at"] + self.spec.lease_for(it["source_system"]).grace + QUANTUM
-
-
-def wall_tolerance(handshake: dict[str, Any], timeout_scale: float = 1.0) -> float:
-    """How far apart a wall-clock adapter's and the harness's timestamps may be: 0.05 s (times
-    the run's timeout scale), widened to twice the ``time_resolution`` the adapter declares."""
-    res = (handshake.get("capabilities") or {}).get("time_resolution")
-    base = 0.05 * timeout_scale
-    return max(base, 2.0 * float(res)) if isinstance(res, int | float) and not isinstance(res, bool) else base
 
 
 def run_harness(client: Client, contract: Spec, profiles: Iterable[str], *, wall_scale: float = 0.01,

@@ -137,3 +137,11 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def wall_tolerance(handshake: dict[str, Any], timeout_scale: float = 1.0) -> float:
+    """How far apart a wall-clock adapter's and the harness's timestamps may be: 0.05 s (times
+    the run's timeout scale), widened to twice the ``time_resolution`` the adapter declares."""
+    res = (handshake.get("capabilities") or {}).get("time_resolution")
+    base = 0.05 * timeout_scale
+    return max(base, 2.0 * float(res)) if isinstance(res, int | float) and not isinstance(res, bool) else base

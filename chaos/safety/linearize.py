@@ -41,9 +41,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledgercheck.conformance.harness import wall_tolerance
 from ledgercheck.conformance.model import Accept, Model, Outcome, Refuse
 from ledgercheck.spec import Spec, default_spec
+from ledgercheck.transport.clock import wall_tolerance
 
 from .history import History
 
