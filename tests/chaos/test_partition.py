@@ -156,7 +156,9 @@ def _run_seeds() -> list[int]:
 
 
 @pytest.mark.budgeted  # one seed by default, every seed in the long tier (_run_seeds)
-@pytest.mark.parametrize("cls", [pg_ledger.PgLedger, pg_ledger.PgTimeFenced], ids=lambda c: c.__name__)
+# PgLedger is the long tier's (10 s): PgTimeFenced and the PostgreSQL reference stay in the default run
+@pytest.mark.parametrize("cls", [pytest.param(pg_ledger.PgLedger, marks=pytest.mark.thorough), pg_ledger.PgTimeFenced],
+                         ids=lambda c: c.__name__)
 def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, cls: type, tmp_path: Any) -> None:
     indefinite = late = 0
     for seed in _run_seeds():
@@ -200,7 +202,9 @@ def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: Pg
 
 # ------------------------------------------------------------------------------ broken ledgers
 SEEDS = (2,)
-@pytest.mark.parametrize("cls", [pg_ledger.LostAckRetried, pg_ledger.CallerClockLease], ids=lambda c: c.__name__)
+# LostAckRetried is the long tier's (12 s): CallerClockLease stays in the default run
+@pytest.mark.parametrize("cls", [pytest.param(pg_ledger.LostAckRetried, marks=pytest.mark.thorough), pg_ledger.CallerClockLease],
+                         ids=lambda c: c.__name__)
 def test_a_broken_ledger_is_caught_by_the_partition_and_missed_on_one_host(pg_hosts: PgHosts, cls: type,
                                                                             tmp_path: Any) -> None:
     # a cut lasts until another host's worker was handed the cut-off holder's item (chaos/safety/campaign.py

@@ -23,6 +23,7 @@ ADDRESS = "python:docliteral:DocLiteralLedger"
 
 
 @pytest.mark.budgeted
+@pytest.mark.thorough  # 28-29 s: the independent and event-sourced ledgers' certifications stay in the default run
 def test_the_doc_literal_ledger_is_certified(cli, tmp_path: Path, certify_budget: list[str]) -> None:
     out = tmp_path / "out"
     proc = cli("certify", "--adapter", ADDRESS, "--seed", "3", "--out", str(out), "--artifacts", str(tmp_path / "art"),

@@ -142,7 +142,9 @@ def _replay(library: str, lines: list[tuple[Finding, Path, dict]], spec: Spec) -
     return problems, missed
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
+# pg-boss's and DBOS's catalogues (13-14 s each) are the long tier's: the default run keeps the others
+@pytest.mark.parametrize("library", [pytest.param(n, marks=[pytest.mark.thorough] if n in ("pg-boss", "dbos") else [])
+                                     for n in LIBRARIES])
 def test_every_published_replay_reproduces_its_line(library: str, spec: Spec, postgres) -> None:
     lines = _lines(library, long=False)
     assert lines

@@ -32,6 +32,7 @@ def test_every_documented_choice_exists():
 
 
 @pytest.mark.budgeted
+@pytest.mark.thorough  # 18-20 s: the independent and event-sourced ledgers' certifications stay in the default run
 def test_certified_with_every_open_choice_taken(certified_without_chaos):
     node = shutil.which("node")
     if node is None:
