@@ -236,10 +236,12 @@ def _why(result: Any) -> tuple[Any, ...]:
 
 
 def _broken() -> list:
-    # DequeueDeletes is the long tier's: by default tests/chaos/test_safety_campaign.py::test_cli_exit_codes
-    # runs it under kills through `ledgercheck safety` and asserts exactly lost_work, which
-    # ClaimSkipsRecovered also shows here (its item kept, never handed out again)
-    return [pytest.param(c, marks=[pytest.mark.thorough] if c is bs.DequeueDeletes else []) for c in bs.ALL]
+    # DequeueDeletes and ClaimSkipsRecovered are the long tier's: by default
+    # tests/chaos/test_safety_campaign.py::test_cli_exit_codes runs DequeueDeletes under kills through
+    # `ledgercheck safety` and asserts exactly lost_work, which ClaimSkipsRecovered shows here too (its
+    # item kept, never handed out again; 10-11 s, and the default run is at its budget)
+    slow = (bs.DequeueDeletes, bs.ClaimSkipsRecovered)
+    return [pytest.param(c, marks=[pytest.mark.thorough] if c in slow else []) for c in bs.ALL]
 
 
 @pytest.mark.parametrize("cls", _broken(), ids=lambda c: c.__name__)
