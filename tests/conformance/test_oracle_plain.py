@@ -90,6 +90,8 @@ def test_the_differential_property_finds_a_changed_version(monkeypatch: pytest.M
     else:
         monkeypatch.setattr(f"{__name__}._compile_same_now", _missing_is_none)
     try:
-        find(cases(), _differ, settings=settings(max_examples=1000, database=None, deadline=None, phases=[Phase.generate]))
+        # derandomized: the same search every run (a random 1,000-example search missed the change once in .ci/run)
+        find(cases(), _differ, settings=settings(max_examples=3000, database=None, deadline=None, derandomize=True,
+                                                 phases=[Phase.generate]))
     except NoSuchExample:  # pragma: no cover - the failure this test exists for
         pytest.fail(f"the differential property did not notice the {broken} change")
