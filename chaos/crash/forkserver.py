@@ -6,6 +6,11 @@ carries one file descriptor, the worker's end of a fresh control socket; the ser
 child reads its configuration from that socket and becomes a worker, and the server answers
 with the child's pid.  A worker therefore starts in a few milliseconds, already warm.
 
+A worker runs in the requester's environment and working directory as they are when it is
+spawned, not as they were when the server started: the first message on its control socket
+carries them (a harness that points adapters at a server, ``LEDGERCHECK_PG_DSN`` for instance,
+after an earlier test started the fork server, must not have its workers reach another one).
+
 The server exits when the harness closes its end of the socket.
 """
 
@@ -34,6 +39,7 @@ def _child(sock: socket.socket, fd: int) -> None:
 
     conn = Connection(fd)
     try:
+        _adopt(conn.recv())
         cfg = conn.recv()
         entry = cfg.get("entry") if isinstance(cfg, dict) else None
         if entry:  # another kind of process (the safety campaign's): module:function(conn, cfg)
@@ -44,6 +50,24 @@ def _child(sock: socket.socket, fd: int) -> None:
         else:
             worker_main(conn, cfg)
     except (EOFError, OSError, KeyboardInterrupt):
+        pass
+
+
+def _context() -> dict[str, object]:
+    """The requester's environment and working directory, for a worker spawned now."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return {"environ": env, "cwd": os.getcwd()}
+
+
+def _adopt(ctx: object) -> None:
+    if not isinstance(ctx, dict) or not isinstance(ctx.get("environ"), dict):
+        raise ForkServerError("a worker's first message must carry its environment")
+    os.environ.clear()
+    os.environ.update(ctx["environ"])
+    try:
+        os.chdir(str(ctx.get("cwd") or "/"))
+    except OSError:  # the requester's directory is gone: the worker keeps the server's
         pass
 
 
@@ -80,8 +104,7 @@ class ForkServer:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env = _context()["environ"]
         quiet = not os.environ.get("LEDGERCHECK_CHAOS_DEBUG")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ledgercheck.chaos.crash.forkserver", str(theirs.fileno())],
@@ -117,7 +140,13 @@ class ForkServer:
         finally:
             child.close()
         pid = _PID.unpack(raw)[0]
-        return pid, Connection(mine.detach())
+        conn = Connection(mine.detach())
+        try:
+            conn.send(_context())
+        except OSError as exc:
+            conn.close()
+            raise ForkServerError(f"the worker fork server's child went away: {exc}") from None
+        return pid, conn
 
     def alive(self) -> bool:
         return self.proc.poll() is None
