@@ -79,6 +79,8 @@ class LinOp:
     # a create whose answer's item fields are judged by a read beside it (project): its own step
     # judges what makes the item, not the fields its answer shows
     fields_read: bool = False
+    # an operation this one cannot precede (the create whose answer this read is)
+    after: LinOp | None = None
 
     @property
     def definite(self) -> bool:
@@ -260,7 +262,8 @@ def project(history: History, spec: Spec) -> tuple[dict[str, list[LinOp]], list[
             # explains) is still a violation.
             op.fields_read = True
             per.setdefault(wid, []).append(op)
-            per[wid].append(LinOp(op.id, op.process, op.op, op.args, op.t0, op.t1, "ok", op.result, None, snap, "read"))
+            per[wid].append(LinOp(op.id, op.process, op.op, op.args, op.t0, op.t1, "ok", op.result, None, snap, "read",
+                                  after=op))
             continue
         per.setdefault(wid, []).append(op)
     fin = history.final
@@ -295,6 +298,33 @@ def _jcopy(x: Any) -> Any:
     if t in _ATOMS:
         return x
     return copy.deepcopy(x)
+
+
+def _scopy(x: Any, memo: dict[int, Any]) -> Any:
+    """A deep copy of the model's state, as copy.deepcopy makes it (an object reached twice is
+    copied once, ``memo``), several times faster for the containers the state is made of (dicts,
+    lists, sets and tuples); anything else is left to deepcopy, with the same memo."""
+    t = type(x)
+    if t in _ATOMS:
+        return x
+    c = memo.get(id(x))
+    if c is not None:
+        return c
+    if t is dict:
+        c = memo[id(x)] = {}
+        for k, v in x.items():
+            c[k] = v if type(v) in _ATOMS else _scopy(v, memo)
+    elif t is list:
+        c = memo[id(x)] = []
+        c.extend(v if type(v) in _ATOMS else _scopy(v, memo) for v in x)
+    elif t is set:
+        c = memo[id(x)] = {v if type(v) in _ATOMS else _scopy(v, memo) for v in x}
+    elif t is tuple:
+        c = tuple(v if type(v) in _ATOMS else _scopy(v, memo) for v in x)
+        c = memo[id(x)] = x if all(a is b for a, b in zip(c, x, strict=True)) else c
+    else:
+        c = copy.deepcopy(x, memo)
+    return c
 
 
 class _Budget(Exception):
@@ -418,6 +448,7 @@ class _Search:
         self.states = 0
         self.best: list[int] = []  # longest order found (indices into ops)
         self.memo: set[tuple[frozenset[int], str]] = set()
+        self.pre: dict[int, int] = {}  # i may not come before pre[i] (run)
         self.forked = False  # a branch point was passed: states may come again, the memo is kept from here
         self.why: list[str] = []  # the clauses the model named at the last step found inconsistent
 
@@ -433,11 +464,11 @@ class _Search:
 
     @staticmethod
     def save(m: Model) -> dict[str, Any]:
-        return copy.deepcopy({a: getattr(m, a) for a in _STATE_ATTRS})
+        return _scopy({a: getattr(m, a) for a in _STATE_ATTRS}, {})
 
     @staticmethod
     def restore(m: Model, st: Mapping[str, Any]) -> None:
-        for a, v in copy.deepcopy(dict(st)).items():
+        for a, v in _scopy(dict(st), {}).items():
             setattr(m, a, v)
 
     def key(self, m: Model, st: State) -> str:
@@ -622,10 +653,14 @@ class _Search:
         ops = self.ops
         definite = [i for i in ops_idx if ops[i].definite]
         self.need = len(definite)
+        at = {id(ops[i]): i for i in ops_idx}
+        # i may not come before pre[i] (when both are searched): a branch point the order of
+        # knowledge already settles is no branch point (no copy, and no memo from there on)
+        self.pre = {i: at[id(ops[i].after)] for i in ops_idx if ops[i].after is not None and id(ops[i].after) in at}
         return self._dfs(m, frozenset(), ops_idx, [], KNOWN, 0)
 
     def _dfs(self, m: Model, done: frozenset[int], pool: list[int], order: list[int], unknown: State, ndef: int) -> list[int] | None:
-        ops = self.ops
+        ops, pre = self.ops, self.pre
         while True:
             if ndef == self.need:
                 return order
@@ -639,7 +674,7 @@ class _Search:
                 raise _Budget
             rest = [i for i in pool if i not in done]
             horizon = min((ops[i].t1 for i in rest if ops[i].definite), default=INF)
-            cands = [i for i in rest if ops[i].t0 <= horizon]
+            cands = [i for i in rest if ops[i].t0 <= horizon and (i not in pre or pre[i] in done)]
             defs = [i for i in cands if ops[i].definite]
             if len(order) > len(self.best):
                 self.best = list(order)
