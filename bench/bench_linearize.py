@@ -132,7 +132,8 @@ def main() -> int:
         qs = statistics.quantiles(states, n=10) if len(states) > 1 else states
         print(f"  model states per item: total {st['states_explored']}, mean {statistics.mean(states):.1f}, "
               f"max {st['max_states_item']}, deciles {[round(q) for q in qs]}")
-        print(f"  states per operation: {st['states_explored'] / max(1, sum(per)):.2f} (1.00: no branching at all)")
+        print(f"  states per operation: {st['states_explored'] / max(1, sum(per)):.2f} (1.00: no branching at all); "
+              f"branch points: {st['branch_points']} (each a copy of the model)")
     tracemalloc.start()
     lin2 = check_linearizable(h)
     _, peak = tracemalloc.get_traced_memory()

@@ -97,6 +97,7 @@ class ItemResult:
     reason: str = ""
     states: int = 0
     ops: int = 0
+    branches: int = 0  # branch points the search passed (each a copy of the model; linearizable items)
     # the contract clauses the model names at ``at`` (a violation; empty when its word names none:
     # an operation on an item not created yet, an answer the model cannot read)
     clauses: list[str] = field(default_factory=list)
@@ -135,7 +136,8 @@ class Linearizability:
                 "violations": sum(r.result == "violation" for r in rs),
                 "unchecked": sum(r.result == "unchecked" for r in rs),
                 "states_explored": sum(r.states for r in rs),
-                "max_states_item": max((r.states for r in rs), default=0)}
+                "max_states_item": max((r.states for r in rs), default=0),
+                "branch_points": sum(r.branches for r in rs)}
 
     def to_json(self) -> dict[str, Any]:
         return {"items": {w: r.to_json() for w, r in self.items.items()}, "cross": self.cross, "stats": self.stats(),
@@ -449,6 +451,7 @@ class _Search:
         self.best: list[int] = []  # longest order found (indices into ops)
         self.memo: set[tuple[frozenset[int], str]] = set()
         self.pre: dict[int, int] = {}  # i may not come before pre[i] (run)
+        self.branches = 0
         self.forked = False  # a branch point was passed: states may come again, the memo is kept from here
         self.why: list[str] = []  # the clauses the model named at the last step found inconsistent
 
@@ -689,6 +692,7 @@ class _Search:
                 continue
             saved = self.save(m)
             self.forked = True
+            self.branches += 1
             for i in defs + [c for c in cands if not ops[c].definite]:
                 ok, unk, _ = self.step(m, ops[i], unknown)
                 if ok:
@@ -714,7 +718,8 @@ def check_item(spec: Spec, wid: str, ops: list[LinOp], *, wall: bool = False, bu
         return ItemResult("unchecked", reason=f"{len(ops)} operations branch deeper than the search can follow",
                           states=s.states, ops=len(ops))
     if got is not None:
-        return ItemResult("linearizable", order=[ops[i].id for i in got], states=s.states, ops=len(ops))
+        return ItemResult("linearizable", order=[ops[i].id for i in got], states=s.states, ops=len(ops),
+                          branches=s.branches)
     return _explain_failure(s, budget)
 
 

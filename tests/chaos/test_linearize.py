@@ -330,6 +330,21 @@ def test_a_create_answered_by_a_read_after_a_claim_is_linearizable_and_a_torn_or
         assert lin.items["x"].clauses, lin.items["x"].to_json()  # the model names what it holds against it
 
 
+def test_a_creates_answer_read_waits_for_its_create_so_a_sequential_item_needs_no_branch() -> None:
+    """The read a create's answer becomes can come only after the create: an item whose operations
+    never overlap is searched in one state per operation (no copy of the model, no memo)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from history_sim import HistoryBuilder
+
+    b = HistoryBuilder()
+    b.create("producer", "x", bl.T0)
+    b.claim("w1", "x", bl.T0 + 1)
+    b.final(bl.T0 + 2)
+    lin = check_linearizable(b.history())
+    r = lin.items["x"]
+    assert r.result == "linearizable" and r.states == r.ops and r.branches == 0, r.to_json()
+
+
 @pytest.mark.parametrize("claims", [None, ["core", "lease"], ["core"]])
 def test_a_ledger_is_held_to_the_profiles_it_claims(claims: list[str] | None) -> None:
     """A close-out by the holder long after its lease lapsed, accepted: the lease profile's fencing
