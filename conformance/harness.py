@@ -105,6 +105,49 @@ def find_exception(exc: BaseException, kind: type[BaseException]) -> Any:
     return None
 
 
+class _StartedAhead:
+    """A new connection to an ``exec:`` adapter started on a thread of its own, before a test needs
+    it: the process starts and answers its ``hello`` while the harness works on, and :meth:`take`
+    hands it over (waiting for it if it is not ready yet).  It is a process that has done nothing
+    but greet, exactly what a start at the moment of need gives; only the wait is saved.  Its costs
+    (transport/costs.py) count when it is taken, in the test that uses it."""
+
+    def __init__(self, address: str, spec: Spec, timeouts: Mapping[str, Any]) -> None:
+        import threading
+
+        self.client: Client | None = None
+        self.error: Exception | None = None
+        self.cost: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._start, args=(address, spec, dict(timeouts)),
+                                        name="ledgercheck-start-ahead", daemon=True)
+        self._thread.start()
+
+    def _start(self, address: str, spec: Spec, timeouts: dict[str, Any]) -> None:
+        from ledgercheck.transport import costs
+        from ledgercheck.transport.client import connect
+
+        with costs.set_aside() as self.cost:
+            try:
+                self.client = connect(address, spec, **timeouts)
+            except Exception as exc:  # noqa: BLE001 - raised again by take(), on the harness's thread
+                self.error = exc
+
+    def take(self) -> Client:
+        from ledgercheck.transport import costs
+
+        self._thread.join()
+        costs.add(self.cost)
+        if self.error is not None:
+            raise self.error
+        assert self.client is not None
+        return self.client
+
+    def discard(self) -> None:
+        self._thread.join()
+        if self.client is not None:
+            self.client.close()
+
+
 class Harness:
     def __init__(self, client: Client, spec: Spec, profiles: Iterable[str], *, contract_doc: dict[str, Any] | None = None,
                  timeout_scale: float = 1.0, wall_scale: float = 0.01, wall_tolerance: float = 0.05,
@@ -166,6 +209,10 @@ class Harness:
         self._valid_selector: dict[tuple[str, str], bool] = {}  # (type, value) -> type_problem is None
         self._paths: dict[tuple[str, str], list[tuple[str, str, str]] | str] = {}  # path_to's answers
         self.directories = 0  # ledgers opened in a directory of their own (fresh(directory=...))
+        # adapter processes kept started ahead for fresh(directory=...) and reopen() (0: none;
+        # the plugin's session sets it for an exec: adapter and closes them, close_ahead())
+        self.start_ahead = 0
+        self._ahead: deque[_StartedAhead] = deque()
 
     # ------------------------------------------------------------------ lifecycle
     def start_case(self, clause: str, seed: int | None = None) -> None:
@@ -223,13 +270,25 @@ class Harness:
         home = self.home
         timeouts = {k: getattr(home, k) for k in ("timeout", "startup_timeout") if isinstance(getattr(home, k, None), float | int)}
         try:
-            new = connect(home.address, self.spec, **timeouts)
+            if self._ahead:
+                new = self._ahead.popleft().take()
+            else:
+                new = connect(home.address, self.spec, **timeouts)
         except AdapterError as exc:
             why = Outcome.error("adapter_crashed", f"a new connection could not start: {exc}", definite=False)
             raise AdapterFailure("reset", why) from None
+        finally:
+            if getattr(home, "kind", None) == "wire":  # (an in-process adapter object costs nothing to make)
+                while len(self._ahead) < self.start_ahead:
+                    self._ahead.append(_StartedAhead(home.address, self.spec, timeouts))
         if self.client is not self.home:
             self.client.close()
         self.client = new
+
+    def close_ahead(self) -> None:
+        """End the adapter processes started ahead and not used (the session's end)."""
+        while self._ahead:
+            self._ahead.popleft().discard()
 
     def reopen(self) -> None:
         """Close the ledger and open it again from its directory in a new process: the old

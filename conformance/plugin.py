@@ -118,6 +118,10 @@ class LedgerSession:
             self._harness = Harness(self.client, self.spec, self.claimed, contract_doc=self.contract_doc,
                                     timeout_scale=self.timeout_scale, wall_scale=self.wall_scale,
                                     wall_tolerance=self.wall_tolerance, seed=_opt(self.config, "ledger_seed") or 0)
+            # a reopen test starts two adapter processes (its directory's, then the reopened
+            # ledger's): both are started ahead, on the harness's first need of one, while the
+            # harness works on (closed at the session's end)
+            self._harness.start_ahead = START_AHEAD
         return self._harness
 
     @property
@@ -134,6 +138,8 @@ class LedgerSession:
 
     def close(self) -> None:
         try:
+            if self._harness is not None:
+                self._harness.close_ahead()
             if self._crash_pool is not None:
                 self._crash_pool.close()
                 self._crash_pool = None
@@ -193,6 +199,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # ------------------------------------------------------------------------- stopping
 BREAKER_CODES = ("timeout", "adapter_crashed")
+START_AHEAD = 2  # exec: adapter processes the session's harness keeps started ahead (Harness.start_ahead)
 
 
 @dataclass

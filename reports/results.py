@@ -102,7 +102,32 @@ def _fast(root: Mapping[str, Any]) -> Any:
 @cache
 def _validators(name: str | None) -> tuple[Any, jsonschema.protocols.Validator]:
     root = schema() if name is None else {"$ref": f"#/$defs/{name}", "$defs": schema()["$defs"]}
-    return _fast(root), jsonschema.Draft202012Validator(copy.deepcopy(root))
+    return _fast(root), jsonschema.Draft202012Validator(_inlined(copy.deepcopy(root)))
+
+
+def _inlined(root: dict[str, Any]) -> dict[str, Any]:
+    """``root`` with every subschema that is a bare ``{"$ref": "#/$defs/NAME"}`` replaced by the
+    definition it names (a reference inside its own definition is left as it is; ``$defs`` stays
+    for those).  The same schema, validated the same way and giving the same errors at the same
+    instance paths, but jsonschema no longer resolves a reference at each of a document's many
+    records: a whole document's errors are found in about half the time (the error message of
+    a malformed results file, read by ``report show``, ``render``, ``merge``)."""
+    defs = root.get("$defs") or {}
+
+    def walk(node: Any, within: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if len(node) == 1 and isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref[len("#/$defs/"):]
+                if name in defs and "/" not in name and name not in within:
+                    return walk(defs[name], (*within, name))
+                return node
+            return {k: (v if k == "$defs" else walk(v, within)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, within) for v in node]
+        return node
+
+    return walk(root, ())
 
 
 def _schema_error(value: Any, name: str | None = None) -> jsonschema.exceptions.ValidationError | None:

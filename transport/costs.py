@@ -1,7 +1,8 @@
 """What talking to the adapter costs this process: adapter processes started, wire round trips,
 chaos worker processes started, each counted with the time it took.
 
-The counters are plain module-level numbers (one process, one harness thread at a time);
+The counters are plain module-level numbers (one process, one harness thread at a time; a thread
+starting an adapter process ahead counts aside, :func:`set_aside`);
 :func:`snapshot` and :func:`since` give the cost of a stretch of work (one test: the plugin
 records it in the test's ``cost``, and the results' ``timings`` add them up by phase).  A
 chaos worker's own counters come back with its replies (``chaos/crash/pool.py``) and are added here.
@@ -9,41 +10,67 @@ chaos worker's own counters come back with its replies (``chaos/crash/pool.py``)
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 FIELDS = ("starts", "start_s", "stop_s", "round_trips", "round_trip_s", "workers", "worker_start_s")
 
 _totals: dict[str, float] = dict.fromkeys(FIELDS, 0)
+_aside = threading.local()  # a thread that starts an adapter ahead counts into its own (set_aside)
 
 
 def add_start(seconds: float) -> None:
     """One adapter process started and greeted (``seconds`` from spawn to the hello's answer)."""
-    _totals["starts"] += 1
-    _totals["start_s"] += seconds
+    totals = _here()
+    totals["starts"] += 1
+    totals["start_s"] += seconds
+
+
+def _here() -> dict[str, float]:
+    return getattr(_aside, "totals", None) or _totals
+
+
+@contextmanager
+def set_aside() -> Iterator[dict[str, float]]:
+    """What this thread counts inside the block goes into the dict it yields instead of the
+    process's counters; the harness thread adds it (:func:`add`) when it uses what was made (an
+    adapter process started ahead on another thread counts where it is used, not where the
+    harness happened to be when it became ready)."""
+    mine: dict[str, float] = dict.fromkeys(FIELDS, 0)
+    _aside.totals = mine
+    try:
+        yield mine
+    finally:
+        _aside.totals = None
 
 
 def add_stop(seconds: float) -> None:
     """Time spent ending an adapter process (closing its input, waiting for it to exit, reaping)."""
-    _totals["stop_s"] += seconds
+    _here()["stop_s"] += seconds
 
 
 def add_round_trips(n: int, seconds: float) -> None:
-    _totals["round_trips"] += n
-    _totals["round_trip_s"] += seconds
+    totals = _here()
+    totals["round_trips"] += n
+    totals["round_trip_s"] += seconds
 
 
 def add_worker(seconds: float) -> None:
     """One chaos worker process forked and ready (``seconds`` from the request to its ready)."""
-    _totals["workers"] += 1
-    _totals["worker_start_s"] += seconds
+    totals = _here()
+    totals["workers"] += 1
+    totals["worker_start_s"] += seconds
 
 
 def add(other: dict[str, Any]) -> None:
     """Add counts measured elsewhere (a chaos worker's, sent back with its replies)."""
+    totals = _here()
     for k in FIELDS:
         v = other.get(k)
         if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
-            _totals[k] += v
+            totals[k] += v
 
 
 def snapshot() -> dict[str, float]:
@@ -59,4 +86,4 @@ def since(before: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["FIELDS", "add", "add_round_trips", "add_start", "add_stop", "add_worker", "since", "snapshot"]
+__all__ = ["FIELDS", "add", "add_round_trips", "add_start", "add_stop", "add_worker", "set_aside", "since", "snapshot"]

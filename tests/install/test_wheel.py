@@ -16,6 +16,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 from install_support import ROOT, Installed, package_dirs, run, source_files, wheel_names
 
 # Files of the mapped folders that are not shipped, each with the reason.  Any other file there
@@ -143,6 +144,10 @@ def test_the_pytest_plugin_runs_from_the_wheel(installed: Installed, outside: Pa
     assert not re.search(r"\b(failed|error)", r.stdout.splitlines()[-1]), r.stdout[-3000:]
 
 
+# the long tier's (a whole certification, the default run's longest test, 39-172 s): the default run
+# keeps test_certify_runs_from_the_wheel (the installed ledgercheck certifies the reference) and
+# test_python_m_pytest_runs_in_the_checkout (a `python -m` process the harness starts in the clone)
+@pytest.mark.thorough
 def test_the_quickstart_runs_in_the_checkout(installed: Installed, tmp_path: Path) -> None:
     """The README's first command, after ``pip install .`` in a clone: ``ledgercheck certify`` run
     in the clone's root, where every ``python -m`` process the harness starts (the crash windows'

@@ -154,6 +154,34 @@ def test_schema_violation_names_the_field(realistic) -> None:
         validate_results(doc)
 
 
+def test_the_inlined_schema_finds_the_errors_the_schema_finds(realistic) -> None:
+    """The validator that words the message (reports/results.py ``_inlined``: bare references
+    replaced by their definitions, for speed) picks the same error at the same place as the
+    shipped schema itself, wherever a document goes wrong."""
+    from ledgercheck.reports.results import _inlined, _validators
+
+    full = _validators(None)[1]
+    assert "$ref" not in json.dumps({k: v for k, v in full.schema.items() if k != "$defs"})  # every reference inlined
+    plain = jsonschema.Draft202012Validator(copy.deepcopy(schema()))
+    edits = [(("tests", 3, "outcome"), 5), (("tests", 0, "duration_s"), -1), (("tests", 1), "x"), (("run", "seed"), "1"),
+             (("adapter",), []), (("clauses", 0, "outcome"), None), (("verdict",), {}), (("format_version",), 1e308)]
+    for path, value in edits:
+        doc = copy.deepcopy(realistic)
+        holder = doc
+        for k in path[:-1]:
+            holder = holder[k]
+        holder[path[-1]] = value
+        want, got = (jsonschema.exceptions.best_match(v.iter_errors(doc)) for v in (plain, full))
+        assert want is not None and got is not None, path
+        assert (got.message, list(got.absolute_path)) == (want.message, list(want.absolute_path)), path
+    # a reference inside its own definition stays a reference (and still resolves through $defs)
+    looped = _inlined({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+                       "properties": {"head": {"$ref": "#/$defs/node"}}})
+    assert looped["properties"]["head"]["properties"]["next"] == {"$ref": "#/$defs/node"}
+    bad = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(looped).iter_errors({"head": {"next": {"next": 1}}}))
+    assert bad is not None and list(bad.absolute_path) == ["head", "next", "next"]
+
+
 def test_write_refuses_an_inconsistent_document(realistic, tmp_path: Path) -> None:
     doc = copy.deepcopy(realistic)
     doc["profiles"]["verdicts"]["lease"]["verdict"] = "certified"

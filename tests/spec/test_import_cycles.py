@@ -10,6 +10,7 @@ module, else ``pkg``).  KNOWN_CYCLES is empty: any cycle fails the test.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -46,42 +47,37 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """ids of import nodes inside ``if TYPE_CHECKING:`` blocks."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            t = node.test
-            name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else None
-            if name == "TYPE_CHECKING":
-                for sub in node.body:
-                    skip.update(id(n) for n in ast.walk(sub))
-    return skip
-
-
 def imports_of(name: str, source: str, known: Iterable[str], is_package: bool = False,
                type_checking: bool = False) -> set[str]:
     """The ledgercheck modules that module ``name`` (whose text is ``source``) imports
     (``type_checking``: those under ``if TYPE_CHECKING:`` too)."""
-    known = set(known)
-    tree = ast.parse(source)
-    skip = set() if type_checking else _type_checking_only(tree)
+    plain, typing_only = _imports(name, source, frozenset(known), is_package)
+    return plain | typing_only if type_checking else set(plain)
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports(name: str, source: str, known: frozenset[str], is_package: bool) -> tuple[frozenset[str], frozenset[str]]:
+    """(what the module imports when it runs, what it imports under ``if TYPE_CHECKING:`` only),
+    from one walk of its syntax tree; kept, as the tests of this file read every module more
+    than once (with and without the type-only imports)."""
     package = name if is_package else name.rpartition(".")[0]
     out: set[str] = set()
+    typing_only: set[str] = set()
 
     def resolve(target: str) -> str | None:
         while target and target not in known:
             target = target.rpartition(".")[0]
         return target or None
 
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    todo: list[tuple[ast.AST, bool]] = [(ast.parse(source), False)]
+    while todo:
+        node, under = todo.pop()
+        found = typing_only if under else out
         if isinstance(node, ast.Import):
             for a in node.names:
                 hit = resolve(a.name)
                 if hit:
-                    out.add(hit)
+                    found.add(hit)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base_parts = package.split(".")
@@ -92,14 +88,30 @@ def imports_of(name: str, source: str, known: Iterable[str], is_package: bool = 
             for a in node.names:
                 hit = f"{base}.{a.name}" if f"{base}.{a.name}" in known else resolve(base)
                 if hit:
-                    out.add(hit)
+                    found.add(hit)
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo += [(sub, True) for sub in node.body]  # (the else branch runs)
+            todo += [(sub, under) for sub in node.orelse]
+            todo.append((node.test, under))
+            continue
+        todo += [(child, under) for child in ast.iter_child_nodes(node)]
     out.discard(name)
-    return out
+    typing_only.discard(name)
+    return frozenset(out), frozenset(typing_only - out)
+
+
+def _is_type_checking(t: ast.expr) -> bool:
+    name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else None
+    return name == "TYPE_CHECKING"
 
 
 def graph(mods: Mapping[str, Path], type_checking: bool = False) -> dict[str, set[str]]:
-    return {m: imports_of(m, f.read_text(encoding="utf-8"), mods, f.name == "__init__.py", type_checking)
-            for m, f in mods.items()}
+    return {m: imports_of(m, _text(f), mods, f.name == "__init__.py", type_checking) for m, f in mods.items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _text(f: Path) -> str:
+    return f.read_text(encoding="utf-8")
 
 
 def cycles(g: Mapping[str, set[str]]) -> set[frozenset[str]]:
