@@ -40,6 +40,7 @@ from .mutants import (
     _status_owner,
     mentions,
     own_clauses,
+    unrecorded_option,
 )
 
 _GENERATED: dict[str, list[Mutant]] = {}
@@ -282,6 +283,11 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
     for op in ops:
         for name, arg in spec.operations[op].args.items():
             if not arg.required and name not in ("now",):
+                why = unrecorded_option(spec, op, name, c.types)
+                if why is not None:  # equivalent: no answer the contract judges depends on it
+                    out.append(Mutant("drop_option", (op, name), benign=True, site=("arg", op, name),
+                                      what=f"{op} ignores its optional argument {name} ({why})"))
+                    continue
                 # an argument the ledger records: the clause owning that field, and those of the events it writes
                 owner = rules.field_owner(spec, name)
                 extra = ([owner] if owner is not None else []) + (_event_clauses(spec, op) if name in _event_fields(spec, op) else [])

@@ -183,6 +183,46 @@ def _object_schema(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mappin
     return schema if schema.get("type") == "object" else None
 
 
+PASSED_THROUGH = ("string", "object", "any")  # argument types that carry no rule of their own
+
+
+def _answers_work(spec: Spec, op: str, types: Mapping[str, Any]) -> bool:
+    """``op`` answers with work snapshots: a snapshot, a list of them, or an object whose record is
+    one (``create_result``)."""
+    ret = spec.operations[op].returns
+    if ret not in types:
+        return False
+    schema = _resolve(types[ret], types)
+    if schema is types.get("work"):
+        return True
+    item = _item_schema(schema, types)
+    if item is not None:
+        return item is types.get("work")
+    obj = _object_schema(schema, types) or {}
+    return any(_resolve(v, types) is types.get("work") for v in obj.get("properties", {}).values() if isinstance(v, dict))
+
+
+def unrecorded_option(spec: Spec, op: str, name: str, types: Mapping[str, Any]) -> str | None:
+    """Why ignoring the optional argument ``name`` of ``op`` changes no answer the contract lets
+    anyone judge, or None when it may: ``op`` answers with work snapshots (nothing else), the
+    argument is a value passed through (a string, an object, any JSON value: not a duration, a
+    limit, a status or a policy, whose types carry a rule), has no clause of its own (``blame``),
+    its name is no field of a snapshot, and every
+    field the operation's effects write from it (``arg:NAME``) is compared with ``compare: none``
+    (a close-out's ``reason`` goes to ``status_reason``); what is stored nowhere (a create's
+    ``payload``, a failure's ``message``) is written nowhere either."""
+    arg = spec.operations[op].args[name]
+    if arg.type not in PASSED_THROUGH or arg.blame or name in spec.work_fields or not _answers_work(spec, op, types):
+        return None
+    targets = [f for step in (spec.effects.get(op) or {}).values() for f, v in step.writes
+               if v.kind == "arg" and v.param == name]
+    if any(spec.work_fields[f].compare != "none" for f in targets if f in spec.work_fields):
+        return None
+    if targets:
+        return f"it is recorded only in {', '.join(sorted(set(targets)))}, which the contract does not compare (compare: none)"
+    return "no field of the work item records it and no answer carries it"
+
+
 def _item_schema(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any] | None:
     schema = _resolve(schema, defs)
     return _resolve(schema["items"], defs) if schema.get("type") == "array" else None

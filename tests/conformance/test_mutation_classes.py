@@ -171,3 +171,28 @@ def test_a_cascade_that_does_not_descend_below_a_finished_node() -> None:
     call("cancel_tree", work_id=root, now=3.0)
     assert call("get", work_id=grand)["result"]["status"] == "cancelled"
     adapter.close()
+
+
+def test_an_ignored_argument_the_contract_records_nowhere_it_compares_is_benign() -> None:
+    """drop_option is benign exactly for a passed-through argument of an operation answering with work
+    items that no compared snapshot field records (status_reason is compare: none) and no answer carries;
+    make the contract compare status_reason and the reasons count again."""
+    import dataclasses
+
+    from ledgercheck.transport.wire import result_types
+
+    types = result_types(SPEC)
+    benign = {m.params for m in M.generate(SPEC) if m.family == "drop_option" and m.benign}
+    assert ("close_out", "reason") in benign and ("fail", "message") in benign and ("create", "payload") in benign
+    for op, name in benign:
+        arg = SPEC.operations[op].args[name]
+        assert arg.type in M.PASSED_THROUGH and not arg.blame and name not in SPEC.work_fields, (op, name)
+    # rule-carrying and recorded arguments stay non-benign
+    for op, name in (("set_waiting", "timeout"), ("close_out", "result"), ("claim", "work_id"), ("create", "source_run_id"),
+                     ("log_append", "payload"), ("inbox_deliver", "body"), ("effect_begin", "token")):
+        assert (op, name) not in benign and M.unrecorded_option(SPEC, op, name, types) is None, (op, name)
+    compared = dict(SPEC.work_fields)
+    compared["status_reason"] = dataclasses.replace(compared["status_reason"], compare="exact")
+    strict = dataclasses.replace(SPEC, work_fields=compared)
+    assert M.unrecorded_option(strict, "close_out", "reason", types) is None
+    assert M.unrecorded_option(strict, "fail", "message", types) is not None
