@@ -9,7 +9,7 @@ from clause_runs import clause_test_failures
 from ledgercheck.fixtures.testkit import broken_classes
 
 # the cases each class's fix added or changed (param prefixes)
-PREFIXES = {"replay": ("replay:spawn:",)}
+PREFIXES = {"replay": ("replay:spawn:",), "instant": ("instant:cap:",)}
 NEW = tuple(p for ps in PREFIXES.values() for p in ps)
 
 

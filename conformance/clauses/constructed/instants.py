@@ -16,6 +16,9 @@ the item's own.  The rules, read from the contract:
   source) or the timeout given;
 * a scheduled retry is promoted once now >= next_retry_at, never before (for the default policy,
   each source's and an item's own);
+* no retry waits longer than max_backoff: for the default policy and each source's, the retry after
+  the first attempt whose delay reaches the cap is due exactly max_backoff later (exact jitter),
+  the one before it at its uncapped delay (``instant:cap:<source>``);
 * a run's timer wakes it once now >= timer_at; a hand-out (``handouts``) lapses, and is handed out
   again, only when now > expires_at + grace; a lane's lease is live while now <= expires_at + grace.
 
@@ -386,3 +389,54 @@ cases("lanes.exclusive")(lambda spec: [("instant:lane-lapse:acquire", _lane_acqu
 cases("lanes.takeover")(lambda spec: [("instant:lane-lapse:acquire", _lane_acquires("lanes.takeover", ("after",)))])
 cases("lanes.renew")(lambda spec: [("instant:lane-lapse:renew", _lane_renews("lanes.renew", ("before", "at")))])
 cases("lanes.fencing")(lambda spec: [("instant:lane-lapse:renew", _lane_renews("lanes.fencing", ("after",)))])
+
+
+# ----------------------------------------------------------------------------- the backoff cap
+def cap_attempt(spec: Spec, policy: Any) -> int | None:
+    """The first attempt whose retry delay (before jitter) is the policy's max_backoff: where the
+    cap's rule starts to bind; None when the delays never reach it within a few dozen attempts."""
+    for n in range(1, 64):
+        if spec.backoff_base(policy, n) >= policy.max_backoff:
+            return n
+    return None
+
+
+@cases("retry.cap")
+def _caps(spec: Spec) -> Iterator[tuple[str, CaseFn]]:
+    """For the default policy and each source's own: an item whose own policy sets only the exact
+    jitter mode and enough attempts, failed until the retry after the cap's attempt; that retry is
+    due exactly max_backoff later (the cap of the source's policy, not one quantum more or less),
+    the one before it at the uncapped delay."""
+    clause = "retry.cap"
+    retryable = next((c for c, ok in spec.error_classes.items() if ok), None)
+    exact = next((m for m, (lo, hi) in spec.jitter_modes.items() if lo == hi), None)
+    if retryable is None or exact is None:
+        return
+    for src in timing_sources(spec, spec.retry_by_source):
+        def fn(h: Harness, src: str = src) -> None:
+            _virtual(h)
+            h.need("fail", "promote_due")
+            base = h.spec.retry_policy_for(src)
+            n = cap_attempt(h.spec, base)
+            if n is None:
+                raise NotApplicable(f"the {src} policy's delays never reach its max_backoff")
+            own = {"jitter": exact, "max_attempts": n + 1}
+            wid = h.create(src, "retry-cap", retry_policy=h.contract_policy(own))
+            policy = h.spec.retry_policy_for(src, own)
+            h.need_claim_by_id()
+            tok = h.claim(wid)
+            for attempt in range(1, n + 1):
+                now = h.now()
+                out = h.do("fail", work_id=wid, token=tok, error_class=retryable)
+                at = out.value.get("next_retry_at") if out.ok and isinstance(out.value, dict) else None
+                want = h.spec.backoff_range(policy, attempt)[0]
+                if attempt >= n - 1:  # the last uncapped delay, and the first capped one
+                    check(isinstance(at, int | float) and abs(at - now - want) <= 1e-6, clause,
+                          f"{src}: the retry after attempt {attempt} is due +{(at or now) - now:g}s, the policy says "
+                          f"+{want:g}s ({'capped at max_backoff' if attempt == n else 'below the cap'})", h)
+                if attempt == n or not isinstance(at, int | float):
+                    return
+                h.advance_to(at)
+                h.do("promote_due")
+                tok = h.claim(wid)
+        yield f"instant:cap:{src}", fn
