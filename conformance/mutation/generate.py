@@ -317,10 +317,32 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
     for path in LIMIT_PATHS:
         if _get_path(doc, path) is None:
             continue
+        own = own_clauses(spec, None, [path[-1]]) or _batch_clauses(spec, path)
+        # a limit the contract sets as a maximum ("at most the requested number") may be smaller
+        at_most = [c for c in spec.clauses if c.id in own and "at most" in c.statement.lower()]
         for sign in ("+", "-"):
-            out.append(Mutant("limit", (".".join(path), sign), own=own_clauses(spec, None, [path[-1]]),
-                              what=f"the reference runs with {'.'.join(path)} {sign} 1"))
+            benign = bool(at_most) and sign == "-"
+            out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else own,
+                              what=f"the reference runs with {'.'.join(path)} {sign} 1"
+                              + (f" (the contract sets it as a maximum: {at_most[0].id})" if benign else "")))
     return out
+
+
+def _batch_clauses(spec: Spec, path: tuple[str, ...]) -> tuple[str, ...]:
+    """For a default batch size no clause names (outbox.pending_max): the clause the model names
+    for a call of the list operation whose ``max`` it defaults (``<section>_<name>`` for
+    ``<name>_max``, outbox_pending), as the clause cases judge it."""
+    from ..model import Model
+    from ..stateful_args import ArgDraws, Pools
+
+    if len(path) != 2 or not path[1].endswith("_max"):
+        return ()
+    op = f"{path[0]}_{path[1][:-len('_max')]}"
+    if op not in spec.operations or "max" not in spec.operations[op].args:
+        return ()
+    draws = ArgDraws(spec, Pools(), [], 1.0)
+    args = {n: draws.plain(n, a.type) for n, a in spec.operations[op].args.items() if a.required and n != "now"}
+    return (Model(spec).expect(op, {**args, "now": 0.0}).clause,)
 
 
 # the generators, in the order their mutants are listed (tests/conformance/test_mutant_list.py)

@@ -1,9 +1,11 @@
 """The mutant generator's output is the same as it was before conformance/mutation.py became the
 package conformance/mutation/ (the list computed on main, commit 6514ccb, in
 mutants_at_main.txt): the same mutants in the same order, with the same parameters, benign
-flags, own clauses, sites and descriptions (their records' sha256).  One deliberate change since:
-an ignored optional argument the contract records in no compared field and no answer is benign
-(``unrecorded_option``; seven ``drop_option`` rows, branch classes).  The families added since
+flags, own clauses, sites and descriptions (their records' sha256).  Deliberate changes since
+(branch classes): an ignored optional argument the contract records in no compared field and no
+answer is benign (``unrecorded_option``; seven ``drop_option`` rows), so is a limit the contract
+sets as a maximum made smaller (``limit:inbox.drain_max:-``), and a default batch no clause names
+is owned by the clause of the read it defaults (``outbox.pending_max``).  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 
 from __future__ import annotations

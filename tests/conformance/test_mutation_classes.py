@@ -196,3 +196,15 @@ def test_an_ignored_argument_the_contract_records_nowhere_it_compares_is_benign(
     strict = dataclasses.replace(SPEC, work_fields=compared)
     assert M.unrecorded_option(strict, "close_out", "reason", types) is None
     assert M.unrecorded_option(strict, "fail", "message", types) is not None
+
+
+def test_a_limit_the_contract_sets_as_a_maximum_may_be_smaller_and_a_batch_limit_has_its_reads_clause() -> None:
+    limits = {m.params: m for m in M.generate(SPEC) if m.family == "limit"}
+    assert limits[("inbox.drain_max", "-")].benign and not limits[("inbox.drain_max", "+")].benign  # "at most the requested number"
+    assert "inbox.drain.max" in limits[("inbox.drain_max", "+")].own
+    assert not any(m.benign for p, m in limits.items() if p[0] != "inbox.drain_max")
+    # no clause names pending_max: the clause the model names for the read it defaults (what its cases blame)
+    from ledgercheck.conformance.model import Model
+
+    clause = Model(SPEC).expect("outbox_pending", {"now": 0.0}).clause
+    assert limits[("outbox.pending_max", "-")].own == (clause,) == limits[("outbox.pending_max", "+")].own
