@@ -16,11 +16,15 @@ refused, the status they leave).
 
 For each per-item retry policy field the case creates an item whose policy overrides that field
 alone, fails it with each error class until it is failed, and checks each answer against the
-merged policy (``spec.retry_policy_for``); and every filter of a read (an optional argument naming a
-snapshot field: list's status and quarantined) given each of its values over items on both sides of
-it (one per status class, and one the ledger quarantined), judged by the model and registered under
-the clause owning the field, else the read's (``option:<read>:<argument>:both-sides``): retry or not by ``max_attempts``, ``next_retry_at``
-within the jitter range of the backoff for that attempt.  Param ids: ``option:<operation>:<argument>:
+merged policy (``spec.retry_policy_for``): retry or not by ``max_attempts``, ``next_retry_at``
+within the jitter range of the backoff for that attempt.
+
+Every filter of a read (an optional argument naming a snapshot field: list's status and
+quarantined) is given each of its values over items on both sides of it (one per status class,
+and one the ledger quarantined), the model judging which items are answered; registered under
+the clause owning the field, else the read's (``option:<read>:<argument>:both-sides``).
+
+Param ids: ``option:<operation>:<argument>:
 <status class>[:<value>]`` and ``option:create:retry_policy.<field>:<error class>``.
 """
 
