@@ -291,6 +291,8 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
                 # an argument the ledger records: the clause owning that field, and those of the events it writes
                 owner = rules.field_owner(spec, name)
                 extra = ([owner] if owner is not None else []) + (_event_clauses(spec, op) if name in _event_fields(spec, op) else [])
+                if name == "work_id":  # the item an operation that lists a transition is asked to move (claim's):
+                    extra += _status_owner(spec, op)  # ignored, the asked transition is not performed
                 out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name], extra), site=("arg", op, name),
                                   what=f"{op} ignores its optional argument {name}"))
     return out

@@ -5,7 +5,8 @@ flags, own clauses, sites and descriptions (their records' sha256).  Deliberate 
 (branch classes): an ignored optional argument the contract records in no compared field and no
 answer is benign (``unrecorded_option``; seven ``drop_option`` rows), so is a limit the contract
 sets as a maximum made smaller (``limit:inbox.drain_max:-``), and a default batch no clause names
-is owned by the clause of the read it defaults (``outbox.pending_max``).  The families added since
+is owned by the clause of the read it defaults (``outbox.pending_max``), and an ignored
+``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too.  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 
 from __future__ import annotations

@@ -208,3 +208,11 @@ def test_a_limit_the_contract_sets_as_a_maximum_may_be_smaller_and_a_batch_limit
 
     clause = Model(SPEC).expect("outbox_pending", {"now": 0.0}).clause
     assert limits[("outbox.pending_max", "-")].own == (clause,) == limits[("outbox.pending_max", "+")].own
+
+
+def test_an_ignored_item_argument_of_a_moving_operation_owns_the_transition_clause() -> None:
+    """claim(work_id) answered with another item: the transition asked for was not performed (what the
+    harness reports, core.transition.allowed); the words of the clauses alone gave spawn.wakes_parent."""
+    own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
+    assert "core.transition.allowed" in own[("claim", "work_id")]
+    assert "core.transition.allowed" not in own[("outbox_enqueue", "work_id")]  # it moves nothing
