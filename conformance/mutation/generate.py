@@ -309,6 +309,8 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             other = rows[(i + 1) % len(rows)]
             if _rule_of(table[row]) == _rule_of(table[other]):
                 continue  # rows that differ in their prose only
+            if _refused_swap(doc, path, row, other):
+                continue  # a contract the contract's own checks refuse: no ledger runs under it (the reset is refused)
             rule = _rule_of(table[row])
             subjects = [row, other, path[-1], *rule]
             # a row's flag is named inside other words too: "retryable" in retry.non_retryable
@@ -328,6 +330,25 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"
                               + (f" (the contract sets it as a maximum: {at_most[0].id})" if benign else "")))
     return out
+
+
+def _refused_swap(doc: Any, path: tuple[str, ...], row: str, other: str) -> bool:
+    """Whether the contract with ``row`` of the table at ``path`` replaced by ``other`` fails the
+    contract's own checks (a step class without effect given an allowance other than none)."""
+    import copy
+
+    # not the cached entry point: each swapped contract is looked at once
+    from ledgercheck.spec.load import _spec_from_document
+    from ledgercheck.spec.problems import SpecError
+
+    swapped = copy.deepcopy(doc)
+    table = _get_path(swapped, list(path))
+    table[row] = copy.deepcopy(table[other])
+    try:
+        _spec_from_document(swapped)
+    except SpecError:
+        return True
+    return False
 
 
 def _batch_clauses(spec: Spec, path: tuple[str, ...]) -> tuple[str, ...]:

@@ -216,3 +216,24 @@ def test_an_ignored_item_argument_of_a_moving_operation_owns_the_transition_clau
     own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
     assert "core.transition.allowed" in own[("claim", "work_id")]
     assert "core.transition.allowed" not in own[("outbox_enqueue", "work_id")]  # it moves nothing
+
+
+def test_no_row_swap_makes_a_contract_the_contracts_own_checks_refuse() -> None:
+    """A swapped row the contract's checks refuse (a step class without effect given an allowance) is
+    no ledger anyone runs: the reference refuses the reset. Such swaps are not generated; the ones
+    generated are valid contracts."""
+    import copy
+
+    from ledgercheck.spec.load import _spec_from_document
+
+    doc = plain(SPEC.document)
+    rows = [m for m in M.generate(SPEC) if m.family == "row_swap"]
+    assert rows
+    for m in rows:
+        swapped = copy.deepcopy(doc)
+        table = M._get_path(swapped, m.params[0].split("."))
+        table[m.params[1]] = copy.deepcopy(table[m.params[2]])
+        _spec_from_document(swapped)  # raises SpecError for a refused one
+    names = {m.name for m in rows}
+    assert "row_swap:matrix:pure:idempotent_with_key" not in names  # pure takes an allowance: refused
+    assert "row_swap:matrix:idempotent_with_key:checkpointed" in names
