@@ -300,7 +300,8 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
 
 def _rows_and_limits(c: _Contract) -> list[Mutant]:
     """one row of a contract table handled like another: the reference runs with the row's entries
-    replaced by the next row's (tables whose rows an operation argument names)"""
+    replaced by the next row's (tables whose rows an operation argument names); a limit one more or
+    one less.  A change the contract's own checks refuse is not generated: no ledger runs under it"""
     spec, doc = c.spec, c.doc
     out: list[Mutant] = []
     for path, rows in _row_tables(spec, doc):
@@ -325,6 +326,8 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
         # a limit the contract sets as a maximum ("at most the requested number") may be smaller
         at_most = [c for c in spec.clauses if c.id in own and "at most" in c.statement.lower()]
         for sign in ("+", "-"):
+            if _refused(doc, path, _get_path(doc, path) + (1 if sign == "+" else -1)):
+                continue  # a value the contract's checks refuse (first_seq 0)
             benign = bool(at_most) and sign == "-"
             out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else own,
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"
@@ -335,17 +338,22 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
 def _refused_swap(doc: Any, path: tuple[str, ...], row: str, other: str) -> bool:
     """Whether the contract with ``row`` of the table at ``path`` replaced by ``other`` fails the
     contract's own checks (a step class without effect given an allowance other than none)."""
+    return _refused(doc, (*path, row), _get_path(doc, (*path, other)))
+
+
+def _refused(doc: Any, path: tuple[str, ...], value: Any) -> bool:
+    """Whether the contract with the entry at ``path`` set to ``value`` fails the contract's own
+    checks (no ledger runs under it: the reference refuses such a reset)."""
     import copy
 
-    # not the cached entry point: each swapped contract is looked at once
+    # not the cached entry point: each changed contract is looked at once
     from ledgercheck.spec.load import _spec_from_document
     from ledgercheck.spec.problems import SpecError
 
-    swapped = copy.deepcopy(doc)
-    table = _get_path(swapped, list(path))
-    table[row] = copy.deepcopy(table[other])
+    changed = copy.deepcopy(doc)
+    _get_path(changed, list(path[:-1]))[path[-1]] = copy.deepcopy(value)
     try:
-        _spec_from_document(swapped)
+        _spec_from_document(changed)
     except SpecError:
         return True
     return False

@@ -237,3 +237,5 @@ def test_no_row_swap_makes_a_contract_the_contracts_own_checks_refuse() -> None:
     names = {m.name for m in rows}
     assert "row_swap:matrix:pure:idempotent_with_key" not in names  # pure takes an allowance: refused
     assert "row_swap:matrix:idempotent_with_key:checkpointed" in names
+    limits = {m.name for m in M.generate(SPEC) if m.family == "limit"}
+    assert "limit:eventlog.first_seq:+" in limits and "limit:eventlog.first_seq:-" not in limits  # first_seq 0: refused
