@@ -17,8 +17,10 @@ the item's own.  The rules, read from the contract:
 * a scheduled retry is promoted once now >= next_retry_at, never before (for the default policy,
   each source's and an item's own);
 * no retry waits longer than max_backoff: for the default policy and each source's, the retry after
-  the first attempt whose delay reaches the cap is due exactly max_backoff later (exact jitter),
-  the one before it at its uncapped delay (``instant:cap:<source>``);
+  the first attempt whose delay reaches the cap is due exactly max_backoff later (exact jitter,
+  ``retry.cap``: ``instant:cap:<source>``), and every retry before it exactly at its uncapped delay
+  (``retry.bounds``: ``instant:backoff:<source>``): the default's and each source's backoff, which
+  a full-jitter draw hides;
 * a run's timer wakes it once now >= timer_at; a hand-out (``handouts``) lapses, and is handed out
   again, only when now > expires_at + grace; a lane's lease is live while now <= expires_at + grace.
 
@@ -401,42 +403,53 @@ def cap_attempt(spec: Spec, policy: Any) -> int | None:
     return None
 
 
-@cases("retry.cap")
-def _caps(spec: Spec) -> Iterator[tuple[str, CaseFn]]:
-    """For the default policy and each source's own: an item whose own policy sets only the exact
-    jitter mode and enough attempts, failed until the retry after the cap's attempt; that retry is
-    due exactly max_backoff later (the cap of the source's policy, not one quantum more or less),
-    the one before it at the uncapped delay."""
-    clause = "retry.cap"
-    retryable = next((c for c, ok in spec.error_classes.items() if ok), None)
-    exact = next((m for m, (lo, hi) in spec.jitter_modes.items() if lo == hi), None)
-    if retryable is None or exact is None:
-        return
-    for src in timing_sources(spec, spec.retry_by_source):
-        def fn(h: Harness, src: str = src) -> None:
-            _virtual(h)
-            h.need("fail", "promote_due")
-            base = h.spec.retry_policy_for(src)
-            n = cap_attempt(h.spec, base)
-            if n is None:
-                raise NotApplicable(f"the {src} policy's delays never reach its max_backoff")
-            own = {"jitter": exact, "max_attempts": n + 1}
-            wid = h.create(src, "retry-cap", retry_policy=h.contract_policy(own))
-            policy = h.spec.retry_policy_for(src, own)
-            h.need_claim_by_id()
+def _backoff_probe(src: str, exact: str, retryable: str, cap: bool) -> CaseFn:
+    """An item whose own policy sets only the exact jitter mode and enough attempts, failed up to
+    the first attempt whose delay reaches the cap of ``src``'s policy.  ``cap``: the retry after
+    that attempt is due exactly max_backoff later (later: ``retry.cap``; sooner: ``retry.bounds``);
+    else every retry before it is due exactly at its uncapped delay (``retry.bounds``)."""
+    def fn(h: Harness) -> None:
+        _virtual(h)
+        h.need("fail", "promote_due")
+        base = h.spec.retry_policy_for(src)
+        n = cap_attempt(h.spec, base)
+        if n is None:
+            raise NotApplicable(f"the {src} policy's delays never reach its max_backoff")
+        own = {"jitter": exact, "max_attempts": n + 1}
+        wid = h.create(src, "retry-cap" if cap else "retry-backoff", retry_policy=h.contract_policy(own))
+        policy = h.spec.retry_policy_for(src, own)
+        h.need_claim_by_id()
+        tok = h.claim(wid)
+        for attempt in range(1, n + 1):
+            now = h.now()
+            out = h.do("fail", work_id=wid, token=tok, error_class=retryable)
+            at = out.value.get("next_retry_at") if out.ok and isinstance(out.value, dict) else None
+            want = h.spec.backoff_range(policy, attempt)[0]
+            if cap == (attempt == n):
+                late = isinstance(at, int | float) and at - now > policy.max_backoff + 1e-6
+                check(isinstance(at, int | float) and abs(at - now - want) <= 1e-6, "retry.cap" if late else "retry.bounds",
+                      f"{src}: the retry after attempt {attempt} is due +{(at or now) - now:g}s, the policy says "
+                      f"+{want:g}s ({'capped at max_backoff' if attempt == n else 'below the cap'})", h)
+            if attempt == n or not isinstance(at, int | float):
+                return
+            h.advance_to(at)
+            h.do("promote_due")
             tok = h.claim(wid)
-            for attempt in range(1, n + 1):
-                now = h.now()
-                out = h.do("fail", work_id=wid, token=tok, error_class=retryable)
-                at = out.value.get("next_retry_at") if out.ok and isinstance(out.value, dict) else None
-                want = h.spec.backoff_range(policy, attempt)[0]
-                if attempt >= n - 1:  # the last uncapped delay, and the first capped one
-                    check(isinstance(at, int | float) and abs(at - now - want) <= 1e-6, clause,
-                          f"{src}: the retry after attempt {attempt} is due +{(at or now) - now:g}s, the policy says "
-                          f"+{want:g}s ({'capped at max_backoff' if attempt == n else 'below the cap'})", h)
-                if attempt == n or not isinstance(at, int | float):
-                    return
-                h.advance_to(at)
-                h.do("promote_due")
-                tok = h.claim(wid)
-        yield f"instant:cap:{src}", fn
+    return fn
+
+
+def _backoff_cases(cap: bool) -> Callable[[Spec], Iterator[tuple[str, CaseFn]]]:
+    """For the default policy and each source's own: the cap where it starts to bind
+    (``instant:cap:<source>``), or every uncapped delay up to it (``instant:backoff:<source>``)."""
+    def gen(spec: Spec) -> Iterator[tuple[str, CaseFn]]:
+        retryable = next((c for c, ok in spec.error_classes.items() if ok), None)
+        exact = next((m for m, (lo, hi) in spec.jitter_modes.items() if lo == hi), None)
+        if retryable is None or exact is None:
+            return
+        for src in timing_sources(spec, spec.retry_by_source):
+            yield f"instant:{'cap' if cap else 'backoff'}:{src}", _backoff_probe(src, exact, retryable, cap)
+    return gen
+
+
+cases("retry.cap")(_backoff_cases(True))
+cases("retry.bounds")(_backoff_cases(False))
