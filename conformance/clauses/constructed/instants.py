@@ -405,9 +405,13 @@ def cap_attempt(spec: Spec, policy: Any) -> int | None:
 
 def _backoff_probe(src: str, exact: str, retryable: str, cap: bool) -> CaseFn:
     """An item whose own policy sets only the exact jitter mode and enough attempts, failed up to
-    the first attempt whose delay reaches the cap of ``src``'s policy.  ``cap``: the retry after
-    that attempt is due exactly max_backoff later (later: ``retry.cap``; sooner: ``retry.bounds``);
-    else every retry before it is due exactly at its uncapped delay (``retry.bounds``)."""
+    the first attempt whose delay reaches the cap of ``src``'s policy (the backoff itself comes from
+    ``src``'s policy).  ``cap``: the retry after that attempt is due exactly max_backoff later;
+    else every retry before it exactly at its uncapped delay.  A wrong delay is blamed by what the
+    delays say together: the uncapped ones all off by one factor (a wrong backoff), or exact and
+    only the capped one off: the backoff's rule (``retry.bounds``; above max_backoff, ``retry.cap``);
+    uncapped ones off by varying factors: the item's exact jitter was not applied, the override's
+    clause (create's ``retry_policy`` blame)."""
     def fn(h: Harness) -> None:
         _virtual(h)
         h.need("fail", "promote_due")
@@ -420,21 +424,32 @@ def _backoff_probe(src: str, exact: str, retryable: str, cap: bool) -> CaseFn:
         policy = h.spec.retry_policy_for(src, own)
         h.need_claim_by_id()
         tok = h.claim(wid)
+        got: list[float | None] = []
         for attempt in range(1, n + 1):
             now = h.now()
             out = h.do("fail", work_id=wid, token=tok, error_class=retryable)
             at = out.value.get("next_retry_at") if out.ok and isinstance(out.value, dict) else None
-            want = h.spec.backoff_range(policy, attempt)[0]
-            if cap == (attempt == n):
-                late = isinstance(at, int | float) and at - now > policy.max_backoff + 1e-6
-                check(isinstance(at, int | float) and abs(at - now - want) <= 1e-6, "retry.cap" if late else "retry.bounds",
-                      f"{src}: the retry after attempt {attempt} is due +{(at or now) - now:g}s, the policy says "
-                      f"+{want:g}s ({'capped at max_backoff' if attempt == n else 'below the cap'})", h)
-            if attempt == n or not isinstance(at, int | float):
-                return
+            got.append(at - now if isinstance(at, int | float) else None)
+            if attempt == n or at is None:
+                break
             h.advance_to(at)
             h.do("promote_due")
             tok = h.claim(wid)
+        want = [h.spec.backoff_range(policy, a)[0] for a in range(1, n + 1)]
+        # the uncapped delays' factors (a delay the ledger capped itself says nothing of the jitter)
+        ratios = {round(g / w, 9) for g, w in zip(got[:n - 1], want, strict=False)
+                  if g is not None and w > 0 and abs(g - policy.max_backoff) > 1e-6}
+        override = h.spec.operations["create"].args["retry_policy"].blame or "retry.policy_override"
+        jitter_kept = len(ratios) <= 1
+        for attempt, (g, w) in enumerate(zip(got, want, strict=False), start=1):
+            if cap != (attempt == n) or (g is not None and abs(g - w) <= 1e-6):
+                continue
+            late = g is not None and g > policy.max_backoff + 1e-6
+            clause = ("retry.cap" if late else "retry.bounds") if jitter_kept else override
+            check(False, clause, f"{src}: the retry after attempt {attempt} is due +{g}s, the policy (its own jitter "
+                  f"{exact}) says +{w:g}s ({'capped at max_backoff' if attempt == n else 'below the cap'}); "
+                  f"the uncapped delays were off by {'one factor' if jitter_kept else 'varying factors'} "
+                  f"{sorted(ratios)[:4]}", h)
     return fn
 
 
