@@ -122,8 +122,6 @@ class CoreOps(ModelBase):
                 if (a.get("status") is None or it["status"] == a["status"])
                 and (a.get("quarantined") is None or it["quarantined"] == a["quarantined"])]
 
-        filters = [f for f in self.spec.operations["list"].args if f in self.spec.work_fields and a.get(f) is not None]
-
         def h(res: Any) -> list[Violation]:
             if not isinstance(res, list) or not all(map(_is_map, res)):
                 raise _Bad("core.list.complete", f"list must return a list of snapshots, got {res!r:.80}")
@@ -133,10 +131,6 @@ class CoreOps(ModelBase):
                 missing = set(want) - set(got)
                 extra = set(got) - set(want)
                 clause = next((self._stray(x, "core.list.complete") for x in res if x.get("work_id") in extra), "core.list.complete")
-                # items listed against a filter on a field that has an owner (quarantined): that field's clause
-                ignored = [f for f in filters if any(w in self.items and self.items[w][f] != a[f] for w in extra)]
-                if clause == "core.list.complete" and ignored:
-                    clause = self._field_owner.get(ignored[0], clause)
                 out.append(Violation(clause, f"list({_fmt_filter(a)}) missing {sorted(missing)} extra {sorted(map(str, extra))}"))
             for x in res:
                 if x.get("work_id") in self.items:

@@ -293,6 +293,8 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
                 extra = ([owner] if owner is not None else []) + (_event_clauses(spec, op) if name in _event_fields(spec, op) else [])
                 if name == "work_id":  # the item an operation that lists a transition is asked to move (claim's):
                     extra += _status_owner(spec, op)  # ignored, the asked transition is not performed
+                if spec.operations[op].kind == "read":  # a read's filter: the clause the model judges the read by
+                    extra += _read_clause(spec, op)
                 out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name], extra), site=("arg", op, name),
                                   what=f"{op} ignores its optional argument {name}"))
     return out
@@ -359,21 +361,26 @@ def _refused(doc: Any, path: tuple[str, ...], value: Any) -> bool:
     return False
 
 
+def _read_clause(spec: Spec, op: str) -> list[str]:
+    """The clause the model names for a call of the read ``op`` with its required arguments."""
+    from ..model import Model
+    from ..stateful_args import ArgDraws, Pools
+
+    draws = ArgDraws(spec, Pools(), [], 1.0)
+    args = {n: draws.plain(n, a.type) for n, a in spec.operations[op].args.items() if a.required and n != "now"}
+    return [Model(spec).expect(op, {**args, "now": 0.0}).clause]
+
+
 def _batch_clauses(spec: Spec, path: tuple[str, ...]) -> tuple[str, ...]:
     """For a default batch size no clause names (outbox.pending_max): the clause the model names
     for a call of the list operation whose ``max`` it defaults (``<section>_<name>`` for
     ``<name>_max``, outbox_pending), as the clause cases judge it."""
-    from ..model import Model
-    from ..stateful_args import ArgDraws, Pools
-
     if len(path) != 2 or not path[1].endswith("_max"):
         return ()
     op = f"{path[0]}_{path[1][:-len('_max')]}"
     if op not in spec.operations or "max" not in spec.operations[op].args:
         return ()
-    draws = ArgDraws(spec, Pools(), [], 1.0)
-    args = {n: draws.plain(n, a.type) for n, a in spec.operations[op].args.items() if a.required and n != "now"}
-    return (Model(spec).expect(op, {**args, "now": 0.0}).clause,)
+    return tuple(_read_clause(spec, op))
 
 
 # the generators, in the order their mutants are listed (tests/conformance/test_mutant_list.py)

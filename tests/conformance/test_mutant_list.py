@@ -6,7 +6,8 @@ flags, own clauses, sites and descriptions (their records' sha256).  Deliberate 
 answer is benign (``unrecorded_option``; seven ``drop_option`` rows), so is a limit the contract
 sets as a maximum made smaller (``limit:inbox.drain_max:-``), and a default batch no clause names
 is owned by the clause of the read it defaults (``outbox.pending_max``), and an ignored
-``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too;
+``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too, a
+read's ignored filter by the clause the model judges the read by;
 no ``row_swap`` or ``limit`` whose contract the contract's checks refuse (two rows, first_seq 0).  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 

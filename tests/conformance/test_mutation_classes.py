@@ -239,3 +239,11 @@ def test_no_row_swap_makes_a_contract_the_contracts_own_checks_refuse() -> None:
     assert "row_swap:matrix:idempotent_with_key:checkpointed" in names
     limits = {m.name for m in M.generate(SPEC) if m.family == "limit"}
     assert "limit:eventlog.first_seq:+" in limits and "limit:eventlog.first_seq:-" not in limits  # first_seq 0: refused
+
+
+def test_an_ignored_filter_of_a_read_owns_the_reads_clause() -> None:
+    from ledgercheck.conformance.model import Model
+
+    clause = Model(SPEC).expect("list", {"now": 0.0}).clause
+    own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
+    assert clause in own[("list", "quarantined")] and clause in own[("list", "status")]

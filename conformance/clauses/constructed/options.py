@@ -17,14 +17,7 @@ refused, the status they leave).
 For each per-item retry policy field the case creates an item whose policy overrides that field
 alone, fails it with each error class until it is failed, and checks each answer against the
 merged policy (``spec.retry_policy_for``): retry or not by ``max_attempts``, ``next_retry_at``
-within the jitter range of the backoff for that attempt.
-
-Every filter of a read (an optional argument naming a snapshot field: list's status and
-quarantined) is given each of its values over items on both sides of it (one per status class,
-and one the ledger quarantined), the model judging which items are answered; registered under
-the clause owning the field, else the read's (``option:<read>:<argument>:both-sides``).
-
-Param ids: ``option:<operation>:<argument>:
+within the jitter range of the backoff for that attempt.  Param ids: ``option:<operation>:<argument>:
 <status class>[:<value>]`` and ``option:create:retry_policy.<field>:<error class>``.
 """
 
@@ -196,73 +189,6 @@ def _rows_for(clause: str) -> Any:
 
 for _clause in OPTION_CLAUSES:
     cases(_clause)(_rows_for(_clause))
-
-
-# ------------------------------------------------------------------ a read's filters, items on both sides
-def read_filters(spec: Spec) -> list[tuple[str, str]]:
-    """(read operation, optional argument) for every read whose optional argument names a field of a
-    work snapshot (list's status and quarantined): a filter, which decides which items are answered."""
-    return [(o, n) for o, op in spec.operations.items() if op.kind == "read" and op.returns.endswith("_list")
-            for n, a in op.args.items() if not a.required and n in spec.work_fields]
-
-
-def filter_clause(spec: Spec, op: str, arg: str) -> str:
-    """The clause of the field a filter names (quarantined: recovery.quarantine.visible), else the
-    clause the model names for the read."""
-    from ledgercheck.spec import rules
-
-    return rules.field_owner(spec, arg) or Model(spec).expect(op, {"now": 0.0}).clause
-
-
-def _flagged(h: Harness, field: str) -> str | None:
-    """An item with the boolean ``field`` set by the ledger's own rule: cancel's intent is a status
-    class; a quarantine is recovery's decision for a stale item whose pending receipt's step class
-    the matrix quarantines."""
-    if field == "quarantined":
-        from ledgercheck.conformance.clauses.recovery import _quarantine_class, _stale_with
-
-        try:
-            h.need("recover", "effect_begin")
-            wid = _stale_with(h, "pending", _quarantine_class(h.spec))
-            h.do("recover")
-        except (NotApplicable, DriveBlocked):
-            return None
-        return wid if h.item(wid)[field] else None
-    return None
-
-
-def _filter_case(op: str, arg: str) -> CaseFn:
-    def fn(h: Harness) -> None:
-        h.need(op)
-        for cls in status_classes(h.spec):  # every status class, so every value of a filter has items on both sides
-            wid = h.create(source_id=f"filter-{cls.label}")
-            try:
-                reach(h, wid, cls)
-            except (DriveBlocked, NotApplicable):
-                continue
-        typ = h.spec.operations[op].args[arg].type
-        if typ == "boolean":
-            if _flagged(h, arg) is None and not any(w[arg] for w in h.raw(op).value):
-                raise NotApplicable(f"no item with {arg} set could be made")
-            values: list[Any] = [True, False]
-        else:
-            values = enum_values(h.spec, typ) or sorted({w[arg] for w in h.raw(op).value})
-        for v in values:
-            h.do(op, **{arg: v})  # the model judges which items the filter answers
-    return fn
-
-
-def _filters_for(clause: str) -> Any:
-    def gen(spec: Spec) -> Iterable[tuple[str, CaseFn]]:
-        for op, arg in read_filters(spec):
-            if filter_clause(spec, op, arg) == clause:
-                yield f"option:{op}:{arg}:both-sides", _filter_case(op, arg)
-    return gen
-
-
-FILTER_CLAUSES = tuple(sorted({filter_clause(default_spec(), o, a) for o, a in read_filters(default_spec())}))
-for _clause in FILTER_CLAUSES:
-    cases(_clause)(_filters_for(_clause))
 
 
 # ------------------------------------------------------------------ a per-item retry policy, field by field
