@@ -3,7 +3,7 @@ package conformance/mutation/ (the list computed on main, commit 6514ccb, in
 mutants_at_main.txt): the same mutants in the same order, with the same parameters, benign
 flags, own clauses, sites and descriptions (their records' sha256).  Deliberate changes since
 (branch classes): an ignored optional argument the contract records in no compared field and no
-answer is benign (``unrecorded_option``; seven ``drop_option`` rows), so is a limit the contract
+answer is benign (``unrecorded_option``; eight ``drop_option`` rows), so is a limit the contract
 sets as a maximum made smaller (``limit:inbox.drain_max:-``), and a default batch no clause names
 is owned by the clause of the read it defaults (``outbox.pending_max``), and an ignored
 ``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too, a

@@ -184,12 +184,15 @@ def test_an_ignored_argument_the_contract_records_nowhere_it_compares_is_benign(
     types = result_types(SPEC)
     benign = {m.params for m in M.generate(SPEC) if m.family == "drop_option" and m.benign}
     assert ("close_out", "reason") in benign and ("fail", "message") in benign and ("create", "payload") in benign
+    assert ("inbox_nack", "error") in benign  # a journal's argument no answer of its profile carries, no clause names
     for op, name in benign:
         arg = SPEC.operations[op].args[name]
         assert arg.type in M.PASSED_THROUGH and not arg.blame and name not in SPEC.work_fields, (op, name)
+        assert not any(M.mentions(c.statement, name) for c in SPEC.clauses if c.profile == SPEC.operations[op].profile), (op, name)
     # rule-carrying and recorded arguments stay non-benign
     for op, name in (("set_waiting", "timeout"), ("close_out", "result"), ("claim", "work_id"), ("create", "source_run_id"),
-                     ("log_append", "payload"), ("inbox_deliver", "body"), ("effect_begin", "token")):
+                     ("log_append", "payload"), ("inbox_deliver", "body"), ("effect_begin", "token"), ("lane_push", "body"),
+                     ("wake_suspend", "token"), ("outbox_enqueue", "work_id")):
         assert (op, name) not in benign and M.unrecorded_option(SPEC, op, name, types) is None, (op, name)
     compared = dict(SPEC.work_fields)
     compared["status_reason"] = dataclasses.replace(compared["status_reason"], compare="exact")
