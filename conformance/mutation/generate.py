@@ -295,6 +295,8 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
                     extra += _status_owner(spec, op)  # ignored, the asked transition is not performed
                 if spec.operations[op].kind == "read":  # a read's filter: the clause the model judges the read by
                     extra += _read_clause(spec, op)
+                elif _stored_in_record(spec, op, name, c.types):  # kept in a record answers hand back (a log
+                    extra += _record_clauses(spec, op)  # entry's payload): the clauses saying what it stores, as for alter
                 out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name], extra), site=("arg", op, name),
                                   what=f"{op} ignores its optional argument {name}"))
     return out
@@ -359,6 +361,23 @@ def _refused(doc: Any, path: tuple[str, ...], value: Any) -> bool:
     except SpecError:
         return True
     return False
+
+
+def _stored_in_record(spec: Spec, op: str, name: str, types: Any) -> bool:
+    """``op`` does not answer with work items, ``name`` is a passed-through argument no clause of its
+    profile names, and some answer of the profile carries a field named ``name`` (the record the
+    argument is stored in: a log entry's ``payload``, a lane task's ``body``)."""
+    from .mutants import PASSED_THROUGH, _answers_work, _mentions, _property_names
+
+    prof = spec.operations[op].profile
+    if _answers_work(spec, op, types) or spec.operations[op].args[name].type not in PASSED_THROUGH \
+            or any(c.profile == prof and _mentions(c.statement, name) for c in spec.clauses):
+        return False  # a work item's field, a typed rule, or an argument its profile's clauses name already
+    fields: set[str] = set()
+    for o in spec.operations.values():
+        if o.profile == prof and o.returns in types:
+            _property_names(types[o.returns], types, fields, set())
+    return name in fields
 
 
 def _read_clause(spec: Spec, op: str) -> list[str]:

@@ -7,7 +7,8 @@ answer is benign (``unrecorded_option``; eight ``drop_option`` rows), so is a li
 sets as a maximum made smaller (``limit:inbox.drain_max:-``), and a default batch no clause names
 is owned by the clause of the read it defaults (``outbox.pending_max``), and an ignored
 ``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too, a
-read's ignored filter by the clause the model judges the read by;
+read's ignored filter by the clause the model judges the read by, an ignored argument kept in a
+record answers hand back (a log entry's payload) by the clauses of the record (as ``alter``);
 no ``row_swap`` or ``limit`` whose contract the contract's checks refuse (two rows, first_seq 0).  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 

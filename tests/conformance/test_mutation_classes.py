@@ -250,3 +250,14 @@ def test_an_ignored_filter_of_a_read_owns_the_reads_clause() -> None:
     clause = Model(SPEC).expect("list", {"now": 0.0}).clause
     own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
     assert clause in own[("list", "quarantined")] and clause in own[("list", "status")]
+
+
+def test_an_ignored_argument_kept_in_a_record_owns_the_records_clauses() -> None:
+    """A log entry's payload, a lane task's body, an outbound message's work id: the clauses saying what
+    the ledger stores and hands back for the record (alter's rule for such answers), not only the clauses
+    whose words name the argument (outbox.dedupe for 'payload')."""
+    own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
+    assert "eventlog.read" in own[("log_append", "payload")]
+    assert "lanes.queue.durable" in own[("lane_push", "body")]
+    assert "outbox.intent_first" in own[("outbox_enqueue", "work_id")]
+    assert own[("wake_suspend", "timer_at")] == ("wakeups.timer",)  # a typed rule: only its own clause
