@@ -101,8 +101,11 @@ class CoreOps(ModelBase):
             self.events[wid] = []
             self._append(wid, "work_created", None, item["status"], a["now"], item)
             self._commit(wid, item, {}, "core.create.initial")
-            out += self._compare_work(item, w, {"source_run_id": "core.scheduler.run_identity"} if a.get("source_run_id") == "" else {},
-                                      "core.create.initial")
+            # a field the caller gave is recorded by the rule of that argument (its own clause in the
+            # contract, as source_run_id's run identity); the rest, defaults, by the initial record's
+            given = {f: arg.blame for f, arg in self.spec.operations["create"].args.items()
+                     if arg.blame and f in self.spec.work_fields and a.get(f) is not None}
+            out += self._compare_work(item, w, given, "core.create.initial")
             return out
 
         return Accept(new, "core.create.initial", "a new unit of work must be recorded")

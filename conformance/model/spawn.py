@@ -82,7 +82,9 @@ class SpawnOps(ModelBase):
             clause = self._stray(w, "spawn.replay")
             return out + [Violation(clause, f"a replayed spawn returned {w.get('work_id')!r}, not the child {child} its parent's log records")]
         self.touched.add(child)
-        return out + self.check_work(w, child)
+        # the record a replay hands back is the child as it is now: a field no clause owns (its status)
+        # that differs is the replay's to answer for, as a repeated create's is the unit's
+        return out + self.check_work(w, child, blame="spawn.replay")
 
     def _op_children(self, a: dict[str, Any]) -> Expectation:
         pid = a["work_id"]

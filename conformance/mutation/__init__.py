@@ -42,6 +42,7 @@ from .mutants import (  # noqa: F401
     LIMIT_PATHS,
     NO_REFUSAL,
     ORDER_WORDS,
+    PASSED_THROUGH,
     PROTOCOL_OWNER,
     REFUSAL_WORDS,
     REPLAY_WORDS,
@@ -76,6 +77,7 @@ from .mutants import (  # noqa: F401
     _tokens,
     mentions,
     own_clauses,
+    unrecorded_option,
 )
 from .report import (  # noqa: F401
     FLOOR_CAUGHT,

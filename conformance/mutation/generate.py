@@ -40,6 +40,7 @@ from .mutants import (
     _status_owner,
     mentions,
     own_clauses,
+    unrecorded_option,
 )
 
 _GENERATED: dict[str, list[Mutant]] = {}
@@ -282,9 +283,20 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
     for op in ops:
         for name, arg in spec.operations[op].args.items():
             if not arg.required and name not in ("now",):
+                why = unrecorded_option(spec, op, name, c.types)
+                if why is not None:  # equivalent: no answer the contract judges depends on it
+                    out.append(Mutant("drop_option", (op, name), benign=True, site=("arg", op, name),
+                                      what=f"{op} ignores its optional argument {name} ({why})"))
+                    continue
                 # an argument the ledger records: the clause owning that field, and those of the events it writes
                 owner = rules.field_owner(spec, name)
                 extra = ([owner] if owner is not None else []) + (_event_clauses(spec, op) if name in _event_fields(spec, op) else [])
+                if name == "work_id":  # the item an operation that lists a transition is asked to move (claim's):
+                    extra += _status_owner(spec, op)  # ignored, the asked transition is not performed
+                if spec.operations[op].kind == "read":  # a read's filter: the clause the model judges the read by
+                    extra += _read_clause(spec, op)
+                elif _stored_in_record(spec, op, name, c.types):  # kept in a record answers hand back (a log
+                    extra += _record_clauses(spec, op)  # entry's payload): the clauses saying what it stores, as for alter
                 out.append(Mutant("drop_option", (op, name), own=own_clauses(spec, op, [name], extra), site=("arg", op, name),
                                   what=f"{op} ignores its optional argument {name}"))
     return out
@@ -292,7 +304,8 @@ def _ignored_options(c: _Contract) -> list[Mutant]:
 
 def _rows_and_limits(c: _Contract) -> list[Mutant]:
     """one row of a contract table handled like another: the reference runs with the row's entries
-    replaced by the next row's (tables whose rows an operation argument names)"""
+    replaced by the next row's (tables whose rows an operation argument names); a limit one more or
+    one less.  A change the contract's own checks refuse is not generated: no ledger runs under it"""
     spec, doc = c.spec, c.doc
     out: list[Mutant] = []
     for path, rows in _row_tables(spec, doc):
@@ -301,6 +314,8 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             other = rows[(i + 1) % len(rows)]
             if _rule_of(table[row]) == _rule_of(table[other]):
                 continue  # rows that differ in their prose only
+            if _refused_swap(doc, path, row, other):
+                continue  # a contract the contract's own checks refuse: no ledger runs under it (the reset is refused)
             rule = _rule_of(table[row])
             subjects = [row, other, path[-1], *rule]
             # a row's flag is named inside other words too: "retryable" in retry.non_retryable
@@ -311,10 +326,80 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
     for path in LIMIT_PATHS:
         if _get_path(doc, path) is None:
             continue
+        own = own_clauses(spec, None, [path[-1]]) or _batch_clauses(spec, path)
+        # a limit the contract sets as a maximum ("at most the requested number") may be smaller
+        at_most = [c for c in spec.clauses if c.id in own and "at most" in c.statement.lower()]
         for sign in ("+", "-"):
-            out.append(Mutant("limit", (".".join(path), sign), own=own_clauses(spec, None, [path[-1]]),
-                              what=f"the reference runs with {'.'.join(path)} {sign} 1"))
+            if _refused(doc, path, _get_path(doc, path) + (1 if sign == "+" else -1)):
+                continue  # a value the contract's checks refuse (first_seq 0)
+            benign = bool(at_most) and sign == "-"
+            out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else own,
+                              what=f"the reference runs with {'.'.join(path)} {sign} 1"
+                              + (f" (the contract sets it as a maximum: {at_most[0].id})" if benign else "")))
     return out
+
+
+def _refused_swap(doc: Any, path: tuple[str, ...], row: str, other: str) -> bool:
+    """Whether the contract with ``row`` of the table at ``path`` replaced by ``other`` fails the
+    contract's own checks (a step class without effect given an allowance other than none)."""
+    return _refused(doc, (*path, row), _get_path(doc, (*path, other)))
+
+
+def _refused(doc: Any, path: tuple[str, ...], value: Any) -> bool:
+    """Whether the contract with the entry at ``path`` set to ``value`` fails the contract's own
+    checks (no ledger runs under it: the reference refuses such a reset)."""
+    import copy
+
+    # not the cached entry point: each changed contract is looked at once
+    from ledgercheck.spec.load import _spec_from_document
+    from ledgercheck.spec.problems import SpecError
+
+    changed = copy.deepcopy(doc)
+    _get_path(changed, list(path[:-1]))[path[-1]] = copy.deepcopy(value)
+    try:
+        _spec_from_document(changed)
+    except SpecError:
+        return True
+    return False
+
+
+def _stored_in_record(spec: Spec, op: str, name: str, types: Any) -> bool:
+    """``op`` does not answer with work items, ``name`` is a passed-through argument no clause of its
+    profile names, and some answer of the profile carries a field named ``name`` (the record the
+    argument is stored in: a log entry's ``payload``, a lane task's ``body``)."""
+    from .mutants import PASSED_THROUGH, _answers_work, _mentions, _property_names
+
+    prof = spec.operations[op].profile
+    if _answers_work(spec, op, types) or spec.operations[op].args[name].type not in PASSED_THROUGH \
+            or any(c.profile == prof and _mentions(c.statement, name) for c in spec.clauses):
+        return False  # a work item's field, a typed rule, or an argument its profile's clauses name already
+    fields: set[str] = set()
+    for o in spec.operations.values():
+        if o.profile == prof and o.returns in types:
+            _property_names(types[o.returns], types, fields, set())
+    return name in fields
+
+
+def _read_clause(spec: Spec, op: str) -> list[str]:
+    """The clause the model names for a call of the read ``op`` with its required arguments."""
+    from ..model import Model
+    from ..stateful_args import ArgDraws, Pools
+
+    draws = ArgDraws(spec, Pools(), [], 1.0)
+    args = {n: draws.plain(n, a.type) for n, a in spec.operations[op].args.items() if a.required and n != "now"}
+    return [Model(spec).expect(op, {**args, "now": 0.0}).clause]
+
+
+def _batch_clauses(spec: Spec, path: tuple[str, ...]) -> tuple[str, ...]:
+    """For a default batch size no clause names (outbox.pending_max): the clause the model names
+    for a call of the list operation whose ``max`` it defaults (``<section>_<name>`` for
+    ``<name>_max``, outbox_pending), as the clause cases judge it."""
+    if len(path) != 2 or not path[1].endswith("_max"):
+        return ()
+    op = f"{path[0]}_{path[1][:-len('_max')]}"
+    if op not in spec.operations or "max" not in spec.operations[op].args:
+        return ()
+    return tuple(_read_clause(spec, op))
 
 
 # the generators, in the order their mutants are listed (tests/conformance/test_mutant_list.py)

@@ -183,6 +183,80 @@ def _object_schema(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mappin
     return schema if schema.get("type") == "object" else None
 
 
+PASSED_THROUGH = ("string", "object", "any")  # argument types that carry no rule of their own
+
+
+def _answers_work(spec: Spec, op: str, types: Mapping[str, Any]) -> bool:
+    """``op`` answers with work snapshots: a snapshot, a list of them, or an object whose record is
+    one (``create_result``)."""
+    ret = spec.operations[op].returns
+    if ret not in types:
+        return False
+    schema = _resolve(types[ret], types)
+    if schema is types.get("work"):
+        return True
+    item = _item_schema(schema, types)
+    if item is not None:
+        return item is types.get("work")
+    obj = _object_schema(schema, types) or {}
+    if obj is types.get("work"):  # a snapshot or null (claim's)
+        return True
+    return any(_resolve(v, types) is types.get("work") for v in obj.get("properties", {}).values() if isinstance(v, dict))
+
+
+def _property_names(schema: Any, defs: Mapping[str, Any], out: set[str], seen: set[str]) -> set[str]:
+    """Every property name inside ``schema``, through its refs."""
+    if isinstance(schema, Mapping):
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[1]
+            if name not in seen:
+                seen.add(name)
+                _property_names(defs.get(name), defs, out, seen)
+        for k, v in schema.items():
+            if k == "properties" and isinstance(v, Mapping):
+                out.update(v)
+            _property_names(v, defs, out, seen)
+    elif isinstance(schema, list):
+        for v in schema:
+            _property_names(v, defs, out, seen)
+    return out
+
+
+def unrecorded_option(spec: Spec, op: str, name: str, types: Mapping[str, Any]) -> str | None:
+    """Why ignoring the optional argument ``name`` of ``op`` changes no answer the contract lets
+    anyone judge, or None when it may.  For an operation answering with work snapshots: the
+    argument is a value passed through (a string, an object, any JSON value: not a duration, a
+    limit, a status or a policy, whose types carry a rule), has no clause of its own (``blame``),
+    its name is no field of a snapshot, and every
+    field the operation's effects write from it (``arg:NAME``) is compared with ``compare: none``
+    (a close-out's ``reason`` goes to ``status_reason``); what is stored nowhere (a create's
+    ``payload``, a failure's ``message``) is written nowhere either.  For any other operation: a
+    passed-through argument without a ``blame`` that no answer of its profile carries (no property
+    of that name in its shapes) and no clause of its profile names (a nack's ``error``)."""
+    arg = spec.operations[op].args[name]
+    if arg.type not in PASSED_THROUGH or arg.blame or name in spec.work_fields:
+        return None
+    if not _answers_work(spec, op, types):
+        # a journal's argument: unrecorded when no answer of its profile carries a field of that name
+        # and no clause of the profile names it (a nack's ``error``; a receipt's fencing ``token`` is named)
+        prof = spec.operations[op].profile
+        fields: set[str] = set()
+        for o in spec.operations.values():
+            if o.profile == prof and o.returns in types:
+                _property_names(types[o.returns], types, fields, set())
+        if name in fields or any(c.profile == prof and _mentions(c.statement, name) for c in spec.clauses):
+            return None
+        return f"no answer of the {prof} profile carries it and no clause of it names it"
+    targets = [f for step in (spec.effects.get(op) or {}).values() for f, v in step.writes
+               if v.kind == "arg" and v.param == name]
+    if any(spec.work_fields[f].compare != "none" for f in targets if f in spec.work_fields):
+        return None
+    if targets:
+        return f"it is recorded only in {', '.join(sorted(set(targets)))}, which the contract does not compare (compare: none)"
+    return "no field of the work item records it and no answer carries it"
+
+
 def _item_schema(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any] | None:
     schema = _resolve(schema, defs)
     return _resolve(schema["items"], defs) if schema.get("type") == "array" else None

@@ -1,7 +1,15 @@
 """The mutant generator's output is the same as it was before conformance/mutation.py became the
 package conformance/mutation/ (the list computed on main, commit 6514ccb, in
 mutants_at_main.txt): the same mutants in the same order, with the same parameters, benign
-flags, own clauses, sites and descriptions (their records' sha256).  The families added since
+flags, own clauses, sites and descriptions (their records' sha256).  Deliberate changes since
+(branch classes): an ignored optional argument the contract records in no compared field and no
+answer is benign (``unrecorded_option``; eight ``drop_option`` rows), so is a limit the contract
+sets as a maximum made smaller (``limit:inbox.drain_max:-``), and a default batch no clause names
+is owned by the clause of the read it defaults (``outbox.pending_max``), and an ignored
+``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too, a
+read's ignored filter by the clause the model judges the read by, an ignored argument kept in a
+record answers hand back (a log entry's payload) by the clauses of the record (as ``alter``);
+no ``row_swap`` or ``limit`` whose contract the contract's checks refuse (two rows, first_seq 0).  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 
 from __future__ import annotations

@@ -171,3 +171,93 @@ def test_a_cascade_that_does_not_descend_below_a_finished_node() -> None:
     call("cancel_tree", work_id=root, now=3.0)
     assert call("get", work_id=grand)["result"]["status"] == "cancelled"
     adapter.close()
+
+
+def test_an_ignored_argument_the_contract_records_nowhere_it_compares_is_benign() -> None:
+    """drop_option is benign exactly for a passed-through argument of an operation answering with work
+    items that no compared snapshot field records (status_reason is compare: none) and no answer carries;
+    make the contract compare status_reason and the reasons count again."""
+    import dataclasses
+
+    from ledgercheck.transport.wire import result_types
+
+    types = result_types(SPEC)
+    benign = {m.params for m in M.generate(SPEC) if m.family == "drop_option" and m.benign}
+    assert ("close_out", "reason") in benign and ("fail", "message") in benign and ("create", "payload") in benign
+    assert ("inbox_nack", "error") in benign  # a journal's argument no answer of its profile carries, no clause names
+    for op, name in benign:
+        arg = SPEC.operations[op].args[name]
+        assert arg.type in M.PASSED_THROUGH and not arg.blame and name not in SPEC.work_fields, (op, name)
+        assert not any(M.mentions(c.statement, name) for c in SPEC.clauses if c.profile == SPEC.operations[op].profile), (op, name)
+    # rule-carrying and recorded arguments stay non-benign
+    for op, name in (("set_waiting", "timeout"), ("close_out", "result"), ("claim", "work_id"), ("create", "source_run_id"),
+                     ("log_append", "payload"), ("inbox_deliver", "body"), ("effect_begin", "token"), ("lane_push", "body"),
+                     ("wake_suspend", "token"), ("outbox_enqueue", "work_id")):
+        assert (op, name) not in benign and M.unrecorded_option(SPEC, op, name, types) is None, (op, name)
+    compared = dict(SPEC.work_fields)
+    compared["status_reason"] = dataclasses.replace(compared["status_reason"], compare="exact")
+    strict = dataclasses.replace(SPEC, work_fields=compared)
+    assert M.unrecorded_option(strict, "close_out", "reason", types) is None
+    assert M.unrecorded_option(strict, "fail", "message", types) is not None
+
+
+def test_a_limit_the_contract_sets_as_a_maximum_may_be_smaller_and_a_batch_limit_has_its_reads_clause() -> None:
+    limits = {m.params: m for m in M.generate(SPEC) if m.family == "limit"}
+    assert limits[("inbox.drain_max", "-")].benign and not limits[("inbox.drain_max", "+")].benign  # "at most the requested number"
+    assert "inbox.drain.max" in limits[("inbox.drain_max", "+")].own
+    assert not any(m.benign for p, m in limits.items() if p[0] != "inbox.drain_max")
+    # no clause names pending_max: the clause the model names for the read it defaults (what its cases blame)
+    from ledgercheck.conformance.model import Model
+
+    clause = Model(SPEC).expect("outbox_pending", {"now": 0.0}).clause
+    assert limits[("outbox.pending_max", "-")].own == (clause,) == limits[("outbox.pending_max", "+")].own
+
+
+def test_an_ignored_item_argument_of_a_moving_operation_owns_the_transition_clause() -> None:
+    """claim(work_id) answered with another item: the transition asked for was not performed (what the
+    harness reports, core.transition.allowed); the words of the clauses alone gave spawn.wakes_parent."""
+    own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
+    assert "core.transition.allowed" in own[("claim", "work_id")]
+    assert "core.transition.allowed" not in own[("outbox_enqueue", "work_id")]  # it moves nothing
+
+
+def test_no_row_swap_makes_a_contract_the_contracts_own_checks_refuse() -> None:
+    """A swapped row the contract's checks refuse (a step class without effect given an allowance) is
+    no ledger anyone runs: the reference refuses the reset. Such swaps are not generated; the ones
+    generated are valid contracts."""
+    import copy
+
+    from ledgercheck.spec.load import _spec_from_document
+
+    doc = plain(SPEC.document)
+    rows = [m for m in M.generate(SPEC) if m.family == "row_swap"]
+    assert rows
+    for m in rows:
+        swapped = copy.deepcopy(doc)
+        table = M._get_path(swapped, m.params[0].split("."))
+        table[m.params[1]] = copy.deepcopy(table[m.params[2]])
+        _spec_from_document(swapped)  # raises SpecError for a refused one
+    names = {m.name for m in rows}
+    assert "row_swap:matrix:pure:idempotent_with_key" not in names  # pure takes an allowance: refused
+    assert "row_swap:matrix:idempotent_with_key:checkpointed" in names
+    limits = {m.name for m in M.generate(SPEC) if m.family == "limit"}
+    assert "limit:eventlog.first_seq:+" in limits and "limit:eventlog.first_seq:-" not in limits  # first_seq 0: refused
+
+
+def test_an_ignored_filter_of_a_read_owns_the_reads_clause() -> None:
+    from ledgercheck.conformance.model import Model
+
+    clause = Model(SPEC).expect("list", {"now": 0.0}).clause
+    own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
+    assert clause in own[("list", "quarantined")] and clause in own[("list", "status")]
+
+
+def test_an_ignored_argument_kept_in_a_record_owns_the_records_clauses() -> None:
+    """A log entry's payload, a lane task's body, an outbound message's work id: the clauses saying what
+    the ledger stores and hands back for the record (alter's rule for such answers), not only the clauses
+    whose words name the argument (outbox.dedupe for 'payload')."""
+    own = {m.params: m.own for m in M.generate(SPEC) if m.family == "drop_option"}
+    assert "eventlog.read" in own[("log_append", "payload")]
+    assert "lanes.queue.durable" in own[("lane_push", "body")]
+    assert "outbox.intent_first" in own[("outbox_enqueue", "work_id")]
+    assert own[("wake_suspend", "timer_at")] == ("wakeups.timer",)  # a typed rule: only its own clause

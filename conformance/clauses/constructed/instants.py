@@ -16,6 +16,11 @@ the item's own.  The rules, read from the contract:
   source) or the timeout given;
 * a scheduled retry is promoted once now >= next_retry_at, never before (for the default policy,
   each source's and an item's own);
+* no retry waits longer than max_backoff: for the default policy and each source's, the retry after
+  the first attempt whose delay reaches the cap is due exactly max_backoff later (exact jitter,
+  ``retry.cap``: ``instant:cap:<source>``), and every retry before it exactly at its uncapped delay
+  (``retry.bounds``: ``instant:backoff:<source>``): the default's and each source's backoff, which
+  a full-jitter draw hides;
 * a run's timer wakes it once now >= timer_at; a hand-out (``handouts``) lapses, and is handed out
   again, only when now > expires_at + grace; a lane's lease is live while now <= expires_at + grace.
 
@@ -386,3 +391,80 @@ cases("lanes.exclusive")(lambda spec: [("instant:lane-lapse:acquire", _lane_acqu
 cases("lanes.takeover")(lambda spec: [("instant:lane-lapse:acquire", _lane_acquires("lanes.takeover", ("after",)))])
 cases("lanes.renew")(lambda spec: [("instant:lane-lapse:renew", _lane_renews("lanes.renew", ("before", "at")))])
 cases("lanes.fencing")(lambda spec: [("instant:lane-lapse:renew", _lane_renews("lanes.fencing", ("after",)))])
+
+
+# ----------------------------------------------------------------------------- the backoff cap
+def cap_attempt(spec: Spec, policy: Any) -> int | None:
+    """The first attempt whose retry delay (before jitter) is the policy's max_backoff: where the
+    cap's rule starts to bind; None when the delays never reach it within a few dozen attempts."""
+    for n in range(1, 64):
+        if spec.backoff_base(policy, n) >= policy.max_backoff:
+            return n
+    return None
+
+
+def _backoff_probe(src: str, exact: str, retryable: str, cap: bool) -> CaseFn:
+    """An item whose own policy sets only the exact jitter mode and enough attempts, failed up to
+    the first attempt whose delay reaches the cap of ``src``'s policy (the backoff itself comes from
+    ``src``'s policy).  ``cap``: the retry after that attempt is due exactly max_backoff later;
+    else every retry before it exactly at its uncapped delay.  A wrong delay is blamed by what the
+    delays say together: the uncapped ones all off by one factor (a wrong backoff), or exact and
+    only the capped one off: the backoff's rule (``retry.bounds``; above max_backoff, ``retry.cap``);
+    uncapped ones off by varying factors: the item's exact jitter was not applied, the override's
+    clause (create's ``retry_policy`` blame)."""
+    def fn(h: Harness) -> None:
+        _virtual(h)
+        h.need("fail", "promote_due")
+        base = h.spec.retry_policy_for(src)
+        n = cap_attempt(h.spec, base)
+        if n is None:
+            raise NotApplicable(f"the {src} policy's delays never reach its max_backoff")
+        own = {"jitter": exact, "max_attempts": n + 1}
+        wid = h.create(src, "retry-cap" if cap else "retry-backoff", retry_policy=h.contract_policy(own))
+        policy = h.spec.retry_policy_for(src, own)
+        h.need_claim_by_id()
+        tok = h.claim(wid)
+        got: list[float | None] = []
+        for attempt in range(1, n + 1):
+            now = h.now()
+            out = h.do("fail", work_id=wid, token=tok, error_class=retryable)
+            at = out.value.get("next_retry_at") if out.ok and isinstance(out.value, dict) else None
+            got.append(at - now if isinstance(at, int | float) else None)
+            if attempt == n or at is None:
+                break
+            h.advance_to(at)
+            h.do("promote_due")
+            tok = h.claim(wid)
+        want = [h.spec.backoff_range(policy, a)[0] for a in range(1, n + 1)]
+        # the uncapped delays' factors (a delay the ledger capped itself says nothing of the jitter)
+        ratios = {round(g / w, 9) for g, w in zip(got[:n - 1], want, strict=False)
+                  if g is not None and w > 0 and abs(g - policy.max_backoff) > 1e-6}
+        override = h.spec.operations["create"].args["retry_policy"].blame or "retry.policy_override"
+        jitter_kept = len(ratios) <= 1
+        for attempt, (g, w) in enumerate(zip(got, want, strict=False), start=1):
+            if cap != (attempt == n) or (g is not None and abs(g - w) <= 1e-6):
+                continue
+            late = g is not None and g > policy.max_backoff + 1e-6
+            clause = ("retry.cap" if late else "retry.bounds") if jitter_kept else override
+            check(False, clause, f"{src}: the retry after attempt {attempt} is due +{g}s, the policy (its own jitter "
+                  f"{exact}) says +{w:g}s ({'capped at max_backoff' if attempt == n else 'below the cap'}); "
+                  f"the uncapped delays were off by {'one factor' if jitter_kept else 'varying factors'} "
+                  f"{sorted(ratios)[:4]}", h)
+    return fn
+
+
+def _backoff_cases(cap: bool) -> Callable[[Spec], Iterator[tuple[str, CaseFn]]]:
+    """For the default policy and each source's own: the cap where it starts to bind
+    (``instant:cap:<source>``), or every uncapped delay up to it (``instant:backoff:<source>``)."""
+    def gen(spec: Spec) -> Iterator[tuple[str, CaseFn]]:
+        retryable = next((c for c, ok in spec.error_classes.items() if ok), None)
+        exact = next((m for m, (lo, hi) in spec.jitter_modes.items() if lo == hi), None)
+        if retryable is None or exact is None:
+            return
+        for src in timing_sources(spec, spec.retry_by_source):
+            yield f"instant:{'cap' if cap else 'backoff'}:{src}", _backoff_probe(src, exact, retryable, cap)
+    return gen
+
+
+cases("retry.cap")(_backoff_cases(True))
+cases("retry.bounds")(_backoff_cases(False))

@@ -9,6 +9,10 @@ spawn, effect_begin, inbox_deliver, outbox_enqueue, lane_push under contract 1.1
   ``parent_id``): the item in every status class (trees.status_classes: every status, and running
   with its cancel intent), the item's lease lapsed while it runs, the item requeued after it
   finished;
+* for an operation that names one item and answers with another (a spawn names the parent and
+  answers with the child): the item it answered with in every status class, its lease lapsed, and
+  requeued after it finished (``replay:<operation>:made-<context>``) — the record a replay hands
+  back is that item's, so its changes are what a stale replay would hide;
 * every other writing operation of its profile whose required arguments the first call's
   arguments and its record fill (an effect recorded or marked in each receipt state, a message
   drained, acked or nacked, an outbound message marked sent, a lane task handed out...), each
@@ -142,8 +146,16 @@ def _makes_item(spec: Spec, op: str) -> bool:
     return spec.operations[op].kind == "create"
 
 
+def _answers_item(spec: Spec, op: str) -> bool:
+    """The answer carries a work item as its record (a spawn's child), whatever item it names."""
+    props = (result_types(spec).get(spec.operations[op].returns) or {}).get("properties") or {}
+    return any(x.get("$ref", "").endswith("/work") for x in props.values() if isinstance(x, dict))
+
+
 def _case(op: str, context: str, change: Callable[[Harness, str | None, dict[str, Any], dict[str, Any]], None],
-          reopens: bool = False) -> CaseFn:
+          reopens: bool = False, made: bool = False) -> CaseFn:
+    """``made``: the context changes the item the first call answered with (a spawn's child), not
+    the one it names (the parent)."""
     def fn(h: Harness) -> None:
         h.need(op)
 
@@ -155,17 +167,18 @@ def _case(op: str, context: str, change: Callable[[Harness, str | None, dict[str
                 raise NotApplicable(f"the first {op} was refused ({first.code})")
             if _makes_item(h.spec, op):
                 item = first.value["work"]["work_id"]
+            target = _record(first).get("work_id") if made else item
             if reopen is not None:
                 reopen()
             else:
                 try:
-                    change(h, item, args, _record(first))
+                    change(h, target, args, _record(first))
                 except DriveBlocked as exc:
                     raise NotApplicable(str(exc)) from exc
             h.do(op, **args)  # the replay: the model says what it answers here
             h.do(op, **args)  # and again: a replay changes nothing
-            if item is not None:
-                h.do("get", work_id=item)
+            for w in dict.fromkeys(x for x in (item, target) if x is not None):
+                h.do("get", work_id=w)
 
         if reopens:
             with durable(h) as reopen:
@@ -226,6 +239,12 @@ def _contexts(spec: Spec, op: str) -> Iterable[tuple[str, CaseFn]]:
             yield f"replay:{op}:item-{cls.label}", _case(op, f"item-{cls.label}", _status_change(cls))
         yield f"replay:{op}:lease-lapsed", _case(op, "lease-lapsed", _lapse)
         yield f"replay:{op}:requeued", _case(op, "requeued", _requeued)
+    if _takes_item(spec, op) and _answers_item(spec, op):
+        # the item the answer carries is another one (a spawn's child): its own changes of context
+        for cls in status_classes(spec):
+            yield f"replay:{op}:made-{cls.label}", _case(op, f"made-{cls.label}", _status_change(cls), made=True)
+        yield f"replay:{op}:made-lease-lapsed", _case(op, "made-lease-lapsed", _lapse, made=True)
+        yield f"replay:{op}:made-requeued", _case(op, "made-requeued", _requeued, made=True)
     ctx = [] if _makes_item(spec, op) else context_ops(spec, op)  # a created item's context: its statuses above
     for i, (other, fixed) in enumerate(ctx):
         label = other + "".join(f"-{v}" for v in fixed.values())
