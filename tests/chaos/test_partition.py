@@ -180,9 +180,15 @@ def test_a_correct_ledger_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, c
 
 
 @pytest.mark.budgeted  # one seed by default, every seed in the long tier (_run_seeds)
-def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, tmp_path: Any) -> None:
+def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: PgHosts, tmp_path: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference ledger itself (reference/pg.py through the ``reference-pg`` adapter), its
     workers on three hosts, every process on the one ledger schema of the server the hosts reach."""
+    # as `ledgercheck safety --hosts` does: the server the hosts reach is the one every process is
+    # pointed at (a worker runs in the harness's environment; one the harness had pointed at a
+    # server on its own loopback, by an earlier reference-pg adapter in this process, cannot
+    # reach it from a host's namespace)
+    monkeypatch.setenv("LEDGERCHECK_PG_DSN", pg_hosts.server_dsn)
     late = 0
     for seed in _run_seeds():
         r = run_campaign("reference-pg", workers=4, items=ITEMS, seed=seed, faults="partition", hosts=pg_hosts.net,
