@@ -12,8 +12,9 @@ wire only.
 
 Printed: median and worst seconds per order and transport, the ratios new/old, the load average,
 and whether the goal (median <= 5 s, worst <= 30 s in the fail-fast order) is met.  A run that
-finds no failure within ``--budget`` seconds is stopped and counted at the budget (a mutant the
-suite does not catch at all is the self-check's business, not this bench's).
+finds no failure within ``--budget`` seconds is stopped and counted at the budget in the table; the
+goal is judged over the subjects that fail (a mutant the suite does not catch at all is the
+self-check's business, not this bench's: it is listed by name).
 
     python bench/bench_first_failure.py                     # a sample: 12 ledgers, 6 mutants
     python bench/bench_first_failure.py --ledgers 0 --mutants 40 --json out/first_failure.json
@@ -158,10 +159,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{g:16} {len(sel):4} {mn:10.1f}s {mo:10.1f}s {mn / mo:6.2f} {wn:9.1f}s {wo:9.1f}s {wn / wo:6.2f}")
     missed = [r["subject"] for r in rows if not r["failfast"]["found"]]
     if missed:
-        print(f"no failure found in the fail-fast order (counted at their time) for: {', '.join(missed)}")
-    mn, wn = summary(rows, "failfast")
+        print(f"no failure found in the fail-fast order (counted at their time above) for: {', '.join(missed)}")
+    found = [r for r in rows if r["failfast"]["found"]]
+    if not found:
+        print("goal: nothing measured (no subject failed)")
+        return 1
+    # the goal is about how soon a failure comes: a subject no test fails at all (a self-check
+    # survivor, docs/selfcheck.md) has no first failure to wait for, and is listed above instead
+    mn, wn = summary(found, "failfast")
     met = mn <= GOAL_MEDIAN_S and wn <= GOAL_WORST_S
-    print(f"goal (median <= {GOAL_MEDIAN_S:g}s, worst <= {GOAL_WORST_S:g}s): {'met' if met else 'MISSED'}")
+    print(f"goal (median <= {GOAL_MEDIAN_S:g}s, worst <= {GOAL_WORST_S:g}s over the {len(found)} subjects that fail): "
+          f"median {mn:.1f}s, worst {wn:.1f}s: {'met' if met else 'MISSED'}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"load": load, "rows": rows}, indent=2))

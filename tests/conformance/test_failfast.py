@@ -19,9 +19,11 @@ def _item(kind: str, profile: str = "", clause: str = "", param: str = "") -> Si
     return SimpleNamespace(kind=kind, profile=profile, clause=clause, name=f"{profile}::{clause}[{param}]")
 
 
-def test_order_puts_one_case_of_every_clause_first_then_the_rest() -> None:
+def test_order_puts_one_case_of_every_clause_first_then_each_family_then_the_rest_in_rounds() -> None:
     other = SimpleNamespace(name="test_not_a_ledger_test")  # no kind: keeps its place, first
-    items = [_item("clause", "core", "core.a", "1"), _item("clause", "core", "core.a", "2"), _item("clause", "core", "core.b", "1"),
+    items = [_item("clause", "core", "core.a", "1"), _item("clause", "core", "core.a", "2"), _item("clause", "core", "core.a", "3"),
+             _item("clause", "core", "core.a", "instant:lapse:1"), _item("clause", "core", "core.a", "instant:lapse:2"),
+             _item("clause", "core", "core.b", "1"), _item("clause", "core", "core.b", "fence:x"), _item("clause", "core", "core.b", "2"),
              _item("clause", "core", "core.c", "1"), _item("clause", "spawn", "spawn.a", "1"), _item("clause", "spawn", "spawn.a", "2"),
              _item("stateful", "", "", "m"), _item("chaos", "recovery", "", "p"), _item("clause", "ask", "ask.a", "1"), other,
              _item("stateful", "", "", "n")]
@@ -31,8 +33,12 @@ def test_order_puts_one_case_of_every_clause_first_then_the_rest() -> None:
         "test_not_a_ledger_test",
         # phase 1: the first case of each clause, in the order generated
         "core::core.a[1]", "core::core.b[1]", "core::core.c[1]", "spawn::spawn.a[1]", "ask::ask.a[1]",
-        # phase 2: the other clause cases as generated; 3: the machines; 4: crash windows
-        "core::core.a[2]", "spawn::spawn.a[2]", "::[m]", "::[n]", "recovery::[p]"]
+        # phase 2: the first case of every other family of a clause
+        "core::core.a[instant:lapse:1]", "core::core.b[fence:x]",
+        # phase 3: the rest in rounds (a clause's second remaining case after every clause's first)
+        "core::core.a[2]", "core::core.b[2]", "spawn::spawn.a[2]", "core::core.a[3]", "core::core.a[instant:lapse:2]",
+        # 4: the machines; 5: crash windows
+        "::[m]", "::[n]", "recovery::[p]"]
     assert [it.name for it in order_items(items)] == [it.name for it in out]  # deterministic
     assert [it.name for it in order_items(out)] == [it.name for it in out]  # ordering an ordered run changes nothing
 
