@@ -3,6 +3,7 @@ operators, called in a fixed order, so that a contract gives the same mutants in
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,9 +239,22 @@ def _stale_replays(c: _Contract) -> list[Mutant]:
         said = [c for c in spec.clauses if any(mentions(c.statement, t) for t in terms)
                 and any(w in c.statement.lower() for w in REPLAY_WORDS)]
         if said:
-            out.append(Mutant("replay_stale", (op,), own=own_clauses(spec, op, [], [c.id for c in said]), site=("replay_changed", op),
+            extra = list(dict.fromkeys([c.id for c in said] + _moved_field_owners(spec, op)))
+            out.append(Mutant("replay_stale", (op,), own=own_clauses(spec, op, [], extra), site=("replay_changed", op),
                               what=f"a replayed {op} is answered as it was first answered, though the answer changed since"))
     return out
+
+
+def _moved_field_owners(spec: Spec, op: str) -> list[str]:
+    """For an operation that lists a transition (``requeue``): the clauses owning a snapshot field
+    whose statement names the operation.  Its repeated call is a new move, answered with the record
+    after it; the first call's answer handed back misreports what the moves between changed, and
+    the owner of such a field that speaks of the operation says so ("lease_version never decreases
+    ... across resumes and requeues": lease.version.monotonic)."""
+    if not _status_owner(spec, op):
+        return []
+    owners = {f.blame for f in spec.work_fields.values() if f.blame}
+    return [c.id for c in spec.clauses if c.id in owners and any(mentions(c.statement, t) for t in _op_terms(spec, op))]
 
 
 def _refused_replays(c: _Contract) -> list[Mutant]:
@@ -333,10 +347,23 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             if _refused(doc, path, _get_path(doc, path) + (1 if sign == "+" else -1)):
                 continue  # a value the contract's checks refuse (first_seq 0)
             benign = bool(at_most) and sign == "-"
-            out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else own,
+            # one less ends the count while the contract says it still remains: that clause too
+            mine = own + tuple(c for c in _below_limit_clauses(spec, path) if c not in own) if sign == "-" else own
+            out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else mine,
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"
                               + (f" (the contract sets it as a maximum: {at_most[0].id})" if benign else "")))
     return out
+
+
+def _below_limit_clauses(spec: Spec, path: tuple[str, ...]) -> list[str]:
+    """For a limit ``max_<count>``: the clauses saying what happens while the count remains below
+    it ("while attempts remain": retry.schedule).  A ledger running with the limit one lower breaks
+    that sentence at the last value the limit allows, not the one saying what happens at the limit
+    (retry.exhausted: "a failure at attempt >= max_attempts fails the work")."""
+    if not path[-1].startswith("max_"):
+        return []
+    counted = path[-1][len("max_"):]
+    return [c.id for c in spec.clauses if re.search(rf"\bwhile {re.escape(counted)} remain", c.statement.lower())]
 
 
 def _refused_swap(doc: Any, path: tuple[str, ...], row: str, other: str) -> bool:

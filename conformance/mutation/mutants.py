@@ -336,10 +336,14 @@ def _in_snapshot(spec: Spec, op: str, path: str, defs: Mapping[str, Any]) -> boo
 
 
 def _order_bearing(spec: Spec, op: str) -> bool:
-    """Whether the contract fixes the order of ``op``'s list answer: its result's description
-    or a clause naming the operation speaks of order."""
-    doc = RESULT_DOC.get(spec.operations[op].returns, "").lower()
-    if any(w in doc for w in ORDER_WORDS):
+    """Whether the contract fixes the order of ``op``'s list answer: a clause naming the
+    operation speaks of order, or its result's description does and no other operation returns
+    that result (a description shared by several operations, such as ``work_list``'s, leaves
+    each one's order to its clauses: ``cancel_tree``'s is left open)."""
+    returns = spec.operations[op].returns
+    doc = RESULT_DOC.get(returns, "").lower()
+    shared = sum(o.returns == returns for o in spec.operations.values()) > 1
+    if not shared and any(w in doc for w in ORDER_WORDS):
         return True
     return any(any(mentions(c.statement, t) for t in _op_terms(spec, op)) and any(w in _tokens(c.statement) for w in ORDER_WORDS)
                for c in spec.clauses)
