@@ -331,6 +331,12 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             if _refused_swap(doc, path, row, other):
                 continue  # a contract the contract's own checks refuse: no ledger runs under it (the reset is refused)
             rule = _rule_of(table[row])
+            judges = _chaos_judged(spec, path, rule, _rule_of(table[other]))
+            if judges:  # only what the crash windows judge changes: no answer of a ledger does
+                out.append(Mutant("row_swap", (".".join(path), row, other), benign=True,
+                                  what=f"the reference handles the {row} row of {'.'.join(path)} like the {other} row "
+                                       f"(the entries that differ are judged by chaos only: {', '.join(judges)})"))
+                continue
             subjects = [row, other, path[-1], *rule]
             # a row's flag is named inside other words too: "retryable" in retry.non_retryable
             flags = [k for k, v in rule.items() if isinstance(v, bool)]
@@ -352,6 +358,32 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else mine,
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"
                               + (f" (the contract sets it as a maximum: {at_most[0].id})" if benign else "")))
+    return out
+
+
+def _changed_columns(a: Any, b: Any, key: str = "") -> set[str]:
+    """The names of the leaf entries (columns) in which two rows of a table differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {c for k in set(a) | set(b) for c in _changed_columns(a.get(k), b.get(k), str(k))}
+    return set() if a == b else {key}
+
+
+def _chaos_judged(spec: Spec, path: tuple[str, ...], row: Any, other: Any) -> list[str]:
+    """When every column in which ``row`` and ``other`` differ is spoken of only by clauses the
+    chaos exploration judges (``judge: chaos``): those clauses; else [].  The clauses speaking of a
+    column of the table at ``path`` are those naming the table (each word of its name: "matrix";
+    "step" and "class" for ``step_classes``) and the column ("effects", "effect"): a matrix row
+    that differs from another only in its effect allowance, a step class given another kind of
+    effect, change what the crash windows count (``recovery.effects_allowed``) and no answer the
+    clause tests judge.  A column no clause speaks of is not one (the swap stays a mutant)."""
+    words = [w[:-2] if w.endswith("sses") else w[:-1] if w.endswith("s") and not w.endswith("ss") else w
+             for w in path[-1].split("_")]
+    out: list[str] = []
+    for col in sorted(_changed_columns(row, other)):
+        speaking = [c for c in spec.clauses if all(mentions(c.statement, t) for t in [*words, col])]
+        if not speaking or any(c.judge != "chaos" for c in speaking):
+            return []
+        out += [c.id for c in speaking if c.id not in out]
     return out
 
 
