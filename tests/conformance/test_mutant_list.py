@@ -12,7 +12,8 @@ record answers hand back (a log entry's payload) by the clauses of the record (a
 no ``row_swap`` or ``limit`` whose contract the contract's checks refuse (two rows, first_seq 0); a
 list's order owned by its operation's clauses (``reorder:cancel_tree`` benign: its order is left
 open), ``limit:...max_attempts:-`` owning ``retry.schedule`` too, ``replay_stale:requeue`` owning
-``lease.version.monotonic`` too, and a row swap only the chaos exploration judges benign (five
+``lease.version.monotonic`` too (a stale repeat of a move owns the field owners naming the move: claim's
+``lease.acquire`` too), and a row swap only the chaos exploration judges benign (five
 rows).  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 
