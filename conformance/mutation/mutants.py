@@ -304,11 +304,15 @@ def _record_clauses(spec: Spec, op: str) -> list[str]:
     # a clause's statement and its own name (its id without the profile's prefix: "begin")
     mine = [(c.id, c.statement + " " + " ".join(c.id.split(".")[1:])) for c in spec.clauses if c.profile == prof]
     nouns = [w for w in o.returns.split("_") if w not in GENERIC_RESULT_WORDS]
+    out: list[str] = []
     for terms in (_op_terms(spec, op), nouns):
-        found = [cid for cid, text in mine if any(_mentions(text, t) for t in terms)]
-        if found:
-            return found
-    return []
+        found = [cid for cid, text in mine if any(_mentions(text, t) for t in terms) and cid not in out]
+        out += found
+        # a clause naming the operation only to order its answer (idem.list.order) says nothing of
+        # what the records hold: those naming the record still do
+        if out and not all(any(w in _tokens(text) for w in ORDER_WORDS) for cid, text in mine if cid in out):
+            return out
+    return out
 
 
 def _status_owner(spec: Spec, op: str) -> list[str]:
