@@ -170,7 +170,7 @@ RESULT_DOC = {
     "work": "A work snapshot: every field of the contract's `work_fields`.",
     "work_or_null": "A work snapshot, or `null` when there was nothing to take.",
     "create_result": "The item, and whether this call created it (`false`: the unit already had a record, which is returned).",
-    "work_list": "Work snapshots, in creation order.",
+    "work_list": "Work snapshots, in the order the operation's clauses give: `list` in creation order (`core.list.order`), `children` in spawn order (`spawn.join`); `cancel_tree`'s order is left open.",
     "event": "One entry of an item's event trail; `data` carries the fields the contract lists for the event type, with their values after the event.",
     "event_list": "An item's events, oldest first, `seq` counting up from the contract's `first_seq` without gaps.",
     "move_list": "Items a monitor moved: one entry per item, with the reason recorded in `status_reason` (or null).",

@@ -458,6 +458,25 @@ def _active(h: Harness) -> None:
 
 
 # ---------------------------------------------------------------- round-3 hunt
+@case("lease.version.monotonic", "requeued-again")
+def _monotonic_requeued_again(h: Harness) -> None:
+    """The same requeue (the same item, the same reason) after another stint: a new move, answered
+    with the record as it is then, its lease_version the one the stint's acquire grew.  A requeue
+    answered from the first call's snapshot (an idempotency cache keyed by the call) reports the
+    version going back."""
+    end = next((s for s in h.spec.terminal_statuses if h.spec.targets("requeue", s)), None)
+    if end is None:
+        raise NotApplicable("no terminal status is requeued")
+    wid = h.create()
+    versions = []
+    for _ in range(2):
+        h.drive(wid, end)
+        out = h.do("requeue", work_id=wid, reason="operator")
+        versions.append(out.value["lease_version"] if out.ok and isinstance(out.value, dict) else None)
+    check(versions[0] is not None and versions[1] is not None and versions[1] > versions[0], "lease.version.monotonic",
+          f"requeued twice, the answers carried lease versions {versions}", h)
+
+
 @case("lease.version.monotonic", "resumes-in-one-attempt")
 def _monotonic_resumes(h: Harness) -> None:
     """Several waits and resumes within one attempt: every resume is an acquire of its own."""

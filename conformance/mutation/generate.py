@@ -3,6 +3,7 @@ operators, called in a fixed order, so that a contract gives the same mutants in
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,9 +239,22 @@ def _stale_replays(c: _Contract) -> list[Mutant]:
         said = [c for c in spec.clauses if any(mentions(c.statement, t) for t in terms)
                 and any(w in c.statement.lower() for w in REPLAY_WORDS)]
         if said:
-            out.append(Mutant("replay_stale", (op,), own=own_clauses(spec, op, [], [c.id for c in said]), site=("replay_changed", op),
+            extra = list(dict.fromkeys([c.id for c in said] + _moved_field_owners(spec, op)))
+            out.append(Mutant("replay_stale", (op,), own=own_clauses(spec, op, [], extra), site=("replay_changed", op),
                               what=f"a replayed {op} is answered as it was first answered, though the answer changed since"))
     return out
+
+
+def _moved_field_owners(spec: Spec, op: str) -> list[str]:
+    """For an operation that lists a transition (``requeue``): the clauses owning a snapshot field
+    whose statement names the operation.  Its repeated call is a new move, answered with the record
+    after it; the first call's answer handed back misreports what the moves between changed, and
+    the owner of such a field that speaks of the operation says so ("lease_version never decreases
+    ... across resumes and requeues": lease.version.monotonic)."""
+    if not _status_owner(spec, op):
+        return []
+    owners = {f.blame for f in spec.work_fields.values() if f.blame}
+    return [c.id for c in spec.clauses if c.id in owners and any(mentions(c.statement, t) for t in _op_terms(spec, op))]
 
 
 def _refused_replays(c: _Contract) -> list[Mutant]:
@@ -317,6 +331,12 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             if _refused_swap(doc, path, row, other):
                 continue  # a contract the contract's own checks refuse: no ledger runs under it (the reset is refused)
             rule = _rule_of(table[row])
+            judges = _chaos_judged(spec, path, rule, _rule_of(table[other]))
+            if judges:  # only what the crash windows judge changes: no answer of a ledger does
+                out.append(Mutant("row_swap", (".".join(path), row, other), benign=True,
+                                  what=f"the reference handles the {row} row of {'.'.join(path)} like the {other} row "
+                                       f"(the entries that differ are judged by chaos only: {', '.join(judges)})"))
+                continue
             subjects = [row, other, path[-1], *rule]
             # a row's flag is named inside other words too: "retryable" in retry.non_retryable
             flags = [k for k, v in rule.items() if isinstance(v, bool)]
@@ -333,10 +353,49 @@ def _rows_and_limits(c: _Contract) -> list[Mutant]:
             if _refused(doc, path, _get_path(doc, path) + (1 if sign == "+" else -1)):
                 continue  # a value the contract's checks refuse (first_seq 0)
             benign = bool(at_most) and sign == "-"
-            out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else own,
+            # one less ends the count while the contract says it still remains: that clause too
+            mine = own + tuple(c for c in _below_limit_clauses(spec, path) if c not in own) if sign == "-" else own
+            out.append(Mutant("limit", (".".join(path), sign), benign=benign, own=() if benign else mine,
                               what=f"the reference runs with {'.'.join(path)} {sign} 1"
                               + (f" (the contract sets it as a maximum: {at_most[0].id})" if benign else "")))
     return out
+
+
+def _changed_columns(a: Any, b: Any, key: str = "") -> set[str]:
+    """The names of the leaf entries (columns) in which two rows of a table differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {c for k in set(a) | set(b) for c in _changed_columns(a.get(k), b.get(k), str(k))}
+    return set() if a == b else {key}
+
+
+def _chaos_judged(spec: Spec, path: tuple[str, ...], row: Any, other: Any) -> list[str]:
+    """When every column in which ``row`` and ``other`` differ is spoken of only by clauses the
+    chaos exploration judges (``judge: chaos``): those clauses; else [].  The clauses speaking of a
+    column of the table at ``path`` are those naming the table (each word of its name: "matrix";
+    "step" and "class" for ``step_classes``) and the column ("effects", "effect"): a matrix row
+    that differs from another only in its effect allowance, a step class given another kind of
+    effect, change what the crash windows count (``recovery.effects_allowed``) and no answer the
+    clause tests judge.  A column no clause speaks of is not one (the swap stays a mutant)."""
+    words = [w[:-2] if w.endswith("sses") else w[:-1] if w.endswith("s") and not w.endswith("ss") else w
+             for w in path[-1].split("_")]
+    out: list[str] = []
+    for col in sorted(_changed_columns(row, other)):
+        speaking = [c for c in spec.clauses if all(mentions(c.statement, t) for t in [*words, col])]
+        if not speaking or any(c.judge != "chaos" for c in speaking):
+            return []
+        out += [c.id for c in speaking if c.id not in out]
+    return out
+
+
+def _below_limit_clauses(spec: Spec, path: tuple[str, ...]) -> list[str]:
+    """For a limit ``max_<count>``: the clauses saying what happens while the count remains below
+    it ("while attempts remain": retry.schedule).  A ledger running with the limit one lower breaks
+    that sentence at the last value the limit allows, not the one saying what happens at the limit
+    (retry.exhausted: "a failure at attempt >= max_attempts fails the work")."""
+    if not path[-1].startswith("max_"):
+        return []
+    counted = path[-1][len("max_"):]
+    return [c.id for c in spec.clauses if re.search(rf"\bwhile {re.escape(counted)} remain", c.statement.lower())]
 
 
 def _refused_swap(doc: Any, path: tuple[str, ...], row: str, other: str) -> bool:

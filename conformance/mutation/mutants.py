@@ -304,11 +304,15 @@ def _record_clauses(spec: Spec, op: str) -> list[str]:
     # a clause's statement and its own name (its id without the profile's prefix: "begin")
     mine = [(c.id, c.statement + " " + " ".join(c.id.split(".")[1:])) for c in spec.clauses if c.profile == prof]
     nouns = [w for w in o.returns.split("_") if w not in GENERIC_RESULT_WORDS]
+    out: list[str] = []
     for terms in (_op_terms(spec, op), nouns):
-        found = [cid for cid, text in mine if any(_mentions(text, t) for t in terms)]
-        if found:
-            return found
-    return []
+        found = [cid for cid, text in mine if any(_mentions(text, t) for t in terms) and cid not in out]
+        out += found
+        # a clause naming the operation only to order its answer (idem.list.order) says nothing of
+        # what the records hold: those naming the record still do
+        if out and not all(any(w in _tokens(text) for w in ORDER_WORDS) for cid, text in mine if cid in out):
+            return out
+    return out
 
 
 def _status_owner(spec: Spec, op: str) -> list[str]:
@@ -336,10 +340,14 @@ def _in_snapshot(spec: Spec, op: str, path: str, defs: Mapping[str, Any]) -> boo
 
 
 def _order_bearing(spec: Spec, op: str) -> bool:
-    """Whether the contract fixes the order of ``op``'s list answer: its result's description
-    or a clause naming the operation speaks of order."""
-    doc = RESULT_DOC.get(spec.operations[op].returns, "").lower()
-    if any(w in doc for w in ORDER_WORDS):
+    """Whether the contract fixes the order of ``op``'s list answer: a clause naming the
+    operation speaks of order, or its result's description does and no other operation returns
+    that result (a description shared by several operations, such as ``work_list``'s, leaves
+    each one's order to its clauses: ``cancel_tree``'s is left open)."""
+    returns = spec.operations[op].returns
+    doc = RESULT_DOC.get(returns, "").lower()
+    shared = sum(o.returns == returns for o in spec.operations.values()) > 1
+    if not shared and any(w in doc for w in ORDER_WORDS):
         return True
     return any(any(mentions(c.statement, t) for t in _op_terms(spec, op)) and any(w in _tokens(c.statement) for w in ORDER_WORDS)
                for c in spec.clauses)

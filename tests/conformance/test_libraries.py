@@ -141,7 +141,10 @@ def test_library_suite(library, servers, tmp_path):
     # on that step's clause (measured: pgqueuer beside a CPU hog on each core failed retry.schedule,
     # retry.bounds and 5 more, and failed them again on a second run).  This comparison is the one
     # check of the long tier that still needs a machine that keeps up with the scaled clock.
-    allowed = _failed(published) | {"retry.execution_timeout", "core.expire.timeout_reason"}
+    # a clause the contract gained after the page was published (core.list.order) was never judged
+    # there: it is no regression, and shows on the page when it is published again
+    unpublished = {c["id"] for c in doc["clauses"]} - {c["id"] for c in published["clauses"]}
+    allowed = _failed(published) | unpublished | {"retry.execution_timeout", "core.expire.timeout_reason"}
     new = _failed(doc) - allowed
     assert not new, f"{library}: newly failing {sorted(new)} (published: docs/libraries/{library})"
 

@@ -9,7 +9,12 @@ is owned by the clause of the read it defaults (``outbox.pending_max``), and an 
 ``work_id`` of an operation that lists a transition (claim's) by ``core.transition.allowed`` too, a
 read's ignored filter by the clause the model judges the read by, an ignored argument kept in a
 record answers hand back (a log entry's payload) by the clauses of the record (as ``alter``);
-no ``row_swap`` or ``limit`` whose contract the contract's checks refuse (two rows, first_seq 0).  The families added since
+no ``row_swap`` or ``limit`` whose contract the contract's checks refuse (two rows, first_seq 0); a
+list's order owned by its operation's clauses (``reorder:cancel_tree`` benign: its order is left
+open), ``limit:...max_attempts:-`` owning ``retry.schedule`` too, ``replay_stale:requeue`` owning
+``lease.version.monotonic`` too (a stale repeat of a move owns the field owners naming the move: claim's
+``lease.acquire`` too), and a row swap only the chaos exploration judges benign (five
+rows).  The families added since
 (CLASS_OF, ADDED_SINCE) are left out of the comparison and must be all that is new."""
 
 from __future__ import annotations

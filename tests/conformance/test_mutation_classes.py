@@ -261,3 +261,58 @@ def test_an_ignored_argument_kept_in_a_record_owns_the_records_clauses() -> None
     assert "lanes.queue.durable" in own[("lane_push", "body")]
     assert "outbox.intent_first" in own[("outbox_enqueue", "work_id")]
     assert own[("wake_suspend", "timer_at")] == ("wakeups.timer",)  # a typed rule: only its own clause
+
+
+def test_a_row_swap_that_changes_only_what_the_crash_windows_judge_is_benign() -> None:
+    """The rows in which a step class's kind of effect or a matrix row's effect allowance alone differs:
+    every clause naming the table and the column is judge: chaos (recovery.effects_allowed), so no answer
+    of a ledger changes. A row that changes a decision stays a mutant; make the allowance's clause one
+    the clause tests judge and the allowance rows count again."""
+    import dataclasses
+
+    from ledgercheck.conformance.mutation.generate import _chaos_judged
+
+    rows = {m.params: m for m in M.generate(SPEC) if m.family == "row_swap"}
+    benign = {p for p, m in rows.items() if m.benign}
+    assert ("matrix", "idempotent_with_key", "checkpointed") in benign
+    assert {p for p in benign if p[0] == "step_classes"} == {p for p in rows if p[0] == "step_classes"}
+    doc = plain(SPEC.document)
+    for (table, row, other), m in rows.items():
+        path = tuple(table.split("."))
+        a, b = M._get_path(doc, (*path, row)), M._get_path(doc, (*path, other))
+        decisions = table == "matrix" and any(a[p]["decision"] != b[p]["decision"] for p in a)
+        assert m.benign is (not decisions and table != "retry.error_classes"), m.name
+    judged = tuple(dataclasses.replace(c, judge=None) if c.id == "recovery.effects_allowed" else c for c in SPEC.clauses)
+    strict = dataclasses.replace(SPEC, clauses=judged)
+    path = ("matrix",)
+    assert _chaos_judged(SPEC, path, doc["matrix"]["idempotent_with_key"], doc["matrix"]["checkpointed"]) == ["recovery.effects_allowed"]
+    assert _chaos_judged(strict, path, doc["matrix"]["idempotent_with_key"], doc["matrix"]["checkpointed"]) == []
+    assert _chaos_judged(strict, ("step_classes",), doc["step_classes"]["checkpointed"], doc["step_classes"]["pure"]) == []
+
+
+def test_list_orders_are_their_operations_clauses() -> None:
+    """list's and effect_list's orders are clauses of the contract (core.list.order, idem.list.order);
+    work_list is shared by list, children and cancel_tree, so its description fixes no one operation's
+    order: children's is spawn.join's, cancel_tree's is left open (benign)."""
+    reorder = {m.params[0]: m for m in M.generate(SPEC) if m.family == "reorder"}
+    assert "core.list.order" in reorder["list"].own and "idem.list.order" in reorder["effect_list"].own
+    assert reorder["children"].own == ("spawn.join",) and reorder["cancel_tree"].benign
+    assert not reorder["events"].benign and not reorder["log_tail"].benign and not reorder["lane_tasks"].benign
+
+
+def test_a_limit_one_less_owns_the_clause_of_the_count_that_remains() -> None:
+    """max_attempts one less fails work while the contract says attempts remain (retry.schedule's
+    sentence); one more schedules a retry at the limit (retry.exhausted's)."""
+    limits = {m.params: m for m in M.generate(SPEC) if m.family == "limit"}
+    assert "retry.schedule" in limits[("retry.policy.max_attempts", "-")].own
+    assert "retry.exhausted" in limits[("retry.policy.max_attempts", "-")].own
+    assert limits[("retry.policy.max_attempts", "+")].own == ("retry.exhausted",)
+
+
+def test_a_stale_repeat_of_a_move_owns_the_fields_clauses_that_name_the_move() -> None:
+    """A requeue repeated after another stint is a new move; its first answer handed back reports the
+    lease version going back, which lease.version.monotonic ("across resumes and requeues") forbids."""
+    stale = {m.params[0]: m for m in M.generate(SPEC) if m.family == "replay_stale"}
+    assert "lease.version.monotonic" in stale["requeue"].own
+    assert len(stale["requeue"].own) == len(set(stale["requeue"].own))
+    assert "lease.version.monotonic" not in stale["inbox_deliver"].own  # moves no item

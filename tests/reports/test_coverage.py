@@ -34,8 +34,8 @@ def test_every_transition_reached_certifies(factory, spec) -> None:
     cov = doc["coverage"]
     assert [(r["from"], r["operation"], r["to"]) for r in cov["transitions"]] == list(rules.moves(spec))
     assert {r["state"] for r in cov["transitions"]} == {"reached"}
-    assert cov["profiles"]["core"] == {"transitions": 12, "reached": 12, "not_offered": 0, "missing": [], "clauses": 22,
-                                       "clauses_run": 22, "not_run": []}
+    assert cov["profiles"]["core"] == {"transitions": 12, "reached": 12, "not_offered": 0, "missing": [], "clauses": 23,
+                                       "clauses_run": 23, "not_run": []}
     # the plan comes from the contract: each operation's profile, what makes a guard hold
     assert cov["plan"]["operations"]["recover"] == "recovery" and cov["plan"]["guards"] == {"cancel_requested": ["cancel"]}
     assert cov["clause_cases"]["lease.fencing"] >= 1
@@ -95,7 +95,7 @@ def test_a_clause_no_case_ran_for_is_not_run_and_inconclusive(factory) -> None:
     assert doc["profiles"]["verdicts"]["waiting"] == {**doc["profiles"]["verdicts"]["waiting"],
                                                       "verdict": "inconclusive", "not_run": 1}
     assert doc["verdict"] == "INCONCLUSIVE" and doc["exit_code"] == 2
-    assert doc["verdict_line"] == "INCONCLUSIVE: no case run for 1 of 79 clauses (waiting.deadline)"
+    assert doc["verdict_line"] == "INCONCLUSIVE: no case run for 1 of 81 clauses (waiting.deadline)"
     # a run that does not record coverage cannot tell a deselected clause from one nothing checks
     plain = factory.build(tests=[t for t in factory.tests(known_bugs=(), failing=()) if t["clause"] != "waiting.deadline"],
                           windows=factory.windows(bad=()), adapter=factory.adapter(known_bugs={}))
@@ -193,10 +193,10 @@ def test_every_rendering_says_what_was_not_reached(factory) -> None:
     doc = factory.covered(skip=[CANCEL_FROM_RETRY], drop=["waiting.deadline"])
     line = doc["verdict_line"]
     assert line == ("INCONCLUSIVE: 1 of 25 transitions never reached (retry_scheduled -cancel-> cancelled); "
-                    "no case run for 1 of 79 clauses (waiting.deadline)")
+                    "no case run for 1 of 81 clauses (waiting.deadline)")
     text = summary_text(doc, "results.json", "0" * 64)
     assert text.splitlines()[0] == line and "not reached (2):" in text
-    assert "coverage: transitions 24 of 25 reached; clauses 78 of 79 with a case run" in text
+    assert "coverage: transitions 24 of 25 reached; clauses 80 of 81 with a case run" in text
     summary = summary_json(doc, "results.json", "0" * 64)
     assert summary["coverage"]["missing"] == ["retry_scheduled -cancel-> cancelled"]
     md = render_markdown(doc)
@@ -221,7 +221,7 @@ def test_every_rendering_says_what_was_not_reached(factory) -> None:
 
 def test_a_certified_run_shows_full_coverage_and_no_coverage_suite(factory) -> None:
     doc = factory.covered()
-    assert "coverage: transitions 25 of 25 reached; clauses 79 of 79 with a case run; crash points 6 of 6 hit" \
+    assert "coverage: transitions 25 of 25 reached; clauses 81 of 81 with a case run; crash points 6 of 6 hit" \
         in summary_text(doc, "results.json", "0" * 64)
     root = ET.fromstring(render_junit(doc))
     assert "coverage" not in [s.get("name") for s in root.findall("testsuite")]

@@ -40,7 +40,7 @@ def test_a_run_with_tests_deselected_is_inconclusive(tmp_path: Path) -> None:
     assert doc["verdict"] == "INCONCLUSIVE" and doc["run"]["incomplete"] is None and doc["exit_code"] == 2
     line = doc["verdict_line"]
     assert line.startswith("INCONCLUSIVE: 2 of 25 transitions never reached (running -recover-> timeout, "
-                           "timeout -recover-> queued); no case run for 116 of 119 clauses (core.status.enum, ")
+                           "timeout -recover-> queued); no case run for 118 of 121 clauses (core.status.enum, ")
     assert line in proc.stdout
     assert {c["id"] for c in doc["clauses"] if c["outcome"] == "pass"} == {
         "core.transition.allowed", "core.transition.forbidden", "core.transition.corruption"}
