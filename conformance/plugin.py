@@ -367,56 +367,6 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         stop.planned = [i for i in ids if i.startswith("ledgercheck::")]
 
 
-# The long tests of a ledger run (every one a second or more, up to a minute over the wire): the
-# stateful machines, crash windows, lease crash campaigns and the safety campaign, by the node
-# ids pytest_collection_modifyitems gives them.
-LONG_TESTS = ("ledgercheck::stateful::", "ledgercheck::recovery::chaos[", "ledgercheck::lease::crash[",
-              "ledgercheck::safety::")
-
-
-def long_first_plan(ids: list[str], workers: int) -> list[int]:
-    """The order the pytest-xdist controller hands out a ledger run's tests (indexes into
-    ``ids``, the fail-fast order every worker collected): the first worker's share stays the
-    start of the fail-fast order (one case of every clause first), and the long tests open the
-    last worker's share, so they start at once instead of being the run's last tests, where
-    one of them can keep a worker busy long after the others ran out (work stealing takes the
-    short clause cases from the end of a queue).  With fewer than two workers or no long test,
-    the fail-fast order itself."""
-    long = [i for i, n in enumerate(ids) if n.startswith(LONG_TESTS)]
-    if workers < 2 or not long:
-        return list(range(len(ids)))
-    short = [i for i in range(len(ids)) if not ids[i].startswith(LONG_TESTS)]
-    rest = len(ids)  # the controller gives the first of n idle workers len/n of the plan, and so on
-    for i in range(workers - 1):
-        rest -= rest // (workers - i)
-    head = len(ids) - rest
-    return short[:head] + long + short[head:]
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work stealing over :func:`long_first_plan` for a ledger run (``--dist worksteal``, as
-    certify -n runs it); other runs keep pytest-xdist's own scheduler."""
-    if not _opt(config, "ledger_adapter") or config.getoption("dist", None) != "worksteal":
-        return None
-    from xdist.scheduler import WorkStealingScheduling
-
-    class LongFirst(WorkStealingScheduling):  # type: ignore[misc]
-        def schedule(self) -> None:
-            if self.collection is not None or not self.collection_is_completed:
-                super().schedule()
-                return
-            if not self._check_nodes_have_same_collection():
-                self.log("**Different tests collected, aborting run**")
-                return
-            self.collection = next(iter(self.node2collection.values()))
-            self.pending[:] = long_first_plan(list(self.collection), len(self.node2pending))
-            if self.collection:
-                self.check_schedule()
-
-    return LongFirst(config, log)
-
-
 class LedgerRoot(pytest.Collector):
     def collect(self) -> list[pytest.Item]:  # pragma: no cover - items are created directly
         return []
