@@ -35,13 +35,14 @@ from ledgercheck.conformance.results_bridge import differences
 WIRE = f"exec:{sys.executable} -m ledgercheck serve reference"
 
 
-def certify(tmp: Path, name: str, adapter: str, selection: list[str], *extra: str) -> dict[str, Any]:
+def certify(tmp: Path, name: str, adapter: str, selection: list[str], *extra: str,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
     out = tmp / name
     before = os.getloadavg()[0]
     t = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "ledgercheck", "certify", "--adapter", adapter, *selection, *extra,
                           "--out", str(out), "--artifacts", str(tmp / f"{name}-artifacts"), "--no-history",
-                          "--json", "--quiet"], capture_output=True, text=True, cwd=tmp)
+                          "--json", "--quiet"], capture_output=True, text=True, cwd=tmp, env=env)
     wall = time.perf_counter() - t
     res = out / "results.json"
     if not res.exists():
@@ -56,13 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="keyword", default=None, help="a pytest -k selection")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--byte-code", action="store_true",
+                    help="cache compiled byte-code for every process of the three runs in the bench's temporary "
+                         "directory (PYTHONPYCACHEPREFIX, as the test suite does), where the environment says "
+                         "not to write it: what an installed package's processes have")
     a = ap.parse_args(argv)
     selection = ["--profile", a.profile, "--seed", str(a.seed)] + (["-k", a.keyword] if a.keyword else [])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="bench-certify-") as tmp:
-        runs = {"in-process": certify(Path(tmp), "inproc", "reference", selection),
-                "in-process -n 2": certify(Path(tmp), "n2", "reference", selection, "-n", "2"),
-                "wire": certify(Path(tmp), "wire", WIRE, selection)}
+        env = None
+        if a.byte_code:
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+            subprocess.run([sys.executable, "-m", "ledgercheck", "--version"], env=env, capture_output=True)  # fill it
+        runs = {"in-process": certify(Path(tmp), "inproc", "reference", selection, env=env),
+                "in-process -n 2": certify(Path(tmp), "n2", "reference", selection, "-n", "2", env=env),
+                "wire": certify(Path(tmp), "wire", WIRE, selection, env=env)}
     base = runs["in-process"]
     wire_ratio = runs["wire"]["wall_s"] / base["wall_s"]
     n2_speedup = base["wall_s"] / runs["in-process -n 2"]["wall_s"]
@@ -79,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
               "in_process_phases": base["doc"]["timings"].get("phases"),
               # a served adapter process compiles the package's sources at every start when no
               # byte-code is written (PYTHONDONTWRITEBYTECODE, an editable install): say which
-              "byte_code_written": not sys.dont_write_bytecode, "floors": floors}
+              "byte_code_written": a.byte_code or not sys.dont_write_bytecode, "floors": floors}
     if a.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"certify {' '.join(selection)}; {cores} cores")
+        print(f"certify {' '.join(selection)}; {cores} cores; byte-code "
+              f"{'cached (--byte-code)' if a.byte_code else 'as the environment says'}")
         for name, r in runs.items():
             print(f"  {name:16} {r['wall_s']:7.1f}s  load {r['load_before']:.1f} -> {r['load_after']:.1f}  "
                   f"{r['doc']['verdict']}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -44,8 +45,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def keep_byte_code(words: list[str]) -> str | None:
+    """``ledgercheck serve`` starts once per adapter process a run opens (over the wire, one for
+    every crash window).  Where the environment says not to write byte-code
+    (PYTHONDONTWRITEBYTECODE) and names no place for it (PYTHONPYCACHEPREFIX), such a process
+    would compile every module of the package it imports at every start, a third of its CPU:
+    it keeps them in ledgercheck's cache instead (``$LEDGERCHECK_CACHE/pycache``, by default
+    ``~/.cache/ledgercheck/pycache``; nothing is written beside the sources).
+    ``LEDGERCHECK_CACHE=off`` leaves the environment's choice alone.  Returns the folder, or None."""
+    if not words or words[0] != "serve" or not sys.dont_write_bytecode or sys.pycache_prefix:
+        return None
+    base = os.environ.get("LEDGERCHECK_CACHE")
+    if base == "off":
+        return None
+    base = base or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                                "ledgercheck")
+    sys.pycache_prefix = os.path.join(base, "pycache")
+    sys.dont_write_bytecode = False
+    return sys.pycache_prefix
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
+    keep_byte_code(words)
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
     args = parser.parse_args(argv)
     try:

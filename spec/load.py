@@ -173,13 +173,22 @@ _PARSED_FORMAT = 1
 
 @lru_cache(maxsize=1)
 def _parser_digest() -> str:
-    """The code that turns a file's text into its value and positions (yamlpos.py, PyYAML's version)."""
-    import yaml
+    """The code that turns a file's text into its value and positions (yamlpos.py, and PyYAML as
+    its files say: its package's ``__init__.py``, which names its version, and its C parser's
+    file, if any), read without importing PyYAML: a process that finds the parse stored never
+    needs it."""
+    import importlib.util
 
-    h = hashlib.sha256(f"{_PARSED_FORMAT}\n{yaml.__version__}\n{yaml.__with_libyaml__}\n".encode())
+    h = hashlib.sha256(f"{_PARSED_FORMAT}\n".encode())
     try:
         h.update((HERE / "yamlpos.py").read_bytes())
-    except OSError:
+        found = importlib.util.find_spec("yaml")
+        init = Path(found.origin) if found is not None and found.origin else None
+        if init is None:
+            raise OSError("PyYAML not found")
+        h.update(init.read_bytes())
+        h.update("\n".join(sorted(p.name for p in init.parent.iterdir() if p.name.startswith("_yaml."))).encode())
+    except (OSError, ImportError, ValueError):
         h.update(os.urandom(16))  # unreadable: never matches a stored parse
     return h.hexdigest()
 

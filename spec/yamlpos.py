@@ -30,7 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+
+class _Yaml:
+    """PyYAML, imported on first use: a process that reads a stored parse (load.py) never parses
+    YAML, and importing PyYAML is a sixth of a served adapter process's start."""
+
+    def __getattr__(self, name: str) -> Any:
+        import yaml as real
+
+        globals()["yaml"] = real
+        return getattr(real, name)
+
+
+yaml: Any = _Yaml()
 
 MAX_BYTES = 4 << 20  # 4 MiB; the shipped contract is about 50 KB
 MAX_DEPTH = 64
@@ -46,7 +58,10 @@ _INT_TAG = "tag:yaml.org,2002:int"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-_FAST_LOADER: type[yaml.SafeLoader] | None = getattr(yaml, "CSafeLoader", None) if yaml.__with_libyaml__ else None
+
+
+def _fast_loader() -> type[yaml.SafeLoader] | None:
+    return getattr(yaml, "CSafeLoader", None) if yaml.__with_libyaml__ else None
 
 
 @dataclass(frozen=True)
@@ -145,9 +160,10 @@ def loads_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Pos]]:
 
 
 def _compose(text: str, file: str) -> yaml.Node | None:
-    if _FAST_LOADER is not None:
+    fast = _fast_loader()
+    if fast is not None:
         try:
-            return _compose_with(_FAST_LOADER, text, file)
+            return _compose_with(fast, text, file)
         except yaml.YAMLError as fast_exc:
             try:
                 _compose_with(yaml.SafeLoader, text, file)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import importlib
-import importlib.metadata
 import inspect
 import itertools
 import operator
@@ -124,14 +123,31 @@ def parse_address(address: str) -> tuple[str, str]:
     return "entry", address.strip()
 
 
+# The kit's own adapters, as its packaging registers them (pyproject.toml; a test keeps the two
+# the same): found without reading every installed distribution's entry points, which costs a
+# served adapter process (``exec:ledgercheck serve reference``, started for every crash window)
+# a sixth of its start.  These names always mean the kit's adapters.
+OWN_ADAPTERS = {"reference": "ledgercheck.reference.adapter:ReferenceAdapter",
+                "reference-pg": "ledgercheck.reference.adapter:PgReferenceAdapter"}
+
+
+def _entry_points() -> Any:
+    import importlib.metadata
+
+    return importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
 def adapter_names() -> list[str]:
-    return sorted(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return sorted({ep.name for ep in _entry_points()} | set(OWN_ADAPTERS))
 
 
 def load_inprocess(kind: str, target: str) -> Any:
     """Instantiate an in-process adapter from an entry point name or python:module:Factory."""
+    own = target if kind == "entry" and target in OWN_ADAPTERS else None
+    if own is not None:
+        kind, target = "python", OWN_ADAPTERS[own]
     if kind == "entry":
-        eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == target]
+        eps = [ep for ep in _entry_points() if ep.name == target]
         if not eps:
             known = ", ".join(adapter_names()) or "none installed"
             raise AdapterError(f"unknown adapter {target!r}: use python:MODULE:FACTORY, exec:COMMAND, or an installed adapter ({known})")
@@ -151,7 +167,7 @@ def load_inprocess(kind: str, target: str) -> Any:
             factory = getattr(factory, part, None)
             if factory is None:
                 raise AdapterError(f"adapter python:{target}: {mod_name!r} has no attribute {attr!r}")
-        where = f"adapter python:{target}"
+        where = f"adapter {own!r}" if own is not None else f"adapter python:{target}"
     if not callable(factory):
         raise AdapterError(f"{where}: {target!r} is not callable")
     try:

@@ -3,10 +3,11 @@
 A run of the workload without any crash first counts how often the worker (and, for an
 in-process adapter, the adapter) passes each point and records where it is each time; then
 every (point, occurrence) is a window of its own, run with a real kill.  For an adapter behind
-the wire protocol its own points cannot be counted from outside, so they are counted by
-probing: the workload is run armed at occurrence k (no kill, no recovery) and the adapter
-announces the point or finishes; a doubling then a bisection finds the last occurrence it
-reaches.  Only reached occurrences are windows: an occurrence past the last one is never
+the wire protocol its own points cannot be counted from outside: ``explore`` runs their windows
+1, 2, ... on every lane until the first occurrence the run does not reach, and ``crash run``
+counts them by probing (the workload is run armed at occurrence k, no kill, no recovery, and the
+adapter announces the point or finishes; a doubling then a bisection finds the last occurrence
+it reaches).  Only reached occurrences are windows: an occurrence past the last one is never
 reported (and never as a pass), and a counted occurrence a window does not reach is an error.  Windows where a second worker takes the
 item over while the first is only paused (fencing) are added for every worker point and step
 class where recovery requeues the item.
@@ -297,7 +298,8 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
         total: int | None = len(fixed) if not probes else None
         order = {p: i for i, p in enumerate(pts)}
 
-        def record(point: str, occ: int, mode: str, res: WindowResult, scan_kill: tuple[str, int] | None = None) -> None:
+        def record(point: str, occ: int, mode: str, res: WindowResult, scan_kill: tuple[str, int] | None = None,
+                   shown: bool = False) -> None:
             d = res.as_dict()
             if d["verdict"] != "pass":
                 attach_replay(d, replay_dir, spec=spec, address=address, seed=seed, workload=ex.workload,
@@ -307,7 +309,7 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
                 results.append(((rank, order.get(scan_kill[0] if scan_kill else point, len(order)), point, occ,
                                  *(scan_kill or ("", 0))), d))
                 done = len(results)
-            if progress is not None:
+            if progress is not None and not shown:  # (a point's lanes show each window as it ends)
                 progress(done, total, d)
 
         def one(task: tuple[str, int, str], why: str = "the run without crashes passed it") -> WindowResult:
@@ -334,25 +336,74 @@ def explore(address: str, spec: Spec, *, seed: int = 0, points: list[str] | None
                 if res.verdict == "error":
                     return
 
-        def chain(point: str) -> None:
-            # count first: only occurrences the run reaches are windows (an occurrence past the
-            # last one, where the adapter never stops, is no window at all)
-            n = ex.occurrences(point, cap)
-            errors = 0
-            for k in range(1, n + 1):
-                res = one((point, k, "kill"), f"counting found {n} passes through {point}")
-                errors = errors + 1 if res.verdict == "error" else 0
-                if errors >= 3:
-                    return
+        class Chain:
+            """The windows of one of the adapter's own points over the wire, occurrence 1, 2, ...
+            on every lane until the first one the run does not reach (or three errors in a row):
+            each occurrence is a window of its own, so nothing is spent on counting apart, and
+            the windows come out the same however the lanes shared them (a window past the end
+            that one lane ran while another found the end is dropped; one reached past an
+            occurrence that was not is reported: the run is not deterministic)."""
+
+            def __init__(self, point: str) -> None:
+                self.point = point
+                self.lock = threading.Lock()
+                self.next = 1
+                self.end = cap + 1  # the first occurrence not to run
+                self.missed: int | None = None  # the first occurrence found not reached
+                self.done: dict[int, WindowResult] = {}
+
+            def lane(self) -> None:
+                while True:
+                    with self.lock:
+                        k = self.next
+                        if k >= self.end:
+                            return
+                        self.next += 1
+                    try:
+                        res: WindowResult | None = ex.window(self.point, k, "kill")
+                    except NotReached:
+                        res = None
+                    with self.lock:
+                        if res is None:
+                            self.missed = k if self.missed is None else min(self.missed, k)
+                            self.end = min(self.end, k)
+                            continue
+                        self.done[k] = res
+                        # three errors in a row end the point (an adapter that broke or hangs)
+                        run = 0
+                        for j in range(1, self.end):
+                            r = self.done.get(j)
+                            if r is None:
+                                break
+                            run = run + 1 if r.verdict == "error" else 0
+                            if run >= 3:
+                                self.end = min(self.end, j + 1)
+                                break
+                    if progress is not None:
+                        progress(len(results) + len(self.done), total, res.as_dict())
+
+            def finish(self) -> None:
+                for k in range(1, self.end):
+                    record(self.point, k, "kill", self.done[k], shown=True)
+                later = sorted(k for k in self.done if k > (self.missed or self.end))
+                if self.missed is not None and later:
+                    record(self.point, self.missed, "kill", WindowResult(
+                        self.point, self.missed, "kill", "error",
+                        message=f"{self.point} #{self.missed} was not reached, though #{later[-1]} was: "
+                                "the run is not deterministic"))
 
         tp = concurrent.futures.ThreadPoolExecutor(max_workers=ex.jobs)
         try:
-            futs = [tp.submit(chain, p) for p in probes] + [tp.submit(one, t) for t in fixed]
-            if scan_kills:
-                futs += [tp.submit(scan_chain, rp, base) for rp in pts if rp in ex.adapter_points and rp not in ex.worker_points
-                         for base in ex.scan_kill_windows()]
+            chains = [Chain(p) for p in probes]
+            # the scan-kill chains first: each runs one window after another, while the lanes of
+            # a point's windows and the fixed windows fill in beside them
+            futs = [tp.submit(scan_chain, rp, base) for rp in pts if scan_kills and rp in ex.adapter_points
+                    and rp not in ex.worker_points for base in ex.scan_kill_windows()]
+            futs += [tp.submit(c.lane) for c in chains for _ in range(ex.jobs)] + [tp.submit(one, t) for t in fixed]
             for f in futs:
                 f.result()
+            for c in chains:
+                c.finish()
         except BaseException:
             # an interrupt (or a failure) in this thread: drop the windows not started and kill
             # the workers of those running, so the lanes end now instead of finishing the point

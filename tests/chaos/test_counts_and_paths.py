@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from ledgercheck.chaos.crash.commands import add_parser
-from ledgercheck.chaos.crash.exploration import Explorer
+from ledgercheck.chaos.crash.exploration import Explorer, explore
 from ledgercheck.chaos.safety.workload import Workload, default_workload
 from ledgercheck.spec import Spec
 
@@ -56,3 +56,18 @@ def test_an_adapter_point_over_the_wire_is_counted_and_only_reached_occurrences_
         assert ex.occurrences("ledger.after_commit") == n  # over the wire: counted by probing
         msg = ex.not_reached("ledger.after_commit", n + 2)
     assert f" {n} time(s)" in msg and " 0 time(s)" not in msg  # `crash run --occurrence N+2` says this
+
+
+def test_an_adapter_points_windows_over_the_wire_are_every_reached_occurrence_on_both_lanes(
+            spec: Spec, scratch: str | None, small: Workload, tmp_path) -> None:
+    """explore runs an adapter point's windows over the wire 1, 2, ... on two lanes until the
+    first the run does not reach: exactly the occurrences the in-process baseline counts, each a
+    real kill that passes, none past the end (a window one lane ran past it is dropped)."""
+    with Explorer("reference", spec, workload=small, tmp_root=scratch) as ex:
+        n = ex.occurrences("ledger.after_commit")
+    seen: list[int] = []
+    ws = explore(EXEC, spec, workload=small, points=["ledger.after_commit"], jobs=2, scan_kills=False,
+                 tmp_root=scratch, replay_dir=str(tmp_path), progress=lambda done, total, w: seen.append(w["occurrence"]))
+    assert [w["occurrence"] for w in ws] == list(range(1, n + 1))
+    assert all(w["verdict"] == "pass" and w["mode"] == "kill" for w in ws), [w["message"] for w in ws]
+    assert sorted(seen)[: n] == list(range(1, n + 1))  # progress saw each window as it ended

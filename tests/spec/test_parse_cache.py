@@ -118,3 +118,26 @@ def test_the_cache_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyP
     load_spec(None)
     assert len(calls) == 2 * n and not (tmp_path / ".cache").exists()
     _new_process()
+
+
+def test_a_stored_parse_is_keyed_by_pyyamls_files(tmp_path, monkeypatch) -> None:
+    """The parse's key reads PyYAML's version and C parser from its files (a process that finds
+    the parse stored does not import PyYAML): a changed __init__.py or a C parser added changes it."""
+    import importlib.machinery
+    import importlib.util
+
+    from ledgercheck.spec import load
+
+    pkg = tmp_path / "yaml"
+    pkg.mkdir()
+    init = pkg / "__init__.py"
+    init.write_text("__version__ = '6.0.1'\n")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: importlib.machinery.ModuleSpec(name, None, origin=str(init)))
+    digests = []
+    for change in (lambda: None, lambda: init.write_text("__version__ = '6.0.2'\n"),
+                   lambda: (pkg / "_yaml.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")):
+        change()
+        load._parser_digest.cache_clear()
+        digests.append(load._parser_digest())
+    load._parser_digest.cache_clear()
+    assert len(set(digests)) == 3
