@@ -165,3 +165,20 @@ def test_a_malformed_work_id_reaches_a_next_only_queue_after_the_harness_learned
         assert [s["args"].get("work_id") for s in h.trace if s["op"] == "claim"] == [17, True, ["s"]]
     finally:
         client.close()
+
+
+def test_list_order_is_judged_on_a_next_only_queue(spec: Spec) -> None:
+    """core.list.order moves some records before it lists them; on a queue that hands out only its
+    next item the claim takes another record than the one asked for, and the listing's order is
+    judged all the same (the case was skipped as "not claimed", leaving the clause undecided)."""
+    client = connect("python:adapters:ClaimsOnlyNext", spec)
+    h = Harness(client, spec, ["core"])
+    (case,) = [c for c in all_cases(spec) if c.name == "core.list.order[creation-order]"]
+    try:
+        h.fresh()
+        h.focus = case.clause
+        case.fn(h)  # passes: ClaimsOnlyNext lists in creation order
+        assert h.claim_by_id is False  # the claim did fall back to "the next"
+        assert [s["op"] for s in h.trace].count("list") >= 2
+    finally:
+        client.close()
