@@ -1,8 +1,10 @@
 """Helper processes for the reference tests, run as ``python procs.py ROLE ARGS...``.
 
     lock DB                    hold BEGIN IMMEDIATE on DB (prints "locked") until killed
-    claim DB OUT GO            print "ready", wait for the file GO, then claim, renew and close out until nothing
-                               is left; one JSON line per claim to OUT
+    claim DB OUT GO N          print "ready", wait for the file GO, then claim, renew and close out until nothing
+                               is left; one JSON line per claim to OUT. The first claim is held until all N
+                               claimers hold one (files GO.held.PID), so the claimers overlap by construction
+                               however the host schedules them
     write DB SEED              a worker doing a random mix of ledger operations forever (prints
                                "ready"); it is meant to be SIGKILLed
     crash DB POINT             claim the next queued item and SIGKILL itself at the ledger's crash
@@ -33,13 +35,15 @@ def lock(db: str) -> None:
     threading.Event().wait()  # until the test kills it, however long the test takes
 
 
-def claim(db: str, out: str, go: str) -> None:
+def claim(db: str, out: str, go: str, claimers: str) -> None:
     led = Ledger(db, busy_timeout=600.0)
     me = f"pid-{os.getpid()}"
     print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     now = 1000.0
+    gate = Path(go)
+    first = True
     with open(out, "w", encoding="utf-8") as fh:
         while True:
             w = led.claim(owner=me, now=now)
@@ -47,6 +51,11 @@ def claim(db: str, out: str, go: str) -> None:
                 break
             fh.write(json.dumps({"work_id": w["work_id"], "lease_version": w["lease_version"], "token": w["lease_token"],
                                  "owner": me}) + "\n")
+            if first:  # hold the first lease until every claimer holds one of its own
+                first = False
+                gate.with_name(f"{gate.name}.held.{os.getpid()}").touch()
+                while len(list(gate.parent.glob(f"{gate.name}.held.*"))) < int(claimers):
+                    time.sleep(0.001)
             led.renew(work_id=w["work_id"], token=w["lease_token"], now=now + 1)
             led.close_out(work_id=w["work_id"], token=w["lease_token"], status="done", result={"by": me}, now=now + 2)
     led.close()
