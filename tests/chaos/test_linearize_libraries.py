@@ -45,11 +45,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # worker now takes its requester's environment at spawn, tests/chaos/test_forkserver_env.py.)
 SEEDS = int(os.environ.get("LEDGERCHECK_LIBRARY_LINEAR_SEEDS") or 2)
 # Measured while building it (seeds 1-20 of each, 200 campaigns): 199 clean; rq seed 19 had one
-# split_ownership from the class checker; it came back in .ci/run's long tier on a loaded host
-# (2026-11-29: seeds 2 and 1), still unconfirmed: a heartbeat landing between the abandoned-job
-# sweep's read and its zremrangebyscore (rq's cleanup) would keep a requeued job's old execution
-# live, a script with rq alone is yet to show it, and until then this test fails on it.  On a loaded host rq
-# shows two behaviours of its own, each confirmed with rq alone (tests/fixtures/confirmations.yaml):
+# split_ownership from the class checker, which came back in .ci/run's long tier on a loaded host
+# (seeds 2 and 1).  It is rq's: a holder's heartbeat landing between the abandoned-job sweep's read
+# and its write keeps the holder's execution live while the sweep fails the job, which is then
+# requeued and run by another worker (confirm_rq_heartbeat_race.py).  On a loaded host rq shows two
+# more behaviours of its own, each confirmed with rq alone (tests/fixtures/confirmations.yaml):
 # a job a killed worker dequeued stays queued and untakeable (lost_work), and the abandoned-job
 # sweep fails a job that finished after the sweep read it (terminal_changed).
 NAMES = [n for n, _title, _page in LIBRARIES if n != "reference"]
