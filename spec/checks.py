@@ -693,7 +693,7 @@ def _profiles_and_clauses(c: _Ctx) -> None:
 
 @check
 def _blame_ids(c: _Ctx) -> None:
-    """Every clause the contract's blame data names (fields, arguments, error codes) exists, and
+    """Every clause the contract's blame data names (fields, operations, arguments, error codes) exists, and
     an argument out of range always has a clause to blame."""
     d = c.doc
     known = {cl["id"] for cl in d["clauses"]}
@@ -706,6 +706,8 @@ def _blame_ids(c: _Ctx) -> None:
         if f.get("blame") is not None:
             need(("work_fields", name, "blame"), f["blame"], f"work field {name!r}")
     for op, o in d["operations"].items():
+        if o.get("blame") is not None:
+            need(("operations", op, "blame"), o["blame"], f"operation {op!r}")
         for a, spec in o.get("args", {}).items():
             blame = spec.get("blame")
             pairs = blame.items() if isinstance(blame, dict) else [(None, blame)] if blame is not None else []

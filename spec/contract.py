@@ -83,6 +83,7 @@ class Operation:
     lease: str | None = None
     attempt: str | None = None
     statuses: tuple[str, ...] = ()
+    blame: str | None = None  # the clause that says what the answer holds (lifecycle.yaml)
 
     def event_for(self, target: str | None = None) -> str | None:
         if type(self.event) is str or self.event is None:  # (no Mapping: answered without the ABC)

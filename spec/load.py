@@ -777,6 +777,7 @@ def build_spec(doc: Mapping[str, Any], files: Mapping[str, str] | None = None) -
             lease=o.get("lease"),
             attempt=o.get("attempt"),
             statuses=tuple(o.get("statuses", ())),
+            blame=o.get("blame"),
         )
     lease_default = _lease(doc["lease"])
     retry_default = _policy(doc["retry"]["policy"])

@@ -145,6 +145,8 @@ class ModelBase:
         self.changed_by: dict[str, str] = {}
         self._op: str | None = None  # the operation being settled
         self._judged = {j: c for j, c in rules.judgements(spec).items() if "." in j}
+        # a create writes every field of the new record: its answer's clause outranks the fields' owners
+        self._create_blame = self._answer_blame("create", "core.create.initial")
         self.receipts: dict[str, dict[str, Any]] = {}
         self.receipt_order: list[str] = []
         # items whose receipts recovery marked where the contract also lets them stay pending
@@ -372,7 +374,7 @@ class ModelBase:
                 if isinstance(expect, dict):
                     expect[name] = copy.deepcopy(b)  # the implementation's choice, from now on
                 continue
-            clause = blame.get(name) or (self._field_owner.get(name, default) if default != "core.create.initial" else default)
+            clause = blame.get(name) or (self._field_owner.get(name, default) if default != self._create_blame else default)
             if self._judged:  # a clause that takes "<operation>.<field>" for the item's last change
                 clause = self._judged.get(f"{self.changed_by.get(expect['work_id'])}.{name}", clause)
             out.append(Violation(clause, f"{expect['work_id']}: {name} is {b!r}, the contract says {a!r}"))
@@ -512,6 +514,12 @@ class ModelBase:
         """After this operation, ``name`` may also hold one of ``alternatives`` (the contract
         does not say which); call after ``_begin``."""
         self.open_fields.setdefault(wid, {})[name] = alternatives
+
+    def _answer_blame(self, op: str, fallback: str) -> str:
+        """The clause the contract says owns what ``op`` answers (the operation's ``blame``),
+        ``fallback`` for a contract that names none."""
+        o = self.spec.operations.get(op)
+        return (o.blame if o is not None else None) or fallback
 
     def _allowed_other(self, wid: str, name: str, kind: str, got: Any) -> bool:
         alts = self.open_fields.get(wid, {}).get(name)

@@ -100,12 +100,12 @@ class CoreOps(ModelBase):
             self._new_tokens(wid)
             self.events[wid] = []
             self._append(wid, "work_created", None, item["status"], a["now"], item)
-            self._commit(wid, item, {}, "core.create.initial")
+            self._commit(wid, item, {}, self._answer_blame("create", "core.create.initial"))
             # a field the caller gave is recorded by the rule of that argument (its own clause in the
             # contract, as source_run_id's run identity); the rest, defaults, by the initial record's
             given = {f: arg.blame for f, arg in self.spec.operations["create"].args.items()
                      if arg.blame and f in self.spec.work_fields and a.get(f) is not None}
-            out += self._compare_work(item, w, given, "core.create.initial")
+            out += self._compare_work(item, w, given, self._answer_blame("create", "core.create.initial"))
             return out
 
         return Accept(new, "core.create.initial", "a new unit of work must be recorded")
@@ -241,8 +241,9 @@ class CoreOps(ModelBase):
             self._open_effects(wid, "requeue", it)
             self._append(wid, self.spec.operations["requeue"].event_for(dst), it["status"], dst, now, new)
             blame = {"quarantined": "recovery.quarantine.visible"}
-            self._commit(wid, new, blame, "core.requeue.terminal")
-            return self._check_returned(new, res, blame, "core.requeue.terminal")
+            clause = self._answer_blame("requeue", "core.requeue.terminal")
+            self._commit(wid, new, blame, clause)
+            return self._check_returned(new, res, blame, clause)
 
         return Accept(h, "core.requeue.terminal", f"{wid} is terminal and may be requeued")
 

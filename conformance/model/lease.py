@@ -35,8 +35,9 @@ class LeaseOps(ModelBase):
             new["lease_expires_at"] = now + lt.ttl
             self._begin(wid)
             self._append(wid, op.event_for(), None, None, now, new)
-            self._commit(wid, new, {"lease_expires_at": ttl_clause}, "lease.renew.extends")
-            return self._check_returned(new, res, {"lease_expires_at": ttl_clause}, "lease.renew.extends")
+            clause = self._answer_blame("renew", "lease.renew.extends")
+            self._commit(wid, new, {"lease_expires_at": ttl_clause}, clause)
+            return self._check_returned(new, res, {"lease_expires_at": ttl_clause}, clause)
 
         return Accept(h, clause, f"the holder renews {wid}{' within grace' if in_grace else ''}")
 

@@ -62,7 +62,7 @@ class SpawnOps(ModelBase):
             self._new_tokens(wid)
             self.events[wid] = []
             self._append(wid, self.spec.operations["create"].event_for(item["status"]), None, item["status"], now, item)
-            self._commit(wid, item, {}, "spawn.mobile")
+            self._commit(wid, item, {}, self._answer_blame("spawn", "spawn.mobile"))
             # the parent's trail: its record of the child (the parent's snapshot does not change)
             self._events_before[pid] = len(self.events.get(pid, []))
             self.touched.add(pid)
@@ -70,7 +70,7 @@ class SpawnOps(ModelBase):
             self.events[pid][-1]["extra"] = {"child_id": (wid, "spawn.logged_first"), "spawn_key": (key, "spawn.logged_first")}
             self.spawned.setdefault(pid, []).append((key, wid))
             self.roots[wid] = root
-            return out + self._compare_work(item, w, {}, "spawn.mobile")
+            return out + self._compare_work(item, w, {}, self._answer_blame("spawn", "spawn.mobile"))
 
         return Accept(new, "spawn.logged_first", f"{pid} spawns a new child under {key!r}",
                       refused_as={"spawn_denied": "spawn.budget", "invalid_transition": "spawn.live_parent"})

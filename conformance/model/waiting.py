@@ -57,7 +57,8 @@ class WaitingOps(ModelBase):
             self._begin(wid)
             self._add_token(wid, tok)
             self._append(wid, self.spec.operations["resume"].event_for(dst), it["status"], dst, now, new)
-            self._commit(wid, new, blame, "waiting.resume")
-            return out + self._compare_work(new, res, blame, "waiting.resume")
+            clause = self._answer_blame("resume", "waiting.resume")
+            self._commit(wid, new, blame, clause)
+            return out + self._compare_work(new, res, blame, clause)
 
         return Accept(h, "waiting.resume", f"{wid} is waiting and may be resumed")

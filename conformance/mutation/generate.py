@@ -121,6 +121,8 @@ def _altered_fields(c: _Contract) -> list[Mutant]:
             extra = ([owner] if owner is not None else []) + (writes if leaf in _event_fields(spec, op) else [])
             if _in_snapshot(spec, op, path, types):
                 extra += _status_owner(spec, op) if leaf == "status" else []
+                # the clause the contract says owns what the operation answers (its `blame`)
+                extra += [spec.operations[op].blame] if spec.operations[op].blame else []
             else:
                 extra += _record_clauses(spec, op)
             out.append(Mutant("alter", (op, path), own=own_clauses(spec, op, [leaf], extra), site=("value", op, path),

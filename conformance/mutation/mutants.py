@@ -141,7 +141,9 @@ def own_clauses(spec: Spec, op: str | None, subjects: Iterable[str], extra: Iter
         if not chosen:
             chosen = [c for c in by_op if c.profile == prof] or by_op
     out = [c.id for c in chosen]
-    out += [c for c in extra if c and c not in out]
+    for c in extra:
+        if c and c not in out:
+            out.append(c)
     return tuple(out)
 
 

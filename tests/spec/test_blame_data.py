@@ -171,3 +171,61 @@ def test_a_clause_takes_what_an_operation_leaves_in_a_field(spec: Spec) -> None:
     exp = m.expect("create", args)
     assert [v.clause for v in m.settle("create", exp, Outcome.success({"work": {**m._new_item("w2", args), "result": 1}, "created": True}))] \
         == ["core.create.initial"]
+
+
+def _requeued(spec: Spec, wrong: dict) -> list[str]:
+    """The clauses a model blames when a requeue's answer carries ``wrong`` (a failed item
+    requeued; every other field as a correct ledger answers)."""
+    m = Model(spec)
+    args = {"source_system": "manual", "source_id": "a", "now": T}
+    exp = m.expect("create", args)
+    assert m.settle("create", exp, Outcome.success({"work": m._new_item("w1", args), "created": True})) == []
+    exp = m.expect("claim", {"owner": "A", "now": T + 1})
+    snap = {**m.items["w1"], "status": "running", "owner": "A", "lease_token": "t1", "lease_version": 1,
+            "lease_expires_at": T + 1 + spec.lease_for("manual").ttl, "attempt": 1, "started_at": T + 1}
+    assert m.settle("claim", exp, Outcome.success(snap)) == []
+    exp = m.expect("close_out", {"work_id": "w1", "token": "t1", "status": "failed", "now": T + 2})
+    closed = {**snap, "status": "failed", "owner": None, "lease_token": None, "lease_expires_at": None, "finished_at": T + 2}
+    assert m.settle("close_out", exp, Outcome.success(closed)) == []
+    exp = m.expect("requeue", {"work_id": "w1", "now": T + 3})
+    back = {**closed, "status": "queued", "finished_at": None, "started_at": None, **wrong}
+    return [v.clause for v in m.settle("requeue", exp, Outcome.success(back))]
+
+
+def test_the_clause_owning_an_operations_answer_comes_from_the_contract(spec: Spec, tmp_path: Path) -> None:
+    """An operation's ``blame`` names the clause that says what its answer holds: the model
+    blames it for a wrong field of that answer no more particular owner covers, and the
+    mutation catalogue counts it among the own clauses of every changed field of the answer."""
+    from ledgercheck.conformance.mutation.generate import generate
+
+    assert spec.operations["create"].blame == "core.create.initial"
+    assert spec.operations["requeue"].blame == "core.requeue.terminal"
+    assert _requeued(spec, {}) == []
+    assert _requeued(spec, {"status": "failed"}) == ["core.requeue.terminal"]
+    # a create's answer: its clause outranks the field's owner (the create wrote every field)
+    m = Model(spec)
+    args = {"source_system": "manual", "source_id": "b", "now": T}
+    exp = m.expect("create", args)
+    got = m.settle("create", exp, Outcome.success({"work": {**m._new_item("w1", args), "quarantined": True}, "created": True}))
+    assert [v.clause for v in got] == ["core.create.initial"]
+    # another clause named by an overlay takes the blame: nothing is hard-coded
+    other = overlay(tmp_path, """
+        operations:
+          requeue:
+            blame: core.status.terminal
+          create:
+            blame: core.create.unique_unit
+    """)
+    assert _requeued(other, {"status": "failed"}) == ["core.status.terminal"]
+    m = Model(other)
+    exp = m.expect("create", args)
+    got = m.settle("create", exp, Outcome.success({"work": {**m._new_item("w1", args), "quarantined": True}, "created": True}))
+    assert [v.clause for v in got] == ["core.create.unique_unit"]
+    # the catalogue: every changed field of a snapshot answer counts the operation's clause as its own
+    for s in (spec, other):
+        alters = [mu for mu in generate(s) if mu.family == "alter" and mu.params[0] in ("create", "requeue")]
+        snap = [mu for mu in alters if mu.params[1] != "created"]
+        assert len(snap) >= 15
+        for mu in snap:
+            assert s.operations[mu.params[0]].blame in mu.own, (mu.name, mu.own)
+            assert len(set(mu.own)) == len(mu.own), mu.own
