@@ -134,6 +134,23 @@ def _lease(h: Harness) -> None:
     check(done["state"] == "suspended", "wakeups.lease", f"the holder's suspend left the run {done['state']}", h)
 
 
+@case("wakeups.lease", "renew-after-handed-out-again")
+def _lease_second_holder(h: Harness) -> None:
+    """The renewal of a hand-out given out again (its first holder's lapsed) renews that
+    hand-out: the second holder's, its token and its worker, not the first's."""
+    _held(h, "wakeups.lease", worker="worker-A")
+    h.advance(h.lapse_step())
+    second = _take(h, "worker-B")
+    check(second is not None and second["run_id"] == "run-1", "wakeups.redeliver", f"the lapsed hand-out was not handed out again: {second!r}", h)
+    assert second is not None
+    h.advance(h.spec.lease_default.ttl / 2)
+    got = h.do("wake_renew", run_id="run-1", token=second["token"]).value
+    check(isinstance(got, dict) and got.get("worker") == "worker-B" and got.get("token") == second["token"]
+          and got.get("cycle") == second["cycle"], "wakeups.lease",
+          f"worker-B's renewal of the hand-out it was given after worker-A's lapsed answered {got!r}", h)
+    h.do("wake_suspend", run_id="run-1", token=second["token"])
+
+
 @case("wakeups.fencing", "missing-made-up-and-superseded-tokens")
 def _fencing(h: Harness) -> None:
     first = _held(h, "wakeups.fencing")

@@ -133,6 +133,10 @@ class WakeupsOps(ModelBase):
             out = self._handout_ok(run, res, "wakeups.lease", want, run["cycle"], run["attempt"], run["handed"])
             if isinstance(res, Mapping) and res.get("token") != run["token"]:
                 out.append(Violation("wakeups.lease", f"run {rid!r}: renew changed the hand-out's token"))
+            # the renewal extends the hand-out it was given: the same holder, named as the taker gave it
+            if isinstance(res, Mapping) and res.get("worker") != run.get("worker"):
+                out.append(Violation("wakeups.lease", f"run {rid!r}: renew answers the hand-out as held by "
+                                     f"{res.get('worker')!r}, the taker was {run.get('worker')!r}"))
             run["expires_at"] = res.get("expires_at") if isinstance(res, Mapping) and self._same("time", want, res.get("expires_at")) else want
             return out
 
@@ -209,13 +213,14 @@ class WakeupsOps(ModelBase):
             out.append(Violation("wakeups.redeliver", f"run {rid!r} handed out again with the lost hand-out's token"))
         if res.get("worker") != a["worker"]:
             out.append(Violation("wakeups.wake", f"run {rid!r} handed to {res.get('worker')!r}, the taker is {a['worker']!r}"))
-        self._hold(run, res, now, after.cycle, run["attempt"] + 1, list(after.wakeups))
+        self._hold(run, res, now, after.cycle, run["attempt"] + 1, list(after.wakeups), a["worker"])
         return out
 
-    def _hold(self, run: dict[str, Any], res: Mapping[str, Any], now: float, cycle: int, attempt: int, woken: list[str]) -> None:
+    def _hold(self, run: dict[str, Any], res: Mapping[str, Any], now: float, cycle: int, attempt: int, woken: list[str],
+              worker: str) -> None:
         want = rules.handout_expiry(self.spec, PROFILE, now)
         tok = res.get("token")
-        run.update(state="running", cycle=cycle, attempt=attempt, wakeups=[], timer_at=None, handed=woken, token=tok,
+        run.update(state="running", cycle=cycle, attempt=attempt, wakeups=[], timer_at=None, handed=woken, token=tok, worker=worker,
                    expires_at=res.get("expires_at") if self._same("time", want, res.get("expires_at")) else want)
         run["tokens"].append(tok)
 
@@ -254,7 +259,7 @@ class WakeupsOps(ModelBase):
                 woken = list(map(str, got))
             if res.get("token") in run["tokens"]:
                 out.append(Violation("wakeups.lease", f"run {rid!r} handed out with the token of an earlier hand-out"))
-            self._hold(run, res, now, run["cycle"] + 1, 1, woken)
+            self._hold(run, res, now, run["cycle"] + 1, 1, woken, a["worker"])
             return out
 
         return Accept(h, "wakeups.wake", "take always answers")
