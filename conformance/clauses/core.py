@@ -1043,6 +1043,51 @@ def _identity_keys(h: Harness) -> None:
             _created(h, "inbox_deliver", "delivered", f"message_id {mid!r}", recipient="r", message_id=mid, sender="s", body={"n": 1})
 
 
+@case("core.identity.exact", "senders-recipients-and-workers")
+def _identity_names(h: Harness) -> None:
+    """Names a caller gives, which the contract compares exactly like ids: an inbox message's
+    sender and recipient (profile inbox: each form a sender handed back as given, and a mailbox
+    of its own, its dead letters included), a worker taking a run (profile wakeups: the hand-out
+    names the worker as given)."""
+    inbox = all(h.claims(op) for op in ("inbox_deliver", "inbox_drain", "inbox_nack", "inbox_dead"))
+    runs = all(h.claims(op) for op in ("wake_suspend", "wake_fire", "wake_take"))
+    if not (inbox or runs):
+        raise NotApplicable("the adapter claims neither the inbox nor the wakeups profile")
+    if inbox:
+        for i, sender in enumerate(ID_FORMS):  # one mailbox, a message from each form of a sender
+            _created(h, "inbox_deliver", "delivered", f"sender {sender!r}", recipient="senders", message_id=f"s{i}",
+                     sender=sender, body={"n": i})
+        got = answered(h, "inbox_drain", "core.identity.exact", recipient="senders", max=len(ID_FORMS), now=h.now())
+        pairs = sorted((m.get("message_id"), m.get("sender")) for m in got) if isinstance(got, list) else got
+        check(pairs == sorted((f"s{i}", f) for i, f in enumerate(ID_FORMS)), "core.identity.exact",
+              f"messages from senders {list(ID_FORMS)} came back as {pairs!r:.240}", h)
+        for i, rcpt in enumerate(ID_FORMS):  # each form a mailbox of its own; its one message dead-lettered
+            # a message id of its own too: the contract lets a ledger key message ids across mailboxes
+            _created(h, "inbox_deliver", "delivered", f"recipient {rcpt!r}", recipient=rcpt, message_id=f"m{i}",
+                     sender="s", body={"n": i})
+            for _ in range(h.spec.inbox_max_nacks):
+                drained = answered(h, "inbox_drain", "core.identity.exact", recipient=rcpt, max=1, now=h.now())
+                check(isinstance(drained, list) and [(m.get("message_id"), m.get("body")) for m in drained] == [(f"m{i}", {"n": i})],
+                      "core.identity.exact", f"mailbox {rcpt!r} handed out {drained!r:.160}; only its own m{i} (body {{'n': {i}}}) "
+                      f"was delivered to it", h)
+                out = h.raw("inbox_nack", recipient=rcpt, message_id=f"m{i}", now=h.now())
+                check(out.ok, "core.identity.exact", f"nack of m{i} in mailbox {rcpt!r} was refused ({out.code})", h)
+        for i, rcpt in enumerate(ID_FORMS):
+            dead = answered(h, "inbox_dead", "core.identity.exact", recipient=rcpt)
+            check(isinstance(dead, list) and [(m.get("message_id"), m.get("body")) for m in dead] == [(f"m{i}", {"n": i})],
+                  "core.identity.exact", f"mailbox {rcpt!r} lists dead letters {dead!r:.160}; only its own m{i} "
+                  f"(body {{'n': {i}}}) was dead-lettered there", h)
+    if runs:
+        for i, worker in enumerate(ID_FORMS):  # each form of a worker takes a run: the hand-out names it as given
+            rid = f"worker-run-{i}"
+            h.raw("wake_suspend", run_id=rid, now=h.now())
+            h.raw("wake_fire", run_id=rid, kind=h.spec.wakeup_kinds[0], now=h.now())
+            out = h.raw("wake_take", worker=worker, now=h.now())
+            check(out.ok and isinstance(out.value, Mapping) and out.value.get("run_id") == rid and out.value.get("worker") == worker,
+                  "core.identity.exact", f"worker {worker!r} took the one woken run {rid!r}: {out.value if out.ok else out.code!r:.160}", h)
+            h.raw("wake_suspend", run_id=rid, token=out.value.get("token"), now=h.now())
+
+
 @case("core.identity.exact", "lanes-and-runs")
 def _identity_lanes_runs(h: Harness) -> None:
     """A lane's session key and name and a lane task's id (profile lanes), a run's id (profile
