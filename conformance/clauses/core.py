@@ -1072,6 +1072,23 @@ def _identity_names(h: Harness) -> None:
                       f"was delivered to it", h)
                 out = h.raw("inbox_nack", recipient=rcpt, message_id=f"m{i}", now=h.now())
                 check(out.ok, "core.identity.exact", f"nack of m{i} in mailbox {rcpt!r} was refused ({out.code})", h)
+        if h.claims("inbox_ack"):  # each form of a message id nacked, handed out again, acked: each its own message
+            for mid in ID_FORMS:
+                _created(h, "inbox_deliver", "delivered", f"message_id {mid!r}", recipient="acks", message_id=f"ack:{mid}",
+                         sender="s", body={"id": mid})
+            answered(h, "inbox_drain", "core.identity.exact", recipient="acks", max=len(ID_FORMS), now=h.now())
+            for mid in ID_FORMS:
+                out = h.raw("inbox_nack", recipient="acks", message_id=f"ack:{mid}", now=h.now())
+                check(out.ok, "core.identity.exact", f"nack of handed-out message {'ack:' + mid!r} was refused ({out.code})", h)
+            again = answered(h, "inbox_drain", "core.identity.exact", recipient="acks", max=len(ID_FORMS), now=h.now())
+            got = sorted(m.get("message_id") for m in again) if isinstance(again, list) else again
+            check(got == sorted(f"ack:{m}" for m in ID_FORMS), "core.identity.exact",
+                  f"after each message was nacked once, drain gave {got!r:.240}", h)
+            for mid in ID_FORMS:
+                out = h.raw("inbox_ack", recipient="acks", message_id=f"ack:{mid}", now=h.now())
+                check(out.ok, "core.identity.exact", f"ack of handed-out message {'ack:' + mid!r} was refused ({out.code})", h)
+            left = answered(h, "inbox_drain", "core.identity.exact", recipient="acks", max=len(ID_FORMS), now=h.now())
+            check(left == [], "core.identity.exact", f"every message was acked, yet drain gave {left!r:.200}", h)
         for i, rcpt in enumerate(ID_FORMS):
             dead = answered(h, "inbox_dead", "core.identity.exact", recipient=rcpt)
             check(isinstance(dead, list) and [(m.get("message_id"), m.get("body")) for m in dead] == [(f"m{i}", {"n": i})],
@@ -1079,13 +1096,37 @@ def _identity_names(h: Harness) -> None:
                   f"(body {{'n': {i}}}) was dead-lettered there", h)
     if runs:
         for i, worker in enumerate(ID_FORMS):  # each form of a worker takes a run: the hand-out names it as given
-            rid = f"worker-run-{i}"
+            rid = f"Worker-Run-{i}"
             h.raw("wake_suspend", run_id=rid, now=h.now())
             h.raw("wake_fire", run_id=rid, kind=h.spec.wakeup_kinds[0], now=h.now())
             out = h.raw("wake_take", worker=worker, now=h.now())
             check(out.ok and isinstance(out.value, Mapping) and out.value.get("run_id") == rid and out.value.get("worker") == worker,
                   "core.identity.exact", f"worker {worker!r} took the one woken run {rid!r}: {out.value if out.ok else out.code!r:.160}", h)
-            h.raw("wake_suspend", run_id=rid, token=out.value.get("token"), now=h.now())
+            token = out.value.get("token")
+            if h.claims("wake_renew"):  # the holder renews the run by its id as given
+                got = h.raw("wake_renew", run_id=rid, token=token, now=h.now())
+                check(got.ok and isinstance(got.value, Mapping) and got.value.get("run_id") == rid, "core.identity.exact",
+                      f"renewing run {rid!r} answered {got.value if got.ok else got.code!r:.160}", h)
+            h.raw("wake_suspend", run_id=rid, token=token, now=h.now())
+
+
+def _lane_names_work(h: Harness, lane: Mapping[str, str], name: str, token: object, body: object) -> None:
+    """The holder of ``lane`` (its names as given) renews it, takes its one task, marks it done
+    and releases it: every call names the lane as given and finds it (each offered operation)."""
+    if h.claims("lane_renew"):
+        got = h.raw("lane_renew", **lane, token=token, now=h.now())
+        check(got.ok and isinstance(got.value, Mapping) and got.value.get(name) == lane[name], "core.identity.exact",
+              f"renewing lane {lane} answered {got.value if got.ok else got.code!r:.160}", h)
+    if h.claims("lane_next") and h.claims("lane_done"):
+        task = h.raw("lane_next", **lane, token=token, now=h.now())
+        check(task.ok and isinstance(task.value, Mapping) and (task.value.get("task_id"), task.value.get("body")) == ("task-1", body),
+              "core.identity.exact", f"the next task of lane {lane} was {task.value if task.ok else task.code!r:.160}; "
+              f"only its own task-1 (body {body!r}) was pushed to it", h)
+        done = h.raw("lane_done", **lane, token=token, task_id="task-1", now=h.now())
+        check(done.ok, "core.identity.exact", f"marking task-1 of lane {lane} done was refused ({done.code})", h)
+    if h.claims("lane_release"):
+        out = h.raw("lane_release", **lane, token=token, now=h.now())
+        check(out.ok, "core.identity.exact", f"releasing lane {lane} was refused ({out.code})", h)
 
 
 @case("core.identity.exact", "lanes-and-runs")
@@ -1112,10 +1153,24 @@ def _identity_lanes_runs(h: Harness) -> None:
             lease = h.raw("lane_acquire", **lane, owner="worker-A", now=h.now())
             check(lease.ok and isinstance(lease.value, Mapping) and lease.value.get(name) == lane[name], "core.identity.exact",
                   f"acquiring the free lane {lane} answered {lease.value if lease.ok else lease.code!r:.160}", h)
+            _lane_names_work(h, lane, name, lease.value.get("token"), {"n": i})
         got = answered(h, "lane_tasks", "core.identity.exact", session_key="tasks", lane="interactive")
         ids = [t.get("task_id") for t in got] if isinstance(got, list) else got
         check(isinstance(ids, list) and sorted(ids) == sorted(ID_FORMS), "core.identity.exact",
               f"the lane holds tasks {ids!r:.200} after pushes of {list(ID_FORMS)}", h)
+        if h.claims("lane_next") and h.claims("lane_done"):  # each task taken, and marked done by its id as given
+            tasks = {"session_key": "tasks", "lane": "interactive"}
+            lease = h.raw("lane_acquire", **tasks, owner="worker-A", now=h.now())
+            check(lease.ok and isinstance(lease.value, Mapping), "core.identity.exact",
+                  f"acquiring the free lane {tasks} answered {lease.value if lease.ok else lease.code!r:.160}", h)
+            for _ in ID_FORMS:
+                task = h.raw("lane_next", **tasks, token=lease.value.get("token"), now=h.now())
+                tid = task.value.get("task_id") if task.ok and isinstance(task.value, Mapping) else None
+                check(tid in ID_FORMS, "core.identity.exact", f"the next task of lane {tasks} was {task.value if task.ok else task.code!r:.160}", h)
+                done = h.raw("lane_done", **tasks, token=lease.value.get("token"), task_id=tid, now=h.now())
+                check(done.ok, "core.identity.exact", f"marking task {tid!r} of lane {tasks} done was refused ({done.code})", h)
+            left = answered(h, "lane_tasks", "core.identity.exact", **tasks)
+            check(left == [], "core.identity.exact", f"each task was marked done by its id as given, yet the lane lists {left!r:.200}", h)
     if runs:
         for f in ID_FORMS:  # each form a run of its own; one of them is woken
             out = h.raw("wake_suspend", run_id=f, now=h.now())
