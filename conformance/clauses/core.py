@@ -1086,8 +1086,19 @@ def _identity_names(h: Harness) -> None:
             for mid in ID_FORMS:
                 out = h.raw("inbox_ack", recipient="acks", message_id=mid, now=h.now())
                 check(out.ok, "core.identity.exact", f"ack of handed-out message {mid!r} was refused ({out.code})", h)
-            for mid in ID_FORMS:  # a nack of an acked message changes nothing (refused or not): none comes back
-                h.raw("inbox_nack", recipient="acks", message_id=mid, now=h.now())
+            # a nack after the ack: none may come back (each ack took its own message); and each nack is refused
+            # (invalid_transition, as for any message not handed out): an acknowledged message is never handed out again
+            nacked = [(mid, h.raw("inbox_nack", recipient="acks", message_id=mid, now=h.now())) for mid in ID_FORMS]
+            taken = [mid for mid, out in nacked if out.ok]
+            # some nacks taken: the acks of those forms took another message (each form acked the same way);
+            # every nack taken, or refused with another code: what a nack of an acked message does (inbox.ack)
+            check(len(taken) in (0, len(ID_FORMS)), "core.identity.exact",
+                  f"after every message was acked by its id as given, a nack still took {taken!r:.200} (still handed out) "
+                  f"and refused the others: the acks of those forms took other messages", h)
+            for mid, out in nacked:
+                check(not out.ok and out.code == "invalid_transition", "inbox.ack",
+                      f"nack of the acked message {mid!r} answered {(out.value if out.ok else out.code)!r:.80}; an "
+                      f"acknowledged message is never handed out again, and only a handed-out one can be nacked", h)
             left = answered(h, "inbox_drain", "core.identity.exact", recipient="acks", max=len(ID_FORMS), now=h.now())
             check(left == [], "core.identity.exact", f"every message was acked by its id as given, yet drain gave {left!r:.200}", h)
         for i, rcpt in enumerate(ID_FORMS):

@@ -91,6 +91,11 @@ def _ack(h: Harness) -> None:
     _drain(h)
     h.do("inbox_ack", recipient=R, message_id="m1")
     check(_drain(h) == [], "inbox.ack", "an acknowledged message came back", h)
+    # a nack of the acked message: refused as for any message not handed out, and it brings nothing back
+    out = h.raw("inbox_nack", recipient=R, message_id="m1", now=h.now())
+    check(not out.ok and out.code == "invalid_transition", "inbox.ack",
+          f"nack of the acknowledged m1 answered {(out.value if out.ok else out.code)!r:.80}, not invalid_transition", h)
+    check(_drain(h) == [], "inbox.ack", "a nack brought an acknowledged message back", h)
     out = h.do("inbox_ack", recipient=R, message_id="never-delivered")
     check(not out.ok and out.code == "not_found", "inbox.ack", f"ack of an unknown message answered {out.code or 'ok'}", h)
 
