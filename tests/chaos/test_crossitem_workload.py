@@ -128,5 +128,13 @@ def test_profiles_campaigns_of_correct_ledgers_reach_the_profiles_and_give_no_al
 @pytest.mark.thorough
 @pytest.mark.parametrize("cls", [c for c in bl.ALL if c.SCENARIO in ("inbox", "outbox")], ids=lambda c: c.__name__)
 def test_profiles_campaigns_of_broken_ledgers_fail_with_their_rule(cls: type, tmp_path: Path, scratch: str | None) -> None:
-    r = _campaign(f"python:ledgercheck.fixtures.testkit.broken_linear:{cls.__name__}", 1, tmp_path, scratch)
-    assert r.verdict == "fail" and cls.CATCH[1] in {a["class"] for a in r.anomalies}, (r.anomalies, r.missing)
+    # a campaign is a random draw of interleavings in a short run: one that never repeated a drained
+    # message id (DedupeForgetsDrained at seed 1 on a loaded .ci/run, 2026-11-29) shows nothing; the
+    # next seeds are tried, and one of three must fail with the rule
+    seen = []
+    for seed in (1, 2, 3):
+        r = _campaign(f"python:ledgercheck.fixtures.testkit.broken_linear:{cls.__name__}", seed, tmp_path / str(seed), scratch)
+        seen.append((seed, r.verdict, [a["class"] for a in r.anomalies][:4]))
+        if r.verdict == "fail" and cls.CATCH[1] in {a["class"] for a in r.anomalies}:
+            return
+    raise AssertionError(f"{cls.__name__}: no campaign of seeds 1-3 found {cls.CATCH[1]}: {seen}")

@@ -189,7 +189,8 @@ def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: Pg
     # server on its own loopback, by an earlier reference-pg adapter in this process, cannot
     # reach it from a host's namespace)
     monkeypatch.setenv("LEDGERCHECK_PG_DSN", pg_hosts.server_dsn)
-    late = 0
+    late = takeovers = 0
+    nemeses = []
     for seed in _run_seeds():
         r = run_campaign("reference-pg", workers=4, items=ITEMS, seed=seed, faults="partition", hosts=pg_hosts.net,
                          reset={"dsn": pg_hosts.server_dsn}, latency=(0.05, 0.3),
@@ -202,7 +203,11 @@ def test_the_postgresql_reference_shows_no_anomaly_under_partitions(pg_hosts: Pg
         cuts = [x for x in lines if x["type"] == "nemesis" and x["fault"] == "partition"]
         assert cuts and any(x["type"] == "nemesis" and x["fault"] == "heal" for x in lines), "the campaign cut no host off"
         late += r.observations["counts"].get("late_writes", 0)
-        assert r.nemesis["cut_takeover"] >= 1, (seed, r.nemesis)
+        takeovers += r.nemesis["cut_takeover"]
+        nemeses.append((seed, r.nemesis))
+    # over the seeds run, a cut lasted until another host took a cut-off holder's item over (a seed
+    # without one, its cut healed at the campaign's end, was seen once on a loaded .ci/run, 2026-11-29)
+    assert takeovers >= 1, nemeses
     assert late > 0  # cut-off workers did write during the partitions, and the ledger came out clean
 
 
