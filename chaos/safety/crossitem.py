@@ -96,7 +96,7 @@ def cross_coverage(history: History, spec: Spec | None = None) -> tuple[dict[str
     spec = spec or default_spec()
     r = roles(spec)
     cov = dict.fromkeys(("spawn_ok", "join_ok", "tree_cancel_ok", "inbox_delivered", "inbox_handed",
-                         "inbox_handed_after_nack", "inbox_acked", "outbox_enqueued", "outbox_listed",
+                         "inbox_handed_after_nack", "inbox_acked", "inbox_dead_lettered", "outbox_enqueued", "outbox_listed",
                          "outbox_marked_sent"), 0)
     invoked: set[str | None] = set()
     nacked: set[tuple[Any, Any]] = set()
@@ -122,6 +122,7 @@ def cross_coverage(history: History, spec: Spec | None = None) -> tuple[dict[str
                     cov["inbox_handed_after_nack"] += (inv.args.get("recipient"), m.get("message_id")) in nacked
         elif name == r["nack"]:
             nacked.add((inv.args.get("recipient"), inv.args.get("message_id")))
+            cov["inbox_dead_lettered"] += isinstance(res, Mapping) and res.get("dead") is True
         elif name == r["ack"]:
             cov["inbox_acked"] += 1
         elif name == r["enqueue"] and isinstance(res, Mapping) and res.get("created") is True:
@@ -130,6 +131,11 @@ def cross_coverage(history: History, spec: Spec | None = None) -> tuple[dict[str
             cov["outbox_listed"] += len(res)
         elif name == r["mark"]:
             cov["outbox_marked_sent"] += 1
+    again = repeated_requests(history, spec)
+    for rule, (_, states) in _DEDUPE.items():
+        cov[f"{rule}_first"] = again.get((rule, "first"), 0)
+        for st in dict.fromkeys(x for need in states for x in _SAME_STATE.get((rule, need), (need,))):
+            cov[f"{rule}_again_{st}"] = again.get((rule, st), 0)
     missing: list[str] = []
     if r["spawn"] in invoked and not (cov["spawn_ok"] and cov["join_ok"]):
         missing.append(f"spawn trees were driven but {'no spawn' if not cov['spawn_ok'] else 'no join'} completed ok: "
@@ -139,7 +145,98 @@ def cross_coverage(history: History, spec: Spec | None = None) -> tuple[dict[str
     if {r["enqueue"], r["listing"]} & invoked and not (cov["outbox_listed"] and cov["outbox_marked_sent"]):
         missing.append("the outbox was driven but " + ("no listing handed the relay a message" if not cov["outbox_listed"]
                                                        else "no message was marked sent") + ": its cross-item rules judged little")
+    for rule, (clause, states) in _DEDUPE.items():
+        if not cov[f"{rule}_first"]:
+            continue  # nothing ever arrived: the profile's own line above says so
+        needed = [st for st in states if st not in _ONLY_IF_REACHED or cov[_ONLY_IF_REACHED[st]]]
+        unmet = [st for st in needed if not any(cov.get(f"{rule}_again_{x}", 0) for x in _SAME_STATE.get((rule, st), (st,)))]
+        if unmet:
+            missing.append(f"no request was repeated while its target was {' or '.join(_STATE_WORDS[st] for st in unmet)}: "
+                           f"{rule} ({clause}) judged nothing of a dedupe that forgets a target in "
+                           f"{'that state' if len(unmet) == 1 else 'those states'}")
     return cov, missing
+
+
+# The dedupe rules and the states of their target a repeated request can meet: the last write of
+# the target's operations before the repeat (every operation that moves a message or an outbound
+# message is one of these roles).  A repeat is judged by the same rule whatever the state, but a
+# ledger can keep its dedupe for some states and lose it in others (a dedupe that looks at pending
+# rows only, one that deletes what was acked or sent), so a run judges the rule only for the states
+# it repeated a request in.
+_DEDUPE = {"inbox_delivered_twice": ("inbox.deliver.idempotent", ("pending", "handed", "acked", "dead")),
+           "outbox_created_twice": ("outbox.dedupe", ("pending", "sent"))}
+_SAME_STATE = {("inbox_delivered_twice", "pending"): ("pending", "nacked")}  # a nack gives the message back to pending
+_ONLY_IF_REACHED = {"dead": "inbox_dead_lettered"}  # asked only of a run that dead-lettered a message
+_STATE_WORDS = {"pending": "pending", "handed": "handed out (in flight)", "acked": "acknowledged",
+                "dead": "dead-lettered", "sent": "marked sent"}
+
+
+def repeated_requests(history: History, spec: Spec | None = None) -> dict[tuple[str, str], int]:
+    """The repeated requests of the dedupe rules, counted by the state their target was surely in.
+
+    A repeat is a delivery of a (recipient, message id), or an enqueue of an outbox key, invoked
+    after a first one of it was answered as new.  Its target's state is the last of the target's
+    operations that ended before the repeat was invoked (a delivery: pending; a drain that handed it
+    out: handed; an ack: acked; a nack: nacked, or dead when its answer says so; a mark-sent: sent).
+    A repeat is not counted when any operation of its target (or, while the target is pending, an
+    unanswered drain of its recipient) may have taken effect while the repeat was in flight: its
+    state is then not certain.  Also ``(rule, "first")``: how many targets were answered as new."""
+    spec = spec or default_spec()
+    r = roles(spec)
+    recs = _ops(history)
+    # target -> [(invoke time, end time, role, answer)]; the repeats' candidates with their rule
+    touched: dict[tuple[str, str, str], list[tuple[float, float, str, Any]]] = {}
+    requests: dict[tuple[str, str, str], list[tuple[Any, Any]]] = {}
+    blind: dict[str, list[tuple[float, float]]] = {}  # recipient -> drains that may have handed anything
+    for inv, comp in recs:
+        a, name = inv.args, inv.op
+        if not _happened(comp):
+            continue
+        span = (inv.t, _end(comp))
+        box = a.get("recipient")
+        if name == r["deliver"] and isinstance(box, str) and isinstance(a.get("message_id"), str):
+            t = ("inbox_delivered_twice", box, a["message_id"])
+            requests.setdefault(t, []).append((inv, comp))
+            touched.setdefault(t, []).append((*span, "request", comp))
+        elif name == r["drain"] and isinstance(box, str):
+            if comp is None or comp.outcome != "ok" or not isinstance(comp.result, list):
+                blind.setdefault(box, []).append(span)
+                continue
+            for m in comp.result:
+                if isinstance(m, Mapping) and isinstance(m.get("message_id"), str):
+                    touched.setdefault(("inbox_delivered_twice", box, m["message_id"]), []).append((*span, "handed", comp))
+        elif name in (r["ack"], r["nack"]) and isinstance(box, str) and isinstance(a.get("message_id"), str):
+            dead = name == r["nack"] and comp is not None and isinstance(comp.result, Mapping) and comp.result.get("dead") is True
+            role = "acked" if name == r["ack"] else "dead" if dead else "nacked"
+            touched.setdefault(("inbox_delivered_twice", box, a["message_id"]), []).append((*span, role, comp))
+        elif name == r["enqueue"] and isinstance(a.get("key"), str):
+            t = ("outbox_created_twice", "", a["key"])
+            requests.setdefault(t, []).append((inv, comp))
+            touched.setdefault(t, []).append((*span, "request", comp))
+        elif name == r["mark"] and isinstance(a.get("key"), str):
+            touched.setdefault(("outbox_created_twice", "", a["key"]), []).append((*span, "sent", comp))
+    out: dict[tuple[str, str], int] = {}
+    for t, reqs in requests.items():
+        rule = t[0]
+        news = [_end(c) for _, c in reqs if c is not None and c.outcome == "ok" and isinstance(c.result, Mapping)
+                and (c.result.get("delivered") is True or c.result.get("created") is True)]
+        if not news:
+            continue
+        out[(rule, "first")] = out.get((rule, "first"), 0) + 1
+        first = min(news)
+        for inv, comp in reqs:
+            start, end = inv.t, _end(comp)
+            if start <= first:
+                continue
+            others = [x for x in touched[t] if x[2] != "request"]  # a repeat leaves the state as it was
+            if any(x[0] < end and x[1] > start for x in others):
+                continue  # something of its target may have happened while it was in flight
+            before = [x for x in others if x[1] < start]
+            state = max(before, key=lambda x: x[1])[2] if before else "pending"
+            if state in ("pending", "nacked") and any(b[0] < end for b in blind.get(t[1], ())):
+                continue  # an unanswered drain may have handed it out
+            out[(rule, state)] = out.get((rule, state), 0) + 1
+    return out
 
 
 def _ops(history: History) -> list[tuple[Any, Any]]:

@@ -365,18 +365,25 @@ class ProfileSteps:
       close-out it acks or nacks what it got (so several holders drain one recipient at once, and
       messages stay in flight while their holder works, is paused or is killed);
     * outbox: the item's outbound message is enqueued (now and then again, as a retry does), and
-      the monitor's relay lists the pending messages and marks each sent.
+      the monitor's relay lists the pending messages and marks each sent;
+    * repeats in every state (crossitem.repeated_requests): a sender's retry crossing the drain
+      delivers a message again while it is in flight, and one crossing the ack or nack after it
+      (acked, pending again or dead-lettered); a holder's late retry enqueues the outbound message
+      of the item it finished before (pending, or marked sent by the relay meanwhile).  Each is
+      drawn for every message and item, so a run of a dozen items repeats requests in each state.
     """
 
     RECIPIENTS = 3
-    SPAWN_P, CANCEL_P, DUP_P, NACK_P, RETRY_P = 0.5, 0.25, 0.2, 0.3, 0.2
+    SPAWN_P, CANCEL_P, DUP_P, NACK_P, RETRY_P, AGAIN_P = 0.5, 0.25, 0.2, 0.3, 0.2, 0.5
 
     def __init__(self, spec: Spec) -> None:
         from .crossitem import roles
 
         self.ops = roles(spec)
         self.sent = 0
-        self.drained: dict[str, tuple[str, list[str]]] = {}  # holder -> (recipient, messages it drained)
+        # holder -> (recipient, the messages it drained: (message id, sender, body))
+        self.drained: dict[str, tuple[str, list[tuple[str, str, Any]]]] = {}
+        self.finished: dict[str, str] = {}  # holder -> the item whose outbound message it enqueued last
         cancel_ops = {n for n, o in spec.operations.items() if o.profile == "cancel"}
         # the status a holder closes its item out with after cancelling its tree
         self.cancelled = next((t.dst for t in spec.transitions if set(t.ops) & cancel_ops
@@ -396,8 +403,13 @@ class ProfileSteps:
             call(o["deliver"], recipient=box, message_id=f"m-{wid}", sender=name, body={"work": wid}, now=now())
         src = f"box-{rng.randrange(self.RECIPIENTS)}"
         got = call(o["drain"], recipient=src, max=rng.choice((1, 2)), now=now())
-        self.drained[name] = (src, [m["message_id"] for m in (got.value if got.ok and isinstance(got.value, list) else [])
-                                    if isinstance(m, Mapping) and isinstance(m.get("message_id"), str)])
+        mine = [(m["message_id"], m.get("sender") if isinstance(m.get("sender"), str) else name, m.get("body"))
+                for m in (got.value if got.ok and isinstance(got.value, list) else [])
+                if isinstance(m, Mapping) and isinstance(m.get("message_id"), str)]
+        self.drained[name] = (src, mine)
+        for mid, sender, body in mine:
+            if rng.random() < self.AGAIN_P:  # its sender's retry, crossing the drain: the message is in flight
+                call(o["deliver"], recipient=src, message_id=mid, sender=sender, body=body, now=now())
 
     def holding(self, call: Any, name: str, held: Mapping[str, Any], now: Any, rng: random.Random) -> str | None:
         """A holder's steps on the item it holds, before its close-out (``call(op, **args)``
@@ -406,14 +418,23 @@ class ProfileSteps:
         as usual)."""
         o = self.ops
         wid = str(held["work_id"])
-        src, mids = self.drained.pop(name, ("", []))
-        for mid in mids:
+        src, mine = self.drained.pop(name, ("", []))
+        for mid, sender, body in mine:
             back = o["nack"] if o["nack"] and rng.random() < self.NACK_P else o["ack"]
             if back:
-                call(back, recipient=src, message_id=mid, now=now())
+                out = call(back, recipient=src, message_id=mid, now=now())
+                dead = out.ok and isinstance(out.value, Mapping) and out.value.get("dead") is True
+                if dead or rng.random() < self.AGAIN_P:  # its sender's retry, crossing the ack or nack (always
+                    # after a dead letter: few runs make one)
+                    call(o["deliver"], recipient=src, message_id=mid, sender=sender, body=body, now=now())
         if o["enqueue"]:
+            before = self.finished.get(name)
+            if before is not None and rng.random() < self.AGAIN_P:  # a late retry of the item finished before
+                call(o["enqueue"], key=f"notify-{before}", destination="mail", payload={"work": before}, work_id=before,
+                     now=now())
             for _ in range(2 if rng.random() < self.RETRY_P else 1):
                 call(o["enqueue"], key=f"notify-{wid}", destination="mail", payload={"work": wid}, work_id=wid, now=now())
+            self.finished[name] = wid
         if o["spawn"] and o["join"] and rng.random() < self.SPAWN_P:  # a child's child too, within the spawn budget
             out = call(o["spawn"], parent_id=wid, key="child-1", payload={"from": wid}, now=now())
             if out.ok:
