@@ -1122,6 +1122,92 @@ def _identity_names(h: Harness) -> None:
             h.raw("wake_suspend", run_id=rid, token=token, now=h.now())
 
 
+@case("core.identity.exact", "tools-streams-keys-and-owners")
+def _identity_other_names(h: Harness) -> None:
+    """The other names a caller gives, each in every form, where the operation that takes it
+    is offered: an effect's tool (handed back as given), an outbound message's key and provider
+    reference when it is marked sent (each form its own message), a spawn's key (each form a
+    child of its own), a log stream read back by its tail (each form a stream of its own), an
+    inbox recipient acknowledging what it was handed (each form a mailbox of its own), and the
+    owner a waiting item is resumed by (the item names it as given)."""
+    reached = False
+    if h.claims("effect_begin"):
+        reached = True
+        wid = h.create(source_id="tools")
+        cls = next(iter(h.spec.step_classes))
+        for i, tool in enumerate(ID_FORMS):
+            r = _created(h, "effect_begin", "created", f"tool {tool!r}", work_id=wid, step_id=f"step-{i}", tool=tool,
+                         input={"n": i}, step_class=cls)["receipt"]
+            check(r.get("tool") == tool, "core.identity.exact",
+                  f"effect_begin with tool {tool!r} gave a receipt for tool {r.get('tool')!r}", h)
+    if h.claims("outbox_enqueue") and h.claims("outbox_mark_sent"):
+        reached = True
+        for key in ID_FORMS:
+            _created(h, "outbox_enqueue", "created", f"key {key!r}", key=key, destination="dest", payload={"key": key})
+        for key in ID_FORMS:  # each marked sent by its key as given, its provider reference another form
+            ref = f"ref {key}"
+            out = h.raw("outbox_mark_sent", key=key, provider_ref=ref, now=h.now())
+            got = out.value if out.ok and isinstance(out.value, Mapping) else {}
+            check(out.ok and (got.get("key"), got.get("provider_ref"), got.get("payload")) == (key, ref, {"key": key}),
+                  "core.identity.exact", f"marking {key!r} sent with provider_ref {ref!r} answered "
+                  f"{out.value if out.ok else out.code!r:.200}", h)
+        if h.claims("outbox_pending"):
+            left = answered(h, "outbox_pending", "core.identity.exact")
+            check(left == [], "core.identity.exact", f"every message was marked sent by its key as given, yet the relay "
+                  f"is handed {left!r:.200}", h)
+    if h.claims("spawn"):
+        reached = True
+        # forms that fold together share a parent, within the spawn budget of each root
+        per = max(1, min(3, h.spec.spawn_budget))
+        children: set[str] = set()
+        for start in range(0, len(ID_FORMS), per):
+            parent = h.create(source_id=f"parent-{start}")
+            for key in ID_FORMS[start:start + per]:
+                c = _created(h, "spawn", "created", f"key {key!r} under {parent}", parent_id=parent, key=key,
+                             payload={"key": key})["work"]
+                check(c.get("work_id") not in children, "core.identity.exact",
+                      f"spawn with key {key!r} under {parent} answered child {c.get('work_id')!r}, made before by another key", h)
+                children.add(c.get("work_id"))
+    if h.claims("log_append") and h.claims("log_tail"):
+        reached = True
+        first = h.spec.first_seq
+        for i, stream in enumerate(ID_FORMS):
+            out = h.raw("log_append", stream=stream, expected_seq=first - 1, kind="named", payload={"n": i}, now=h.now())
+            check(out.ok, "core.identity.exact", f"the first append to stream {stream!r} was refused ({out.code}: {out.message})"
+                  f"; no other append named that stream as given", h)
+        for i, stream in enumerate(ID_FORMS):
+            got = answered(h, "log_tail", "core.identity.exact", stream=stream, from_seq=first, max=len(ID_FORMS))
+            entries = [(e.get("stream"), e.get("payload")) for e in got] if isinstance(got, list) else got
+            check(entries == [(stream, {"n": i})], "core.identity.exact",
+                  f"the tail of stream {stream!r} is {entries!r:.200}; only its own entry (payload {{'n': {i}}}) was appended", h)
+    if all(h.claims(op) for op in ("inbox_deliver", "inbox_drain", "inbox_ack")):
+        reached = True
+        for i, rcpt in enumerate(ID_FORMS):
+            _created(h, "inbox_deliver", "delivered", f"recipient {rcpt!r}", recipient=rcpt, message_id=f"a{i}", sender="s",
+                     body={"n": i})
+        for i, rcpt in enumerate(ID_FORMS):
+            got = answered(h, "inbox_drain", "core.identity.exact", recipient=rcpt, max=len(ID_FORMS), now=h.now())
+            check(isinstance(got, list) and [m.get("message_id") for m in got] == [f"a{i}"], "core.identity.exact",
+                  f"mailbox {rcpt!r} handed out {got!r:.160}; only its own a{i} was delivered to it", h)
+            out = h.raw("inbox_ack", recipient=rcpt, message_id=f"a{i}", now=h.now())
+            check(out.ok, "core.identity.exact", f"mailbox {rcpt!r} acknowledging the a{i} it was handed was refused "
+                  f"({out.code}: {out.message})", h)
+    resume_from = [t.src for t in h.spec.transitions if "resume" in t.ops]
+    if h.claims("resume") and resume_from:
+        reached = True
+        for owner in ID_FORMS:
+            wid = h.create(source_id=f"resume-{len(owner)}-{ID_FORMS.index(owner)}")
+            try:
+                h.drive(wid, resume_from[0])
+            except DriveBlocked as exc:
+                raise NotApplicable(f"no waiting item can be made with the claimed operations: {exc}") from None
+            out = h.raw("resume", work_id=wid, owner=owner, now=h.now())
+            check(out.ok and isinstance(out.value, Mapping) and out.value.get("owner") == owner, "core.identity.exact",
+                  f"resuming {wid} by owner {owner!r} answered {out.value if out.ok else out.code!r:.160}", h)
+    if not reached:
+        raise NotApplicable("the adapter claims none of the operations that take these names")
+
+
 def _lane_names_work(h: Harness, lane: Mapping[str, str], name: str, token: object, body: object) -> None:
     """The holder of ``lane`` (its names as given) renews it, takes its one task, marks it done
     and releases it: every call names the lane as given and finds it (each offered operation)."""
