@@ -170,6 +170,9 @@ class Harness:
         self.model = Model(spec, self.profiles, tolerance=wall_tolerance if self.wall else 0.0)
         self.clock: InjectedClock | WallClock = WallClock(wall_scale, wall_tolerance) if self.wall else InjectedClock()
         self.trace: list[dict[str, Any]] = []
+        # tokens the ledger handed out in answers that are not a work item's lease (a run's or a
+        # lane's hand-out), in the order they first appeared: a trace names them {"$handout": k}
+        self.handouts: list[str] = []
         self.epoch = self.clock.now()
         # the last calls, as (operation, arguments), rendered only when a failure names them
         self.recent: deque[tuple[str, dict[str, Any] | None]] = deque(maxlen=12)
@@ -247,6 +250,7 @@ class Harness:
         self.clock = WallClock(self.wall_scale, self.wall_tolerance) if self.wall else InjectedClock(VIRTUAL_EPOCH)
         self.epoch = self.clock.now()
         self.trace = []
+        self.handouts = []
         self.recent.clear()
         self.failed = False
         self.coverage.clear()
@@ -433,6 +437,10 @@ class Harness:
             out = self.client.call(op, **args)
         if self.record:
             self.trace.append({"op": op, "args": self.symbolize(args), "outcome": outcome_summary(out)})
+        if out.ok and isinstance(out.value, dict):
+            tok = out.value.get("token")
+            if isinstance(tok, str) and tok not in self.handouts and self.model.token_ref(tok) is None:
+                self.handouts.append(tok)
         self.recent.append((op, args))
         self.coverage.add((op, before, out.ok))
         self.calls.add((before, op, out.ok))
@@ -747,7 +755,12 @@ class Harness:
                 out[k] = {"$item": index[v]}
             elif k == "token" and isinstance(v, str):
                 held = m.token_ref(v)  # (the first item holding it, as a scan of m.tokens finds it)
-                out[k] = {"$token": [index[held[0]], held[1]]} if held is not None else v
+                if held is not None:
+                    out[k] = {"$token": [index[held[0]], held[1]]}
+                elif v in self.handouts:
+                    out[k] = {"$handout": self.handouts.index(v)}
+                else:
+                    out[k] = v
             elif k == "key" and isinstance(v, str) and v in m.receipts:
                 r = m.receipts[v]
                 out[k] = {"$key": [index.get(r["work_id"], -1), r["step_id"], r["tool"]]}

@@ -9,7 +9,9 @@ A trace is JSON::
 
 Arguments that name things the implementation chose are symbolic: ``{"$item": i}`` is the i-th
 work item created in the run, ``{"$token": [i, k]}`` the k-th lease token issued for item i,
-``{"$key": [i, step_id, tool]}`` the effect key of that step of item i, and ``{"$t": s}`` the
+``{"$key": [i, step_id, tool]}`` the effect key of that step of item i, ``{"$handout": k}`` the
+k-th distinct token an answer handed out that is no work item's lease (a run's or a lane's
+hand-out, counted in the order the answers first showed them; version 4), and ``{"$t": s}`` the
 instant ``s`` seconds after the run's start, stored exactly (``"$at"``, the absolute instant,
 joins it where epoch + s would not give the instant back exactly; see Harness.time_ref).
 Replaying resolves them through the model as it goes, so the same program runs against any
@@ -64,8 +66,8 @@ from .harness import AdapterFailure, ClauseFailure, Harness, NotApplicable, NotO
 from .model import Outcome, Violation
 
 FORMAT = "ledgercheck-trace"
-VERSION = 3
-READS = (1, 2, 3)  # trace versions this ledgercheck replays
+VERSION = 4
+READS = (1, 2, 3, 4)  # trace versions this ledgercheck replays
 JUDGES = ("model", "check")  # what found a recorded failure: the model, or the clause test's own check
 
 
@@ -216,6 +218,8 @@ def _ref_problem(v: Any) -> str | None:
         return f"$item must be the index of a work item (an integer >= 0), not {_brief(ref)}"
     if tag == "$token" and not (isinstance(ref, list) and len(ref) == 2 and _is_int(ref[0], 0) and _is_int(ref[1], 0)):
         return f"$token must be [item index, token index], two integers >= 0, not {_brief(ref)}"
+    if tag == "$handout" and not _is_int(ref, 0):
+        return f"$handout must be the index of a hand-out's token (an integer >= 0), not {_brief(ref)}"
     if tag == "$key" and not (isinstance(ref, list) and len(ref) == 3 and _is_int(ref[0], -1)
                               and isinstance(ref[1], str) and isinstance(ref[2], str)):
         return f"$key must be [item index, step id, tool], not {_brief(ref)}"
@@ -281,6 +285,12 @@ def resolve(h: Harness, args: dict[str, Any], where: str, epoch: float | None = 
                     raise TraceError(f"{where}: refers to token {n} of item {i}, which was never issued on replay "
                                      f"({len(toks)} issued){why}")
                 out[k] = toks[n]
+                continue
+            if tag == "$handout":
+                if ref >= len(h.handouts):
+                    raise TraceError(f"{where}: refers to hand-out token {ref}, but the replay's answers handed out "
+                                     f"{len(h.handouts)}{why}")
+                out[k] = h.handouts[ref]
                 continue
             if tag == "$key":
                 i, step_id, tool = ref

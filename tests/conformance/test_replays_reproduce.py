@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from ledgercheck.conformance.clauses import NoCheck, all_cases
 from ledgercheck.conformance.harness import ClauseFailure, DriveBlocked, Harness, NotApplicable, NotOffered
-from ledgercheck.conformance.trace import dump_trace, load_trace, run_replay
+from ledgercheck.conformance.trace import TraceError, dump_trace, load_trace, run_replay
 from ledgercheck.spec import Spec
 from ledgercheck.transport.client import connect
 
@@ -74,15 +74,6 @@ def _replay(address: str, path: Path, spec: Spec, steps_only: bool):
         client.close()
 
 
-def _handout_token_literal(doc: dict) -> bool:
-    """Whether the trace sends a hand-out's token (a run's or a lane's lease) as the literal the
-    run was given: the trace format names only work items' lease tokens symbolically
-    (``$token``), so bare steps replayed on a new ledger send a token it never issued and are
-    refused there. The case's own replay (above) still runs the program and must reproduce."""
-    return any(s["op"].startswith(("wake_", "lane_")) and isinstance(s.get("args", {}).get("token"), str)
-               for s in doc["steps"])
-
-
 # two catalogues in the default run (the oldest and a constructed one); all of them in the long tier
 DEFAULT_CATALOGUES = {"broken", "broken_trees"}
 
@@ -100,7 +91,7 @@ def test_every_failing_trace_of_a_broken_ledger_replays_to_its_clause(module: st
         done = _replay(address, path, spec, steps_only=False)
         if not done.reproduced or listed not in done.found or done.listed != listed or done.mode != "case":
             problems.append(f"{case} on {address}: replay {done.mode} found {done.found}")
-        if doc["judged_by"] == "model" and not _handout_token_literal(doc):
+        if doc["judged_by"] == "model":
             bare = _replay(address, path, spec, steps_only=True)
             if not bare.reproduced or listed not in bare.found or bare.listed != listed:
                 problems.append(f"{case} on {address}: bare steps found {bare.found}")
@@ -136,13 +127,38 @@ def test_the_replay_command_reproduces_a_reopen_failure_and_not_on_the_reference
     assert "did not reproduce outbox.mark_sent" in proc.stdout
 
 
+def test_a_handouts_token_is_named_in_the_trace_and_its_bare_steps_reproduce(spec: Spec, tmp_path: Path) -> None:
+    """A run's hand-out token is the ledger's choice, like a work item's lease token: the trace
+    names it by the order the answers handed it out (``{"$handout": k}``), so the bare steps
+    replayed on a new ledger send the token that ledger handed out, and reproduce the failure on
+    the broken ledger and nothing on the reference.  (Before, the literal token was sent and the
+    new ledger refused it with stale_lease.)"""
+    traces = _failing_traces(spec, "broken_edges", tmp_path, only={"RenewAnswersFirstTaker"})
+    (address, case, path), = [t for t in traces if t[1].startswith("wakeups.lease")]
+    doc = load_trace(path)
+    tokens = [s["args"]["token"] for s in doc["steps"] if "token" in s["args"]]
+    assert tokens and all(isinstance(t, dict) and set(t) == {"$handout"} for t in tokens), tokens
+    bare = _replay(address, path, spec, steps_only=True)
+    assert bare.reproduced and bare.found == ["wakeups.lease"], bare.found
+    clean = _replay("reference", path, spec, steps_only=True)
+    assert clean.violations == [], clean.found
+    # a reference to a hand-out the replay's answers never gave is one clear error naming the step
+    doc["steps"] = [s for s in doc["steps"] if s["op"] != "wake_take"]
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(TraceError, match=r"refers to hand-out token \d+, but the replay's answers handed out 0"):
+        _replay(address, short, spec, steps_only=True)
+
+
 def test_a_reopen_step_with_arguments_or_a_bad_header_is_refused_in_one_line(cli, tmp_path: Path) -> None:
     base = {"format": "ledgercheck-trace", "version": 3, "adapter": "reference", "profiles": ["core"], "violations": [],
             "seed": 0, "epoch": 1e6, "steps": [{"op": "reopen", "args": {}}]}
     bad = [({"steps": [{"op": "reopen", "args": {"dir": "/etc"}}]}, "step 1: reopen takes no arguments"),
            ({"focus": 7}, "focus must be a string or null"),
            ({"judged_by": "oracle"}, "judged_by must be one of model, check"),
-           ({"wall_scale": 0}, "wall_scale must be a number in (0, 100]")]
+           ({"wall_scale": 0}, "wall_scale must be a number in (0, 100]"),
+           ({"steps": [{"op": "wake_renew", "args": {"run_id": "r", "token": {"$handout": -1}, "now": {"$t": 0}}}]},
+            "step 1: argument 'token': $handout must be the index of a hand-out's token")]
     for change, words in bad:
         path = tmp_path / "t.json"
         path.write_text(json.dumps({**base, **change}), encoding="utf-8")
