@@ -785,6 +785,11 @@ class _Campaign(_Setup, _Faults, _Ending):
             self.missing.insert(0, "no item was created: every create was refused or had no answer")
         elif not granted:
             self.missing.insert(0, f"{NO_GRANT}: {asked} claim{'s' if asked != 1 else ''} asked, none handed one out")
+        cuts = self.counts.get("cut", 0)
+        if cuts and not self.counts.get("cut_takeover"):
+            self.missing.append(f"the partitions cut {cuts} host{'s' if cuts != 1 else ''} off, but no cut lasted until "
+                                f"another host took a cut-off holder's item over: no write sent while cut off was "
+                                f"judged after a takeover")
         n = self.n_takeovers - self.counts["takeover_void"]
         if n and not self.counts["takeover"]:
             self.missing.append(f"none of the {n} planned takeover{'s' if n != 1 else ''} happened: no other worker "

@@ -468,3 +468,27 @@ def test_the_contract_can_be_named_and_a_bad_one_is_one_line(tmp_path: Path) -> 
     assert r.returncode == 0 and r.stdout.strip().endswith("verdict: no anomaly")
     r = run_cli(p, "--spec", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "nope.yaml" in r.stderr
+
+
+def test_partitions_that_never_outlasted_a_takeover_leave_the_run_inconclusive() -> None:
+    """A partition is there so that a cut-off holder's writes reach the ledger after another host
+    took its item over.  Cuts that all healed first (the campaign's end came, or no holder was on
+    the host) judged none of that: the run says so instead of passing."""
+    import struct
+    from types import SimpleNamespace
+
+    from ledgercheck.chaos.safety.campaign import _Campaign
+    from ledgercheck.chaos.safety.campaign_model import CLAIMS0
+
+    def unreached(**counts: int) -> list[str]:
+        flags = bytearray(CLAIMS0 + 16)
+        struct.pack_into("<QQ", flags, CLAIMS0, 5, 5)  # claims asked and granted: nothing else missing
+        run = SimpleNamespace(flags=flags, n_slots=0, created=["w"], missing=[], n_takeovers=0, takeover_net=1.0,
+                              counts={"takeover_void": 0, "takeover": 0, **counts})
+        _Campaign._unreached(run)  # type: ignore[arg-type]
+        return run.missing
+
+    (line,) = unreached(cut=3, partition=5, cut_takeover=0)
+    assert "cut 3 hosts off, but no cut lasted until another host took a cut-off holder's item over" in line
+    assert unreached(cut=3, partition=5, cut_takeover=1) == []
+    assert unreached() == []  # no hosts, no partitions: nothing to say
